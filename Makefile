@@ -1,0 +1,75 @@
+# tenure — make targets. Every target installs what it needs through the Go
+# module proxy; nothing else is assumed beyond Go itself.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 60s
+SIMTIME     ?= 5m
+BIN         := bin/tenure
+VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -X main.Version=$(VERSION)
+
+.PHONY: all build test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/tenure
+
+# The test command README.md gives; .ci/run calls it. Everything runs under
+# the race detector except the many-seed simulator sweep, which the race
+# detector slows ~15x: it runs its 2,000 seeds (SIMSEEDS) without it.
+SIMSEEDS ?= 2000
+test:
+	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
+	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
+
+lint:
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) run $(STATICCHECK) ./...
+
+# Each fuzz target runs for FUZZTIME (go test allows one -fuzz per package run).
+fuzz:
+	@set -e; \
+	for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The etcd comparison lives in its own module (bench/peers) so the library
+# never depends on etcd; PEERS_RUNS and PEERS_TTL tune it.
+PEERS_RUNS ?= 20
+PEERS_TTL  ?= 2s
+bench-peers:
+	cd bench/peers && $(GO) run . --mode crash --ttl $(PEERS_TTL) --runs $(PEERS_RUNS)
+	cd bench/peers && $(GO) run . --mode resign --ttl $(PEERS_TTL) --runs $(PEERS_RUNS)
+
+# tenure and etcd crash failover back to back at equal lease TTL (2 s, then
+# 1 s), one JSON line each; docs/benchmarks.md divides them.
+bench-compare: build
+	./$(BIN) bench failover --profile default --runs $(PEERS_RUNS) --json
+	cd bench/peers && $(GO) run . --ttl 2s --runs $(PEERS_RUNS) --json
+	./$(BIN) bench failover --profile fast --runs $(PEERS_RUNS) --json
+	cd bench/peers && $(GO) run . --ttl 1s --tuned --runs $(PEERS_RUNS) --json
+
+sim:
+	$(GO) test -count=1 -run '^TestSimSeeds$$' -timeout 60m ./simulation/ -v -args -sim.duration=$(SIMTIME)
+
+# A local cluster of five real agents on loopback with the dashboard; Ctrl-C stops it.
+demo: build
+	./$(BIN) demo
+
+# A FROM-scratch image around the static binary (see Dockerfile).
+docker: build
+	docker build -t tenure:$(VERSION) .
+
+tidy:
+	$(GO) mod tidy
+
+clean:
+	rm -rf bin

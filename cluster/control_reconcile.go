@@ -1,0 +1,469 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+)
+
+// Keeping the Raft configuration in line with membership. The decision is the
+// pure function planReconcile (state in, changes out); reconcileOnce gathers
+// the state and applies the changes in order, stopping at the first failure.
+//
+// Rules (see docs/control-group.md):
+//   - an alive member not in the configuration is added as a non-voter;
+//   - a member that left gracefully (EventLeave, or its own Shutdown) is
+//     removed;
+//   - a known address coming back with a new id replaces the old entry; a
+//     known id at a new address has its address updated;
+//   - a gossip "dead" hint never removes anything by itself. A voter not
+//     seen alive for DeadVoterTimeout is replaced — a caught-up alive
+//     non-voter is promoted first, then the dead voter removed, so the voter
+//     count never drops — and without a replacement nothing happens; a
+//     non-voter not seen alive for DeadVoterTimeout is removed;
+//   - while there are fewer than MaxVoters voters, caught-up alive
+//     non-voters are promoted (lowest id first).
+
+type changeKind uint8
+
+const (
+	changeAddNonvoter changeKind = iota + 1
+	changePromote
+	changeRemove
+	changeUpdateAddr
+)
+
+func (k changeKind) String() string {
+	switch k {
+	case changeAddNonvoter:
+		return "add-nonvoter"
+	case changePromote:
+		return "promote"
+	case changeRemove:
+		return "remove"
+	case changeUpdateAddr:
+		return "update-addr"
+	}
+	return fmt.Sprintf("change(%d)", uint8(k))
+}
+
+// raftChange is one configuration change.
+type raftChange struct {
+	Kind   changeKind
+	ID     string
+	Addr   string
+	Voter  bool // for changeUpdateAddr: keep the server a voter
+	Reason string
+}
+
+func (c raftChange) String() string {
+	return fmt.Sprintf("%s %s %s (%s)", c.Kind, c.ID, c.Addr, c.Reason)
+}
+
+// reconcileState is everything planReconcile decides from.
+type reconcileState struct {
+	Self             string
+	Servers          []ServerInfo         // current Raft configuration
+	Members          []Member             // gossip view
+	Left             map[string]uint64    // ids that left gracefully or were removed
+	GoneSince        map[string]time.Time // servers not seen alive, since when
+	CaughtUp         map[string]bool      // non-voters close enough to the leader to vote
+	Now              time.Time
+	DeadVoterTimeout time.Duration
+	MaxVoters        int
+}
+
+// planReconcile returns the changes that bring the configuration in line
+// with membership, in the order they must be applied. It is deterministic:
+// the same state gives the same changes.
+func planReconcile(s reconcileState) []raftChange {
+	servers := append([]ServerInfo(nil), s.Servers...)
+	sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
+	members := append([]Member(nil), s.Members...)
+	sort.Slice(members, func(i, j int) bool { return members[i].ID < members[j].ID })
+
+	alive := map[string]Member{} // usable members: alive, with a Raft address
+	live := map[string]bool{}    // not gone: alive or suspect
+	for _, m := range members {
+		if m.RaftAddr == "" || ValidateNodeID(m.ID) != nil {
+			continue
+		}
+		switch m.State {
+		case StateAlive:
+			alive[m.ID] = m
+			live[m.ID] = true
+		case StateSuspect:
+			live[m.ID] = true
+		}
+	}
+	live[s.Self] = true
+
+	cfg := map[string]ServerInfo{}
+	for _, sv := range servers {
+		cfg[sv.ID] = sv
+	}
+	var out []raftChange
+	remove := func(id, reason string) {
+		out = append(out, raftChange{Kind: changeRemove, ID: id, Addr: cfg[id].Addr, Reason: reason})
+		delete(cfg, id)
+	}
+
+	// 1. Graceful leaves.
+	for _, sv := range servers {
+		if _, left := s.Left[sv.ID]; left && sv.ID != s.Self {
+			remove(sv.ID, "left")
+		}
+	}
+
+	// 2. Identity reuse and moved addresses.
+	for _, m := range members {
+		am, ok := alive[m.ID]
+		if !ok || m.ID == s.Self {
+			continue
+		}
+		if _, left := s.Left[m.ID]; left {
+			continue
+		}
+		for _, sv := range servers {
+			old, still := cfg[sv.ID]
+			if !still || old.ID == m.ID || old.ID == s.Self || old.Addr != am.RaftAddr {
+				continue
+			}
+			if other, ok := alive[old.ID]; ok && other.RaftAddr == old.Addr {
+				continue // both claim the address; leave it to gossip to settle
+			}
+			remove(old.ID, "address "+old.Addr+" now belongs to "+m.ID)
+		}
+		if sv, ok := cfg[m.ID]; ok && sv.Addr != am.RaftAddr {
+			out = append(out, raftChange{Kind: changeUpdateAddr, ID: m.ID, Addr: am.RaftAddr, Voter: sv.Voter, Reason: "moved from " + sv.Addr})
+			sv.Addr = am.RaftAddr
+			cfg[m.ID] = sv
+		}
+	}
+
+	// 3. Joins.
+	for _, m := range members {
+		am, ok := alive[m.ID]
+		if !ok {
+			continue
+		}
+		if _, left := s.Left[m.ID]; left {
+			continue
+		}
+		if _, in := cfg[m.ID]; in {
+			continue
+		}
+		out = append(out, raftChange{Kind: changeAddNonvoter, ID: m.ID, Addr: am.RaftAddr, Reason: "joined"})
+		cfg[m.ID] = ServerInfo{ID: m.ID, Addr: am.RaftAddr}
+	}
+
+	// Promotion candidates: caught-up alive non-voters, lowest id first. A
+	// non-voter added this round is not caught up yet.
+	var candidates []string
+	for _, m := range members {
+		sv, in := cfg[m.ID]
+		if _, ok := alive[m.ID]; ok && in && !sv.Voter && s.CaughtUp[m.ID] {
+			candidates = append(candidates, m.ID)
+		}
+	}
+	promote := func(reason string) bool {
+		if len(candidates) == 0 {
+			return false
+		}
+		id := candidates[0]
+		candidates = candidates[1:]
+		sv := cfg[id]
+		out = append(out, raftChange{Kind: changePromote, ID: id, Addr: sv.Addr, Reason: reason})
+		sv.Voter = true
+		cfg[id] = sv
+		return true
+	}
+
+	// 4. Servers gone for longer than DeadVoterTimeout.
+	if s.DeadVoterTimeout > 0 {
+		for _, sv := range servers {
+			cur, in := cfg[sv.ID]
+			if !in || live[sv.ID] {
+				continue
+			}
+			since, ok := s.GoneSince[sv.ID]
+			if !ok || s.Now.Sub(since) < s.DeadVoterTimeout {
+				continue
+			}
+			gone := fmt.Sprintf("not seen alive for %v", s.Now.Sub(since))
+			switch {
+			case !cur.Voter:
+				remove(sv.ID, gone)
+			case countVoters(cfg) > s.MaxVoters:
+				// A replacement was promoted in an earlier round whose
+				// removal failed: remove without promoting again.
+				remove(sv.ID, gone)
+			case promote("replaces " + sv.ID):
+				remove(sv.ID, gone)
+			}
+		}
+	}
+
+	// 5. Fill up to MaxVoters.
+	voters := countVoters(cfg)
+	for voters < s.MaxVoters && promote("fewer voters than MaxVoters") {
+		voters++
+	}
+	return out
+}
+
+func countVoters(cfg map[string]ServerInfo) int {
+	n := 0
+	for _, sv := range cfg {
+		if sv.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+// quorum is the majority of n voters.
+func quorum(n int) int { return n/2 + 1 }
+
+// reconcileLoop runs on the leader until ctx ends: once at once, then on
+// membership events (coalesced by a one-slot signal) and every
+// ReconcileInterval.
+func (g *ControlGroup) reconcileLoop(ctx context.Context) {
+	goneSince := map[string]time.Time{} // restarted at every term: conservative
+	t := time.NewTicker(g.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		if err := g.reconcileOnce(ctx, goneSince); err != nil && ctx.Err() == nil {
+			g.log.Warn("cluster: reconcile", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-g.reconcileSig:
+		}
+	}
+}
+
+func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]time.Time) error {
+	if g.peers == nil {
+		return nil
+	}
+	servers, err := g.Servers()
+	if err != nil {
+		return err
+	}
+	members := g.peers.Members()
+	now := time.Now()
+	live := map[string]bool{g.cfg.NodeID: true}
+	for _, m := range members {
+		if m.State == StateAlive || m.State == StateSuspect {
+			live[m.ID] = true
+		}
+	}
+	inCfg := map[string]bool{}
+	for _, sv := range servers {
+		inCfg[sv.ID] = true
+		if live[sv.ID] {
+			delete(goneSince, sv.ID)
+		} else if _, ok := goneSince[sv.ID]; !ok {
+			goneSince[sv.ID] = now
+		}
+	}
+	for id := range goneSince {
+		if !inCfg[id] {
+			delete(goneSince, id)
+		}
+	}
+	g.pruneLeft(servers, members)
+	st := reconcileState{
+		Self:             g.cfg.NodeID,
+		Servers:          servers,
+		Members:          members,
+		Left:             g.leftSnapshot(members),
+		GoneSince:        goneSince,
+		Now:              now,
+		DeadVoterTimeout: g.cfg.DeadVoterTimeout,
+		MaxVoters:        g.cfg.MaxVoters,
+	}
+	// Probe non-voters only when a promotion could happen.
+	if plan := planReconcile(st); needsCandidates(st, plan) {
+		st.CaughtUp = g.probeCaughtUp(ctx, servers, members)
+	}
+	for _, c := range planReconcile(st) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := g.applyChange(c); err != nil {
+			return fmt.Errorf("%v: %w", c, err)
+		}
+		g.log.Info("cluster: raft configuration change", "change", c.String())
+	}
+	return nil
+}
+
+// needsCandidates reports whether promotion candidates could change the plan.
+func needsCandidates(st reconcileState, plan []raftChange) bool {
+	cfg := map[string]bool{}
+	for _, sv := range st.Servers {
+		cfg[sv.ID] = sv.Voter
+	}
+	for _, c := range plan {
+		switch c.Kind {
+		case changeRemove:
+			delete(cfg, c.ID)
+		case changeAddNonvoter:
+			cfg[c.ID] = false
+		}
+	}
+	voters, nonvoters := 0, 0
+	for _, v := range cfg {
+		if v {
+			voters++
+		} else {
+			nonvoters++
+		}
+	}
+	if nonvoters == 0 {
+		return false
+	}
+	return voters < st.MaxVoters || (st.DeadVoterTimeout > 0 && len(st.GoneSince) > 0)
+}
+
+// probeCaughtUp asks alive non-voters for their applied index.
+func (g *ControlGroup) probeCaughtUp(ctx context.Context, servers []ServerInfo, members []Member) map[string]bool {
+	alive := map[string]bool{}
+	for _, m := range members {
+		if m.State == StateAlive {
+			alive[m.ID] = true
+		}
+	}
+	commit := g.raft.CommitIndex()
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = map[string]bool{}
+	)
+	for _, sv := range servers {
+		if sv.Voter || !alive[sv.ID] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, g.cfg.RPCTimeout)
+			defer cancel()
+			var st wire.StatusReply
+			err := g.pool.call(cctx, sv.Addr, "Control.Status", &wire.StatusArgs{}, &st)
+			if err != nil || st.ID != sv.ID {
+				g.log.Debug("cluster: status probe failed", "peer", sv.ID, "err", err)
+				return
+			}
+			mu.Lock()
+			out[sv.ID] = st.LastIndex+g.cfg.CatchUpLag >= commit
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (g *ControlGroup) applyChange(c raftChange) error {
+	id, addr, to := raft.ServerID(c.ID), raft.ServerAddress(c.Addr), g.cfg.RPCTimeout
+	var f raft.IndexFuture
+	switch c.Kind {
+	case changeAddNonvoter:
+		f = g.raft.AddNonvoter(id, addr, 0, to)
+	case changePromote:
+		f = g.raft.AddVoter(id, addr, 0, to)
+	case changeRemove:
+		f = g.raft.RemoveServer(id, 0, to)
+	case changeUpdateAddr:
+		if c.Voter {
+			f = g.raft.AddVoter(id, addr, 0, to)
+		} else {
+			f = g.raft.AddNonvoter(id, addr, 0, to)
+		}
+	default:
+		return fmt.Errorf("cluster: unknown change kind %d", c.Kind)
+	}
+	return g.mapRaftErr(f.Error())
+}
+
+// removeServer runs on the leader: a graceful leave (args.Leave) or an
+// operator removal.
+func (g *ControlGroup) removeServer(ctx context.Context, args wire.RemoveArgs) error {
+	servers, err := g.Servers()
+	if err != nil {
+		return err
+	}
+	var target *ServerInfo
+	voters := 0
+	for i := range servers {
+		if servers[i].ID == args.ID {
+			target = &servers[i]
+		}
+		if servers[i].Voter {
+			voters++
+		}
+	}
+	inc := args.Incarnation
+	var members []Member
+	if g.peers != nil {
+		members = g.peers.Members()
+	}
+	if !args.Leave {
+		for _, m := range members {
+			if m.ID == args.ID {
+				inc = m.Incarnation
+			}
+		}
+	}
+	g.markLeft(args.ID, inc)
+	if target == nil {
+		if args.Leave {
+			return nil
+		}
+		return fmt.Errorf("%w: %q", ErrUnknownServer, args.ID)
+	}
+	if target.Voter {
+		caught := g.probeCaughtUp(ctx, servers, members)
+		var cand string
+		var ids []string
+		for id, ok := range caught {
+			if ok && id != args.ID {
+				ids = append(ids, id)
+			}
+		}
+		sort.Strings(ids)
+		if len(ids) > 0 {
+			cand = ids[0]
+		}
+		switch {
+		case cand != "":
+			for _, sv := range servers {
+				if sv.ID == cand {
+					if err := g.applyChange(raftChange{Kind: changePromote, ID: sv.ID, Addr: sv.Addr, Reason: "replaces " + args.ID}); err != nil {
+						return err
+					}
+					g.log.Info("cluster: promoted replacement", "id", cand, "for", args.ID)
+				}
+			}
+		case !args.Leave && voters-1 < quorum(g.cfg.MaxVoters):
+			return fmt.Errorf("%w: removing %s leaves %d voters, quorum of %d is %d",
+				ErrQuorumRisk, args.ID, voters-1, g.cfg.MaxVoters, quorum(g.cfg.MaxVoters))
+		}
+	}
+	if err := g.applyChange(raftChange{Kind: changeRemove, ID: args.ID}); err != nil {
+		return err
+	}
+	g.log.Info("cluster: removed server", "id", args.ID, "leave", args.Leave)
+	signal(g.reconcileSig)
+	return nil
+}

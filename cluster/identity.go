@@ -1,0 +1,154 @@
+package cluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// Identity is who this process is: a node id that survives restarts and an
+// incarnation that grows by one on every process start.
+type Identity struct {
+	ID          string
+	Incarnation uint64
+}
+
+const (
+	identityIDFile          = "node-id"
+	identityIncarnationFile = "incarnation"
+	maxNodeIDLen            = 128
+)
+
+// LoadIdentity reads (or creates) the identity stored in dataDir. The node id
+// is taken from dataDir/node-id; if that file does not exist it is created
+// from defaultID, or from a random id if defaultID is empty. The incarnation
+// counter in dataDir/incarnation is incremented and fsync'd (file and
+// directory) before LoadIdentity returns, so every call — every process
+// start — returns a larger incarnation than any earlier call on that
+// directory. Callers must ensure one process per data dir (the Raft bolt
+// store's file lock does). Corrupt files are reported, never repaired.
+func LoadIdentity(dataDir, defaultID string) (Identity, error) {
+	if dataDir == "" {
+		return Identity{}, fmt.Errorf("%w: empty data dir", ErrBadIdentity)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return Identity{}, fmt.Errorf("cluster: create data dir: %w", err)
+	}
+	id, err := loadNodeID(dataDir, defaultID)
+	if err != nil {
+		return Identity{}, err
+	}
+	inc, err := bumpIncarnation(dataDir)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{ID: id, Incarnation: inc}, nil
+}
+
+// ValidateNodeID reports whether id can be used as a node id: 1..128
+// printable, non-space characters.
+func ValidateNodeID(id string) error {
+	if id == "" || len(id) > maxNodeIDLen {
+		return fmt.Errorf("%w: node id %q must be 1..%d bytes", ErrBadIdentity, id, maxNodeIDLen)
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("%w: node id %q contains space or control characters", ErrBadIdentity, id)
+		}
+	}
+	return nil
+}
+
+func loadNodeID(dir, defaultID string) (string, error) {
+	path := filepath.Join(dir, identityIDFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		id := strings.TrimSpace(string(b))
+		if err := ValidateNodeID(id); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		return id, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("cluster: read node id: %w", err)
+	}
+	id := defaultID
+	if id == "" {
+		var r [8]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", fmt.Errorf("cluster: generate node id: %w", err)
+		}
+		id = "node-" + hex.EncodeToString(r[:])
+	}
+	if err := ValidateNodeID(id); err != nil {
+		return "", err
+	}
+	if err := writeFileSync(dir, identityIDFile, []byte(id+"\n")); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+func bumpIncarnation(dir string) (uint64, error) {
+	path := filepath.Join(dir, identityIncarnationFile)
+	var cur uint64
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		cur, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s: %v", ErrBadIdentity, path, err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return 0, fmt.Errorf("cluster: read incarnation: %w", err)
+	}
+	if cur == ^uint64(0) {
+		return 0, fmt.Errorf("%w: %s: incarnation counter exhausted", ErrBadIdentity, path)
+	}
+	next := cur + 1
+	if err := writeFileSync(dir, identityIncarnationFile, []byte(strconv.FormatUint(next, 10)+"\n")); err != nil {
+		return 0, err
+	}
+	return next, nil
+}
+
+// writeFileSync replaces dir/name atomically and durably: write a temp file,
+// fsync it, rename it over the target, fsync the directory.
+func writeFileSync(dir, name string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, name+".tmp*")
+	if err != nil {
+		return fmt.Errorf("cluster: write %s: %w", name, err)
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName) // no-op after a successful rename
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("cluster: write %s: %w", name, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("cluster: fsync %s: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("cluster: write %s: %w", name, err)
+	}
+	if err := os.Rename(tmpName, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("cluster: write %s: %w", name, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("cluster: fsync dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("cluster: fsync dir %s: %w", dir, err)
+	}
+	return nil
+}

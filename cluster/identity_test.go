@@ -1,0 +1,80 @@
+package cluster
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadIdentity(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	id, err := LoadIdentity(dir, "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != (Identity{ID: "web-1", Incarnation: 1}) {
+		t.Fatalf("first load = %+v", id)
+	}
+	// The persisted id wins over a new default; the incarnation grows.
+	for want := uint64(2); want <= 4; want++ {
+		id, err = LoadIdentity(dir, "other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.ID != "web-1" || id.Incarnation != want {
+			t.Fatalf("load = %+v, want web-1/%d", id, want)
+		}
+	}
+	// No leftover temp files.
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Fatalf("data dir holds %d entries, want 2", len(ents))
+	}
+}
+
+func TestLoadIdentityGeneratesID(t *testing.T) {
+	dir := t.TempDir()
+	a, err := LoadIdentity(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadIdentity(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(a.ID, "node-") || a.ID != b.ID || b.Incarnation != a.Incarnation+1 {
+		t.Fatalf("a=%+v b=%+v", a, b)
+	}
+}
+
+func TestLoadIdentityRejectsBadInput(t *testing.T) {
+	cases := map[string]func(dir string){
+		"bad default id": func(string) {},
+		"corrupt incarnation": func(dir string) {
+			_ = os.WriteFile(filepath.Join(dir, identityIDFile), []byte("ok\n"), 0o644)
+			_ = os.WriteFile(filepath.Join(dir, identityIncarnationFile), []byte("12x"), 0o644)
+		},
+		"corrupt id": func(dir string) {
+			_ = os.WriteFile(filepath.Join(dir, identityIDFile), []byte("has space"), 0o644)
+		},
+		"exhausted counter": func(dir string) {
+			_ = os.WriteFile(filepath.Join(dir, identityIDFile), []byte("ok\n"), 0o644)
+			_ = os.WriteFile(filepath.Join(dir, identityIncarnationFile), []byte("18446744073709551615"), 0o644)
+		},
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			setup(dir)
+			_, err := LoadIdentity(dir, "bad\tid")
+			if !errors.Is(err, ErrBadIdentity) {
+				t.Fatalf("err = %v, want ErrBadIdentity", err)
+			}
+		})
+	}
+	if _, err := LoadIdentity("", "x"); !errors.Is(err, ErrBadIdentity) {
+		t.Fatalf("empty dir: %v", err)
+	}
+}

@@ -1,0 +1,423 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/rpc"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The control group's RPC is net/rpc (gob) multiplexed on the Raft listener:
+// every connection starts with one byte naming its protocol. net/rpc is in the
+// standard library, frozen and well understood, multiplexes concurrent calls on
+// one connection, and runs over any net.Conn — so the same code runs over TCP,
+// over TLS, and over the in-memory pipes of RaftMemNetwork inside synctest.
+// gRPC or HTTP/2 would add a large dependency and their own connection
+// management for four small request/response calls.
+
+const (
+	protoRaft byte = 0x01 // hashicorp/raft NetworkTransport stream
+	protoRPC  byte = 0x02 // net/rpc stream
+
+	// protoReadTimeout bounds how long an accepted connection may take to
+	// name its protocol.
+	protoReadTimeout = 10 * time.Second
+	// rpcWriteTimeout bounds every write on an RPC connection: net/rpc
+	// writes under a lock, so one write blocked on a peer that stopped
+	// reading would otherwise block every later call on that connection.
+	rpcWriteTimeout = 10 * time.Second
+)
+
+// writeDeadlineConn sets a fresh write deadline before every write.
+type writeDeadlineConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *writeDeadlineConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+// StreamLayer is the connection layer shared by Raft and the control RPC: a
+// listener plus a dialer. NewTCPStreamLayer is plain TCP; NewTLSStreamLayer
+// wraps any StreamLayer in TLS; RaftMemNetwork.StreamLayer is in memory.
+type StreamLayer interface {
+	net.Listener
+	// Dial opens a connection to addr (host:port), honouring ctx's deadline.
+	Dial(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// NewTCPStreamLayer listens on bindAddr (host:port, port 0 picks one). The
+// listener's Addr is advertiseAddr if set, else the bound address.
+func NewTCPStreamLayer(bindAddr, advertiseAddr string) (StreamLayer, error) {
+	ln, err := net.Listen("tcp", bindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listen on %q: %w", bindAddr, err)
+	}
+	addr := ln.Addr()
+	if advertiseAddr != "" {
+		addr = stringAddr(advertiseAddr)
+	}
+	return &tcpStreamLayer{Listener: ln, addr: addr}, nil
+}
+
+type tcpStreamLayer struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l *tcpStreamLayer) Addr() net.Addr { return l.addr }
+
+func (l *tcpStreamLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+// NewTLSStreamLayer wraps inner in TLS: accepted connections are served with
+// server, dialed ones use client (its ServerName is left to the caller; set
+// it or use VerifyPeerCertificate for node certificates).
+func NewTLSStreamLayer(inner StreamLayer, server, client *tls.Config) StreamLayer {
+	return &tlsStreamLayer{StreamLayer: inner, server: server, client: client}
+}
+
+type tlsStreamLayer struct {
+	StreamLayer
+	server, client *tls.Config
+}
+
+func (l *tlsStreamLayer) Accept() (net.Conn, error) {
+	c, err := l.StreamLayer.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return tls.Server(c, l.server), nil
+}
+
+func (l *tlsStreamLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := l.StreamLayer.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(c, l.client)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// mux accepts connections on a StreamLayer and hands each to Raft or to the
+// RPC server by its first byte. Unknown bytes close the connection.
+type mux struct {
+	stream StreamLayer
+	rpc    *rpc.Server
+	raft   *raftStream // nil when Raft has its own transport
+	log    *slog.Logger
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func newMux(stream StreamLayer, srv *rpc.Server, withRaft bool, log *slog.Logger) *mux {
+	m := &mux{stream: stream, rpc: srv, log: log, conns: map[net.Conn]struct{}{}}
+	if withRaft {
+		m.raft = &raftStream{stream: stream, accept: make(chan net.Conn), closed: make(chan struct{})}
+	}
+	return m
+}
+
+func (m *mux) start() {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			c, err := m.stream.Accept()
+			if err != nil {
+				if m.isClosed() || errors.Is(err, net.ErrClosed) {
+					return
+				}
+				m.log.Warn("cluster: accept failed", "err", err)
+				// A transient accept error (EMFILE) must not spin.
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if !m.track(c) {
+				_ = c.Close()
+				return
+			}
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.handle(c)
+			}()
+		}
+	}()
+}
+
+func (m *mux) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+func (m *mux) track(c net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.conns[c] = struct{}{}
+	return true
+}
+
+func (m *mux) untrack(c net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.conns, c)
+}
+
+func (m *mux) handle(c net.Conn) {
+	var b [1]byte
+	_ = c.SetReadDeadline(time.Now().Add(protoReadTimeout))
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		m.untrack(c)
+		_ = c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	switch {
+	case b[0] == protoRPC:
+		// Returns when the connection ends and closes it. Replies to a peer
+		// that stopped reading fail after rpcWriteTimeout instead of
+		// blocking the connection's sender forever.
+		m.rpc.ServeConn(&writeDeadlineConn{Conn: c, timeout: rpcWriteTimeout})
+		m.untrack(c)
+	case b[0] == protoRaft && m.raft != nil:
+		// Raft owns it now; it stays tracked (until raft closes it) so
+		// close() can end raft's blocked reads.
+		tc := &trackedConn{Conn: c, untrack: func() { m.untrack(c) }}
+		select {
+		case m.raft.accept <- tc:
+		case <-m.raft.closed:
+			_ = tc.Close()
+		}
+	default:
+		m.log.Warn("cluster: connection with unknown protocol byte", "byte", b[0], "remote", c.RemoteAddr().String())
+		m.untrack(c)
+		_ = c.Close()
+	}
+}
+
+func (m *mux) close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	conns := make([]net.Conn, 0, len(m.conns))
+	for c := range m.conns {
+		conns = append(conns, c)
+	}
+	m.mu.Unlock()
+	_ = m.stream.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	if m.raft != nil {
+		m.raft.close()
+	}
+	m.wg.Wait()
+}
+
+// trackedConn untracks itself from the mux when closed.
+type trackedConn struct {
+	net.Conn
+	once    sync.Once
+	untrack func()
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(c.untrack)
+	return c.Conn.Close()
+}
+
+// raftStream is the raft.StreamLayer view of the mux.
+type raftStream struct {
+	stream    StreamLayer
+	accept    chan net.Conn
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+var _ raft.StreamLayer = (*raftStream)(nil)
+
+func (r *raftStream) Accept() (net.Conn, error) {
+	select {
+	case c := <-r.accept:
+		return c, nil
+	case <-r.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (r *raftStream) Close() error {
+	r.close()
+	return nil
+}
+
+func (r *raftStream) close() { r.closeOnce.Do(func() { close(r.closed) }) }
+
+func (r *raftStream) Addr() net.Addr { return r.stream.Addr() }
+
+func (r *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := r.stream.Dial(ctx, string(addr))
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte{protoRaft}); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	return c, nil
+}
+
+// rpcPool keeps one net/rpc client per remote address; net/rpc multiplexes
+// concurrent calls on it.
+type rpcPool struct {
+	stream StreamLayer
+	mu     sync.Mutex
+	conns  map[string]*pooledClient
+	closed bool
+}
+
+type pooledClient struct {
+	*rpc.Client
+	closedByUs atomic.Bool // set before we Close it: ErrShutdown then may follow a sent request
+}
+
+func newRPCPool(stream StreamLayer) *rpcPool {
+	return &rpcPool{stream: stream, conns: map[string]*pooledClient{}}
+}
+
+// errDial marks a call that never reached the peer: safe to retry.
+type errDial struct{ err error }
+
+func (e *errDial) Error() string { return "dial: " + e.err.Error() }
+func (e *errDial) Unwrap() error { return e.err }
+
+func (p *rpcPool) client(ctx context.Context, addr string) (*pooledClient, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrControlClosed
+	}
+	if c, ok := p.conns[addr]; ok {
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	conn, err := p.stream.Dial(ctx, addr)
+	if err != nil {
+		return nil, &errDial{err}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetWriteDeadline(dl)
+	}
+	if _, err := conn.Write([]byte{protoRPC}); err != nil {
+		_ = conn.Close()
+		return nil, &errDial{err}
+	}
+	_ = conn.SetWriteDeadline(time.Time{})
+	c := &pooledClient{Client: rpc.NewClient(&writeDeadlineConn{Conn: conn, timeout: rpcWriteTimeout})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return nil, ErrControlClosed
+	}
+	if old, ok := p.conns[addr]; ok {
+		_ = c.Close()
+		return old, nil
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *rpcPool) drop(addr string, c *pooledClient) {
+	p.mu.Lock()
+	if p.conns[addr] == c {
+		delete(p.conns, addr)
+	}
+	p.mu.Unlock()
+	c.closedByUs.Store(true)
+	_ = c.Close()
+}
+
+// call performs one RPC bounded by ctx. A *errDial error means the request
+// was never sent. A context error means the outcome is unknown.
+func (p *rpcPool) call(ctx context.Context, addr, method string, args, reply any) error {
+	c, err := p.client(ctx, addr)
+	if err != nil {
+		return err
+	}
+	// Go writes the request synchronously (bounded by rpcWriteTimeout); run
+	// it aside so ctx is honoured even while a write is stuck.
+	done := make(chan *rpc.Call, 1)
+	go c.Go(method, args, reply, done)
+	select {
+	case call := <-done:
+		if call.Error == nil {
+			return nil
+		}
+		var se rpc.ServerError
+		if !errors.As(call.Error, &se) {
+			// Connection-level failure: the client is unusable. net/rpc
+			// reports ErrShutdown without sending when the connection had
+			// already died by itself; if we closed it, a request may have
+			// gone out, so the outcome is unknown.
+			unsent := errors.Is(call.Error, rpc.ErrShutdown) && !c.closedByUs.Load()
+			p.drop(addr, c)
+			if unsent {
+				return &errDial{call.Error}
+			}
+		}
+		return call.Error
+	case <-ctx.Done():
+		// The peer did not answer in time: the connection may be wedged
+		// (a peer that vanished without a reset). Drop it so the next call
+		// dials afresh; calls still pending on it end as unknown outcomes.
+		p.drop(addr, c)
+		return ctx.Err()
+	}
+}
+
+func (p *rpcPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = map[string]*pooledClient{}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.closedByUs.Store(true)
+		_ = c.Close()
+	}
+}

@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+)
+
+// The control RPC service ("Control.Apply", "Control.Status",
+// "Control.Remove"); its wire types live in internal/rpcwire. Handlers never
+// return Go errors for domain outcomes: those travel as a wire.ReplyCode so
+// the caller can tell "certainly not submitted" (safe to retry) from
+// "outcome unknown".
+
+func removeErr(r wire.RemoveReply) error {
+	switch r.Code {
+	case wire.CodeOK:
+		return nil
+	case wire.CodeNotLeader:
+		return ErrNotLeader
+	case wire.CodeQuorumRisk:
+		return fmt.Errorf("%w: %s", ErrQuorumRisk, r.Msg)
+	case wire.CodeUnknownServer:
+		return fmt.Errorf("%w: %s", ErrUnknownServer, r.Msg)
+	case wire.CodeClosed:
+		return fmt.Errorf("%w: %s", ErrNotLeader, r.Msg) // retry elsewhere
+	case wire.CodeTimeout:
+		return fmt.Errorf("%w: %s", ErrTimeout, r.Msg)
+	case wire.CodeLeadershipLost:
+		return fmt.Errorf("%w: %s", ErrLeadershipLost, r.Msg)
+	}
+	return fmt.Errorf("cluster: remote: %s", r.Msg)
+}
+
+func applyResult(r wire.ApplyReply, addr string) (Applied, error) {
+	res := Applied{Index: r.Index, Response: r.Response}
+	switch r.Code {
+	case wire.CodeOK:
+		return res, nil
+	case wire.CodeNotLeader, wire.CodeClosed:
+		return Applied{}, fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, r.Msg)
+	case wire.CodeLeadershipLost:
+		return Applied{}, fmt.Errorf("%w: %s: %s", ErrLeadershipLost, addr, r.Msg)
+	case wire.CodeTimeout:
+		return Applied{}, fmt.Errorf("%w: %s: %s", ErrTimeout, addr, r.Msg)
+	case wire.CodeFSMError:
+		return Applied{Index: r.Index}, &FSMError{Index: r.Index, Err: errors.New(r.Msg)}
+	case wire.CodeBadRequest:
+		return Applied{}, fmt.Errorf("%w: %s", ErrBadRequest, r.Msg)
+	case wire.CodeBadResponse:
+		return Applied{Index: r.Index}, fmt.Errorf("%w: %s: %s", ErrBadResponse, addr, r.Msg)
+	}
+	// An error after submission (e.g. an unmarshalable response) — the
+	// command was committed, but report it.
+	return Applied{Index: r.Index}, fmt.Errorf("cluster: remote %s: %s", addr, r.Msg)
+}
+
+func codeOf(err error) wire.ReplyCode {
+	var fe *FSMError
+	switch {
+	case err == nil:
+		return wire.CodeOK
+	case errors.As(err, &fe):
+		return wire.CodeFSMError
+	case errors.Is(err, ErrNotLeader):
+		return wire.CodeNotLeader
+	case errors.Is(err, ErrLeadershipLost):
+		return wire.CodeLeadershipLost
+	case errors.Is(err, ErrTimeout):
+		return wire.CodeTimeout
+	case errors.Is(err, ErrControlClosed):
+		return wire.CodeClosed
+	case errors.Is(err, ErrQuorumRisk):
+		return wire.CodeQuorumRisk
+	case errors.Is(err, ErrUnknownServer):
+		return wire.CodeUnknownServer
+	case errors.Is(err, ErrBadRequest):
+		return wire.CodeBadRequest
+	case errors.Is(err, ErrBadResponse):
+		return wire.CodeBadResponse
+	}
+	return wire.CodeError
+}
+
+// maxRPCTimeout caps a caller-supplied timeout.
+const maxRPCTimeout = 5 * time.Minute
+
+// controlRPC is the net/rpc receiver. Every method validates its input and
+// never panics on it.
+type controlRPC struct{ g *ControlGroup }
+
+func (s *controlRPC) ctx(d time.Duration) (context.Context, context.CancelFunc) {
+	switch {
+	case d <= 0:
+		d = s.g.cfg.RPCTimeout
+	case d > maxRPCTimeout:
+		d = maxRPCTimeout
+	}
+	return context.WithTimeout(context.Background(), d)
+}
+
+// Apply applies a forwarded command if this node is the leader.
+func (s *controlRPC) Apply(args *wire.ApplyArgs, reply *wire.ApplyReply) error {
+	g := s.g
+	if args == nil {
+		reply.Code, reply.Msg = wire.CodeBadRequest, "nil args"
+		return nil
+	}
+	select {
+	case <-g.closing:
+		reply.Code, reply.Msg = wire.CodeClosed, "closing"
+		return nil
+	default:
+	}
+	if g.raft.State() != raft.Leader {
+		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
+		return nil
+	}
+	ctx, cancel := s.ctx(args.Timeout)
+	defer cancel()
+	res, err := g.applyLocal(ctx, args.Cmd)
+	reply.Index, reply.Response = res.Index, res.Response
+	reply.Code = codeOf(err)
+	if err != nil {
+		var fe *FSMError
+		if errors.As(err, &fe) {
+			reply.Msg = fe.Err.Error()
+		} else {
+			reply.Msg = err.Error()
+		}
+	}
+	return nil
+}
+
+// Status reports this node's Raft state.
+func (s *controlRPC) Status(_ *wire.StatusArgs, reply *wire.StatusReply) error {
+	*reply = s.g.status()
+	return nil
+}
+
+// Remove removes a server (leave or operator action) if this node is the
+// leader.
+func (s *controlRPC) Remove(args *wire.RemoveArgs, reply *wire.RemoveReply) error {
+	g := s.g
+	if args == nil || ValidateNodeID(args.ID) != nil {
+		reply.Code, reply.Msg = wire.CodeBadRequest, "bad server id"
+		return nil
+	}
+	if g.raft.State() != raft.Leader {
+		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
+		return nil
+	}
+	ctx, cancel := s.ctx(0)
+	defer cancel()
+	err := g.removeServer(ctx, *args)
+	reply.Code = codeOf(err)
+	if err != nil {
+		reply.Msg = err.Error()
+	}
+	return nil
+}
+
+func (g *ControlGroup) status() wire.StatusReply {
+	return wire.StatusReply{
+		ID:           g.cfg.NodeID,
+		Addr:         g.addr,
+		HasState:     g.raft.LastIndex() > 0,
+		LastIndex:    g.raft.LastIndex(),
+		AppliedIndex: g.raft.AppliedIndex(),
+		Term:         g.raft.CurrentTerm(),
+		Bootstrap:    g.bootstrapChoice(),
+	}
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func init() {
+	register("agent", "run one node: gossip, control group, HTTP API, dashboard, demo workload", runAgent)
+}
+
+// runningNode is a started node as the agent drives it.
+type runningNode interface {
+	agentNode
+	actingSource
+	// ID is the node id.
+	ID() string
+	// ProcessJobs starts and completes the runnable jobs of the shards the
+	// node acts on (the demo workload's job handling).
+	ProcessJobs(ctx context.Context)
+	// Close drains the node (bounded by ctx), leaves the cluster and stops.
+	Close(ctx context.Context) error
+}
+
+// startNode starts a node from the agent's config; it returns once the
+// node is registered with the control group or ctx ends. nodeadapter.go
+// wires it to package node; tests may replace it.
+var startNode func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error)
+
+// observeEvery is how often the agent samples the node for metrics.
+const observeEvery = 100 * time.Millisecond
+
+func runAgent(ctx context.Context, m *Main, args []string) error {
+	c, err := loadAgentConfig(args, m.getenv, m.Stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(m.Stderr, c.LogFormat, c.LogLevel)
+	if startNode == nil {
+		return errors.New("agent: this build has no node implementation")
+	}
+	metrics := newAgentMetrics()
+	if err := metrics.bridgeGoMetrics(); err != nil {
+		return err
+	}
+
+	// Serve HTTP before joining: liveness answers and readiness explains
+	// while the node waits for its peers.
+	var handler swapHandler
+	handler.set(startingHandler(metrics))
+	var srv *http.Server
+	var httpAddr string
+	if c.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", c.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("agent: http-addr: %w", err)
+		}
+		httpAddr = ln.Addr().String()
+		srv = &http.Server{Handler: &handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server stopped", "err", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	log.Info("agent starting", "node", c.NodeID, "group", c.Group, "profile", c.Profile, "http", httpAddr,
+		"gossip", c.GossipAddr, "raft", c.RaftAddr, "seeds", strings.Join(c.Seeds, ","), "bootstrap_expect", c.BootstrapExpect, "data_dir", c.DataDir)
+
+	n, err := startNode(ctx, c, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped while joining the cluster")
+			return nil
+		}
+		return fmt.Errorf("agent: start node: %w", err)
+	}
+	a := newAPI(apiConfig{Node: n, Token: c.Token, Metrics: metrics.Handler(), Dashboard: dashboardHandler(), Logger: log})
+	handler.set(a.Handler())
+
+	runCtx, stopRun := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	goRun(func() { a.Run(runCtx, nil) })
+	goRun(func() { observeShards(runCtx, n, metrics, observeEvery) })
+	var wit *witness
+	if c.Witness != "" {
+		wit = newWitness(c.Witness, log, metrics)
+		goRun(func() { wit.run(runCtx) })
+	}
+	if c.Workload {
+		wl := &workload{src: n, node: n.ID(), every: c.TickEvery, witness: wit, metrics: metrics, jobs: n}
+		goRun(func() { wl.run(runCtx) })
+	}
+	log.Info("agent running", "node", n.ID(), "http", httpAddr, "dashboard", dashboardURL(httpAddr))
+
+	<-ctx.Done()
+	log.Info("stopping: draining shards, then leaving", "drain_timeout", c.DrainOnStop)
+	dctx, cancel := context.WithTimeout(context.Background(), c.DrainOnStop)
+	closeErr := n.Close(dctx)
+	cancel()
+	stopRun()
+	wg.Wait()
+	if wit != nil {
+		log.Info("witness totals", "sent", wit.sent.Load(), "dropped", wit.dropped.Load())
+	}
+	if closeErr != nil && !errors.Is(closeErr, context.DeadlineExceeded) {
+		log.Warn("close", "err", closeErr)
+		return fmt.Errorf("agent: close: %w", closeErr)
+	}
+	log.Info("agent stopped")
+	return nil
+}
+
+// dashboardURL is the browser URL for an HTTP listen address.
+func dashboardURL(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
+}
+
+// swapHandler serves whichever handler was set last.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// startingHandler answers while the node joins: alive, not ready.
+func startingHandler(m *agentMetrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusServiceUnavailable, healthJSON{Status: statusUnhealthy, Reasons: []string{"starting: joining the cluster"}})
+	})
+	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusServiceUnavailable, "agent is starting: joining the cluster")
+	})
+	return mux
+}
+
+// newLogger returns a slog logger writing text to a terminal and JSON
+// otherwise (format "auto"), or the format asked for.
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	lvl, err := parseLevel(level)
+	if err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "text" || (format == "auto" && isTerminal(w)) {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, errors.New("want debug, info, warn or error")
+	}
+	return l, nil
+}

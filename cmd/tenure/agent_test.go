@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func loadCfg(t *testing.T, env map[string]string, args ...string) (agentConfig, error) {
+	t.Helper()
+	var stderr bytes.Buffer
+	return loadAgentConfig(args, func(k string) string { return env[k] }, &stderr)
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestAgentConfigPrecedence(t *testing.T) {
+	file := writeFile(t, "agent.conf", `
+# comment
+data-dir = /from/file
+profile = "safe"
+partitions = 64
+seeds = a:1, b:2
+tags = zone=a,rack=r1
+`)
+	env := map[string]string{
+		"HOSTNAME": "pod-0", "CLUSTER_NAME": "blue",
+		"TENURE_CONFIG": file, "TENURE_PROFILE": "fast", "TENURE_HTTP_ADDR": "127.0.0.1:9000",
+	}
+	c, err := loadCfg(t, env, "--http-addr", "127.0.0.1:9001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultAgentConfig()
+	want.NodeID, want.Group = "pod-0", "blue"
+	want.DataDir, want.Profile, want.Partitions = "/from/file", "fast", 64
+	want.Seeds = []string{"a:1", "b:2"}
+	want.Tags = map[string]string{"zone": "a", "rack": "r1"}
+	want.HTTPAddr = "127.0.0.1:9001"
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got  %+v\nwant %+v", c, want)
+	}
+	// TENURE_NODE_ID wins over HOSTNAME, the flag over both.
+	c, err = loadCfg(t, map[string]string{"HOSTNAME": "h", "TENURE_NODE_ID": "e", "TENURE_BOOTSTRAP_EXPECT": "1"})
+	if err != nil || c.NodeID != "e" {
+		t.Fatalf("env node id: %q %v", c.NodeID, err)
+	}
+	c, err = loadCfg(t, map[string]string{"HOSTNAME": "h"}, "--node-id", "f", "--bootstrap-expect=1")
+	if err != nil || c.NodeID != "f" {
+		t.Fatalf("flag node id: %q %v", c.NodeID, err)
+	}
+}
+
+func TestAgentConfigJSONFile(t *testing.T) {
+	file := writeFile(t, "agent.json", `{"node-id": "j1", "bootstrap-expect": 3, "seeds": ["x:1","y:2"], "workload": false,
+		"tags": {"zone": "b"}, "encrypt": "MDEyMzQ1Njc4OWFiY2RlZg==", "tick": "250ms"}`)
+	c, err := loadCfg(t, nil, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeID != "j1" || len(c.Seeds) != 2 || c.Workload || c.Tags["zone"] != "b" || string(c.EncryptKey) != "0123456789abcdef" || c.TickEvery != 250*time.Millisecond {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestAgentConfigErrorsNameTheKey(t *testing.T) {
+	base := map[string]string{"HOSTNAME": "n1"}
+	cases := []struct {
+		name string
+		env  map[string]string
+		file string
+		args []string
+		want []string
+	}{
+		{"unknown file key", nil, "data-dir = x\nbogus-key = 1\n", nil, []string{`unknown key "bogus-key"`, "line 2"}},
+		{"bad file value", nil, "partitions = lots\n", nil, []string{`key "partitions"`, `"lots"`}},
+		{"bad file line", nil, "just words\n", nil, []string{"line 1", "key = value"}},
+		{"bad json", nil, `{"node-id": }`, nil, []string{"not valid JSON"}},
+		{"unknown json key", nil, `{"nodeid": "x"}`, nil, []string{`unknown key "nodeid"`}},
+		{"json array of numbers", nil, `{"seeds": [1]}`, nil, []string{`key "seeds"`, "not a string"}},
+		{"bad env", map[string]string{"TENURE_PARTITIONS": "x"}, "", nil, []string{"TENURE_PARTITIONS"}},
+		{"bad key base64", map[string]string{"TENURE_ENCRYPT": "!!!"}, "", nil, []string{"TENURE_ENCRYPT", "base64", "<redacted>"}},
+		{"bad key size", nil, "", []string{"--encrypt", "YWJj"}, []string{"3 bytes"}},
+		{"profile", nil, "", []string{"--profile", "turbo"}, []string{`profile "turbo"`}},
+		{"no seeds", nil, "", []string{"--bootstrap-expect", "3"}, []string{"seeds empty"}},
+		{"addr", nil, "", []string{"--bootstrap-expect", "1", "--gossip-addr", "nope"}, []string{`gossip-addr "nope"`}},
+		{"seed addr", nil, "", []string{"--seeds", "a:1,bad"}, []string{`seeds[1] "bad"`}},
+		{"witness", nil, "", []string{"--bootstrap-expect", "1", "--witness", "ftp://x"}, []string{`witness "ftp://x"`}},
+		{"tags", nil, "", []string{"--tags", "novalue"}, []string{`tag "novalue"`}},
+		{"log level", nil, "", []string{"--bootstrap-expect", "1", "--log-level", "loud"}, []string{`log-level "loud"`}},
+		{"args", nil, "", []string{"--bootstrap-expect", "1", "extra"}, []string{`"extra"`}},
+		{"no node id", map[string]string{"HOSTNAME": ""}, "", []string{"--bootstrap-expect", "1"}, []string{"node-id is empty"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range c.env {
+				env[k] = v
+			}
+			args := c.args
+			if c.file != "" {
+				args = append([]string{"--config", writeFile(t, "cfg", c.file)}, args...)
+			}
+			_, err := loadCfg(t, env, args...)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestAgentHelp(t *testing.T) {
+	_, stderr, err := run(t, "agent", "-h")
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "TENURE_DATA_DIR") || !strings.Contains(stderr, "--bootstrap-expect") && !strings.Contains(stderr, "-bootstrap-expect") {
+		t.Fatalf("err %v stderr %s", err, stderr)
+	}
+}
+
+func TestAdvertiseAddr(t *testing.T) {
+	if a, err := advertiseAddr("127.0.0.1:5", ""); err != nil || a != "127.0.0.1:5" {
+		t.Fatalf("%q %v", a, err)
+	}
+	if a, err := advertiseAddr("0.0.0.0:5", "10.0.0.1:6"); err != nil || a != "10.0.0.1:6" {
+		t.Fatalf("%q %v", a, err)
+	}
+	// A wildcard bind advertises a real interface address, or explains.
+	a, err := advertiseAddr("0.0.0.0:5", "")
+	if err == nil && (strings.HasPrefix(a, "0.0.0.0") || !strings.HasSuffix(a, ":5")) {
+		t.Fatalf("advertised %q", a)
+	}
+}
+
+func TestDashboardServed(t *testing.T) {
+	_, srv := serveFakeWithDashboard(t)
+	r := do(t, srv, "GET", "/", "")
+	if r.code != 200 || !strings.Contains(r.body, "shard-grid") {
+		t.Fatalf("/: %d %.200s", r.code, r.body)
+	}
+	for _, p := range []string{"/app.js", "/style.css"} {
+		if r := do(t, srv, "GET", p, ""); r.code != 200 || len(r.body) < 100 {
+			t.Fatalf("%s: %d", p, r.code)
+		}
+	}
+	if r := do(t, srv, "GET", "/metrics", ""); r.code != 200 || !strings.Contains(r.body, "tenure_shards_owned") {
+		t.Fatalf("/metrics: %d", r.code)
+	}
+}
+
+func TestDashboardURL(t *testing.T) {
+	for in, want := range map[string]string{"0.0.0.0:80": "http://127.0.0.1:80/", "[::]:8": "http://127.0.0.1:8/", "10.1.2.3:9": "http://10.1.2.3:9/", "": ""} {
+		if got := dashboardURL(in); got != want {
+			t.Errorf("dashboardURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBenchFailoverBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nope"}, "nope"},
+		{[]string{"-mode", "explode"}, `-mode "explode"`},
+		{[]string{"-profile", "turbo"}, `profile "turbo"`},
+		{[]string{"-nodes", "2"}, "-nodes 2"},
+		{[]string{"-nodes", "five"}, `"five"`},
+		{[]string{"-runs", "0"}, "-runs 0"},
+		{[]string{"-partitions", "3"}, "-partitions 3"},
+		{[]string{"-tick", "0s"}, "-tick 0s"},
+		{[]string{"extra"}, `"extra"`},
+	} {
+		_, stderr, err := run(t, append([]string{"bench", "failover"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error()+stderr, tc.want) {
+			t.Errorf("bench failover %q: err=%v stderr=%q, want mention of %s", tc.args, err, stderr, tc.want)
+		}
+	}
+}
+
+func TestParseFailoverFlagsDefaults(t *testing.T) {
+	o, err := parseFailoverFlags([]string{"-profile", "fast", "-mode", "drain", "-seed", "3"}, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.nodes != 5 || o.runs != 20 || o.mode != "drain" || o.lease.Seconds() != 1 || o.seed != 3 {
+		t.Errorf("options = %+v", o)
+	}
+}
+
+func TestHandoffAnalysis(t *testing.T) {
+	ticks := func(spec ...any) []foTick {
+		var out []foTick
+		for i := 0; i < len(spec); i += 3 {
+			out = append(out, foTick{Shard: 1, Node: spec[i].(string), Epoch: uint64(spec[i+1].(int)), UnixNano: int64(spec[i+2].(int))})
+		}
+		sortTicks(out)
+		return out
+	}
+	for _, tc := range []struct {
+		name           string
+		ts             []foTick
+		found, overlap bool
+		first, last    int64
+		violations     int
+	}{
+		{"clean handoff", ticks("a", 1, 10, "a", 1, 20, "b", 2, 35, "b", 2, 45), true, false, 35, 20, 0},
+		{"no successor yet", ticks("a", 1, 10, "a", 1, 20), false, false, 0, 20, 0},
+		{"overlap", ticks("a", 1, 10, "b", 2, 15, "a", 1, 20), true, true, 15, 20, 1},
+		{"restart keeps node, new epoch", ticks("a", 1, 10, "a", 2, 30), true, false, 30, 10, 0},
+		{"two nodes one epoch", ticks("a", 1, 10, "b", 1, 12), false, false, 0, 10, 1},
+	} {
+		first, last, found, overlap := handoff(tc.ts, "a", 1)
+		if found != tc.found || overlap != tc.overlap || last != tc.last || (found && first.UnixNano != tc.first) {
+			t.Errorf("%s: handoff = first %d last %d found %v overlap %v, want %d %d %v %v",
+				tc.name, first.UnixNano, last, found, overlap, tc.first, tc.last, tc.found, tc.overlap)
+		}
+		if got := countViolations(tc.ts); got != tc.violations {
+			t.Errorf("%s: %d violations, want %d", tc.name, got, tc.violations)
+		}
+	}
+}
+
+func TestNearestRank(t *testing.T) {
+	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if nearestRank(s, 0.5) != 5 || nearestRank(s, 0.99) != 10 || nearestRank(s, 0) != 1 || nearestRank(nil, 0.5) != 0 {
+		t.Error("nearestRank wrong")
+	}
+}

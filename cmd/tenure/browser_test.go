@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The dashboard's browser tests drive Debian's chromium headless through
+// chromedp. They skip where no chromium is installed.
+
+// chromiumPath finds a Chromium or Chrome binary, or skips the test.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TENURE_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("browser test skipped: no chromium binary found (install Debian's `chromium` package, or set TENURE_CHROMIUM)")
+	return ""
+}
+
+// browser starts headless chromium and returns a chromedp context.
+func browser(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1400, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
+	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	return ctx
+}
+
+// shardOwners reads the owner of every cell of the dashboard's shard grid.
+func shardOwners(ctx context.Context) ([]string, error) {
+	var owners []string
+	err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll('#shard-grid .shard')).map(e => e.dataset.owner || "")`, &owners))
+	return owners, err
+}
+
+// checkDashboard loads the dashboard at url, checks the shard grid shows
+// partitions shards with some on drainee, calls drain and waits until the
+// grid shows none on drainee, then saves a screenshot.
+func checkDashboard(t *testing.T, ctx context.Context, url string, partitions int, drainee string, drain func()) {
+	t.Helper()
+	if err := chromedp.Run(ctx,
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(`#shard-grid .shard`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#members tbody tr`, chromedp.ByQuery),
+	); err != nil {
+		t.Fatalf("loading the dashboard: %v", err)
+	}
+	waitOwners := func(what string, ok func([]string) bool) []string {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			owners, err := shardOwners(ctx)
+			if err != nil {
+				t.Fatalf("reading the shard grid: %v", err)
+			}
+			if ok(owners) {
+				return owners
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("dashboard never showed %s; grid owners: %v", what, owners)
+			}
+			<-time.After(100 * time.Millisecond)
+		}
+	}
+	count := func(owners []string, id string) int {
+		n := 0
+		for _, o := range owners {
+			if o == id {
+				n++
+			}
+		}
+		return n
+	}
+	waitOwners(fmt.Sprintf("%d shards with some on %s", partitions, drainee), func(o []string) bool {
+		return len(o) == partitions && count(o, drainee) > 0
+	})
+	drain()
+	waitOwners("no shard on "+drainee+" after the drain", func(o []string) bool {
+		return len(o) == partitions && count(o, drainee) == 0 && count(o, "") == 0
+	})
+	var moves string
+	if err := chromedp.Run(ctx, chromedp.Text(`#moves tbody`, &moves, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(moves, drainee) {
+		t.Errorf("timeline does not mention the drained node %s: %q", drainee, moves)
+	}
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	dir := os.Getenv("TENURE_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	p := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dashboard screenshot: %s (%d bytes)", p, len(png))
+}
+
+// TestDashboardBrowserFake runs the dashboard against the API over the
+// fake node: the grid renders and follows a drain.
+func TestDashboardBrowserFake(t *testing.T) {
+	ctx := browser(t, 90*time.Second)
+	f := newFakeNode()
+	a := newAPI(apiConfig{Node: f, Dashboard: dashboardHandler()})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(runCtx, nil) }()
+	t.Cleanup(func() { stop(); <-done })
+	srv := newTestServer(t, a)
+	waitFor(t, 10*time.Second, "the API to subscribe", func() bool { return f.subscribers() > 0 })
+	// The fake's shard 7 is unowned; give it to n3 so "no unowned cell"
+	// can be checked after the drain.
+	f.mu.Lock()
+	f.shards[7] = shardJSON{Shard: 7, Owner: "n3", Epoch: 4, State: "owned", Valid: true, Reason: "grant"}
+	f.mu.Unlock()
+	checkDashboard(t, ctx, srv+"/", 8, "n1", func() {
+		if err := f.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Operator commands: they talk to any agent's HTTP API.
+
+// Client defaults.
+const (
+	// defaultHTTPPort is the agent's default HTTP API port.
+	defaultHTTPPort = 7948
+	// defaultClientTimeout bounds one request of an operator command.
+	defaultClientTimeout = 10 * time.Second
+)
+
+var defaultAddr = "127.0.0.1:" + strconv.Itoa(defaultHTTPPort)
+
+func init() {
+	register("status", "show an agent's node, control group, health and members", runStatus)
+	register("shards", "list shards with owner, epoch, state and lease", runShards)
+	register("members", "list cluster members with health", runMembers)
+	register("elections", "list elections and their leaders", runElections)
+	register("moves", "list recent ownership moves and why they happened", runMoves)
+	register("jobs", "enqueue, get and list jobs (tenure jobs -h)", runJobs)
+	register("drain", "move every shard off an agent (--undo to make it eligible again)", runDrain)
+}
+
+// clientFlags are the flags every operator command takes.
+type clientFlags struct {
+	addr    string
+	token   string
+	json    bool
+	timeout time.Duration
+}
+
+func (m *Main) clientFlagSet(name, usage string) (*flag.FlagSet, *clientFlags) {
+	cf := &clientFlags{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	addr := m.getenv("TENURE_ADDR")
+	if addr == "" {
+		addr = defaultAddr
+	}
+	fs.StringVar(&cf.addr, "addr", addr, "agent HTTP address, host:port or URL (env TENURE_ADDR)")
+	fs.StringVar(&cf.token, "token", m.getenv("TENURE_TOKEN"), "bearer token for mutating requests (env TENURE_TOKEN)")
+	fs.BoolVar(&cf.json, "json", false, "print JSON instead of a table")
+	fs.DurationVar(&cf.timeout, "timeout", defaultClientTimeout, "request timeout")
+	fs.Usage = func() {
+		fmt.Fprintf(m.Stderr, "usage: tenure %s\n\nflags:\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs, cf
+}
+
+// apiClient calls one agent.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+func (cf *clientFlags) client() (*apiClient, error) {
+	base := cf.addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("--addr %q: want host:port or http://host:port", cf.addr)
+	}
+	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: cf.token, hc: &http.Client{Timeout: cf.timeout}}, nil
+}
+
+// apiError is an error answer of the API.
+type apiError struct {
+	Code int
+	Msg  string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("agent answered %d: %s", e.Code, e.Msg) }
+
+// call sends a request and decodes a 2xx answer into out (unless nil). It
+// returns the status code.
+func (c *apiClient) call(ctx context.Context, method, path string, body, out any) (int, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var ne net.Error
+		var oe *net.OpError
+		if errors.As(err, &oe) || (errors.As(err, &ne) && ne.Timeout()) {
+			return 0, fmt.Errorf("no agent answers at %s (%v): start one with `tenure agent` or `tenure demo`, or point --addr / TENURE_ADDR at a running agent", c.base, unwrapAll(err))
+		}
+		return 0, fmt.Errorf("calling agent at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("reading answer from %s: %w", c.base, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e errorJSON
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return resp.StatusCode, &apiError{Code: resp.StatusCode, Msg: e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decoding answer of %s%s: %w (is %s a tenure agent?)", c.base, path, err, c.base)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func unwrapAll(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+// fetch runs a GET for a command and prints either JSON or the table.
+func fetch[T any](ctx context.Context, m *Main, cf *clientFlags, path string, table func(io.Writer, any)) error {
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var v T
+	if _, err := c.call(ctx, http.MethodGet, path, nil, &v); err != nil {
+		return err
+	}
+	return m.print(cf, v, table)
+}
+
+func (m *Main) print(cf *clientFlags, v any, table func(io.Writer, any)) error {
+	if cf.json {
+		enc := json.NewEncoder(m.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
+	table(tw, v)
+	return tw.Flush()
+}
+
+// noArgs parses flags and rejects positional arguments.
+func noArgs(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected arguments %q", fs.Name(), strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+func runStatus(ctx context.Context, m *Main, args []string) error {
+	fs, cf := m.clientFlagSet("status", "status [--addr host:port] [--json]")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	return fetch[statusJSON](ctx, m, cf, "/v1/status", func(w io.Writer, v any) {
+		st := v.(statusJSON)
+		fmt.Fprintf(w, "node\t%s (group %s, incarnation %d, profile %s, version %s)\n", st.Node, st.Group, st.Incarnation, st.Profile, st.Version)
+		fmt.Fprintf(w, "control leader\t%s\n", orDash(st.ControlLeader))
+		fmt.Fprintf(w, "voters\t%s\n", orDash(strings.Join(st.Voters, ", ")))
+		fmt.Fprintf(w, "health\t%s\n", healthLine(st.Health))
+		fmt.Fprintf(w, "acting on\t%d of %d shards\n", st.Owned, st.Partitions)
+		fmt.Fprintf(w, "applied index\t%d\n\n", st.AppliedIndex)
+		memberTable(w, st.Members)
+	})
+}
+
+func healthLine(h healthJSON) string {
+	if len(h.Reasons) == 0 {
+		return h.Status
+	}
+	return h.Status + ": " + strings.Join(h.Reasons, "; ")
+}
+
+func runShards(ctx context.Context, m *Main, args []string) error {
+	fs, cf := m.clientFlagSet("shards", "shards [--owner id] [--state owned|unowned|revoking] [--addr host:port] [--json]")
+	owner := fs.String("owner", "", "only shards owned by this node")
+	state := fs.String("state", "", "only shards in this state (owned, unowned, revoking)")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *owner != "" {
+		q.Set("owner", *owner)
+	}
+	if *state != "" {
+		q.Set("state", *state)
+	}
+	path := "/v1/shards"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return fetch[[]shardJSON](ctx, m, cf, path, func(w io.Writer, v any) {
+		fmt.Fprintln(w, "SHARD\tOWNER\tEPOCH\tSTATE\tVALID\tACTING HERE\tLEASE\tREASON")
+		for _, s := range v.([]shardJSON) {
+			lease := "-"
+			if s.Acting {
+				lease = (time.Duration(s.LeaseRemainingMS) * time.Millisecond).String()
+			}
+			state := s.State
+			if s.Target != "" {
+				state += " → " + s.Target
+			}
+			fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%t\t%t\t%s\t%s\n", s.Shard, orDash(s.Owner), s.Epoch, state, s.Valid, s.Acting, lease, orDash(s.Reason))
+		}
+	})
+}
+
+func runMembers(ctx context.Context, m *Main, args []string) error {
+	fs, cf := m.clientFlagSet("members", "members [--addr host:port] [--json]")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	return fetch[[]memberJSON](ctx, m, cf, "/v1/members", func(w io.Writer, v any) { memberTable(w, v.([]memberJSON)) })
+}
+
+func memberTable(w io.Writer, ms []memberJSON) {
+	fmt.Fprintln(w, "ID\tSTATE\tHEALTH\tLIVE\tVOTER\tLEADER\tDRAINING\tGOSSIP\tHTTP")
+	for _, mb := range ms {
+		fmt.Fprintf(w, "%s\t%s\t%.2f\t%t\t%t\t%t\t%t\t%s\t%s\n", mb.ID, mb.State, mb.Health, mb.Live, mb.Voter, mb.Leader, mb.Draining, orDash(mb.Addr), orDash(mb.HTTPAddr))
+	}
+}
+
+func runElections(ctx context.Context, m *Main, args []string) error {
+	fs, cf := m.clientFlagSet("elections", "elections [--addr host:port] [--json]")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	return fetch[[]electionJSON](ctx, m, cf, "/v1/elections", func(w io.Writer, v any) {
+		es := v.([]electionJSON)
+		if len(es) == 0 {
+			fmt.Fprintln(w, "no elections")
+			return
+		}
+		fmt.Fprintln(w, "NAME\tSHARD\tLEADER\tEPOCH\tSTATE")
+		for _, e := range es {
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\n", e.Name, e.Shard, orDash(e.Leader), e.Epoch, e.State)
+		}
+	})
+}
+
+func runMoves(ctx context.Context, m *Main, args []string) error {
+	fs, cf := m.clientFlagSet("moves", "moves [--addr host:port] [--json]")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	return fetch[[]moveJSON](ctx, m, cf, "/v1/moves", func(w io.Writer, v any) {
+		fmt.Fprintln(w, "AT\tSHARD\tEPOCH\tFROM\tTO\tREASON\tCAUSE")
+		for _, mv := range v.([]moveJSON) {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", mv.At.Format("15:04:05.000"), mv.Shard, mv.Epoch, orDash(mv.From), orDash(mv.To), orDash(mv.Reason), orDash(mv.Cause))
+		}
+	})
+}
+
+func runJobs(ctx context.Context, m *Main, args []string) error {
+	usage := func() {
+		fmt.Fprintln(m.Stderr, "usage: tenure jobs <list|get|enqueue> [flags]")
+		fmt.Fprintln(m.Stderr, "  list    [--shard n] [--state pending|started|completed|dead] [--limit n]")
+		fmt.Fprintln(m.Stderr, "  get     <id>")
+		fmt.Fprintln(m.Stderr, "  enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n]")
+	}
+	if len(args) == 0 {
+		usage()
+		return errors.New("jobs: no subcommand given")
+	}
+	switch args[0] {
+	case "list":
+		fs, cf := m.clientFlagSet("jobs list", "jobs list [--shard n] [--state s] [--limit n] [--addr host:port] [--json]")
+		shard := fs.Int("shard", -1, "only jobs of this shard")
+		state := fs.String("state", "", "only jobs in this state")
+		limit := fs.Int("limit", defaultJobsLimit, "at most this many jobs")
+		if err := noArgs(fs, args[1:]); err != nil {
+			return err
+		}
+		q := url.Values{"limit": {strconv.Itoa(*limit)}}
+		if *shard >= 0 {
+			q.Set("shard", strconv.Itoa(*shard))
+		}
+		if *state != "" {
+			q.Set("state", *state)
+		}
+		return fetch[jobsJSON](ctx, m, cf, "/v1/jobs?"+q.Encode(), func(w io.Writer, v any) {
+			js := v.(jobsJSON)
+			counts := make([]string, 0, len(jobStates))
+			for _, s := range jobStates {
+				counts = append(counts, fmt.Sprintf("%s %d", s, js.Counts[s]))
+			}
+			fmt.Fprintf(w, "%s\n\n", strings.Join(counts, ", "))
+			jobTable(w, js.Jobs)
+		})
+	case "get":
+		fs, cf := m.clientFlagSet("jobs get", "jobs get <id> [--addr host:port] [--json]")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return errors.New("jobs get: want exactly one job id")
+		}
+		return fetch[jobJSON](ctx, m, cf, "/v1/jobs/"+url.PathEscape(fs.Arg(0)), func(w io.Writer, v any) {
+			jobTable(w, []jobJSON{v.(jobJSON)})
+		})
+	case "enqueue":
+		fs, cf := m.clientFlagSet("jobs enqueue", "jobs enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n]")
+		typ := fs.String("type", "", "job type (required)")
+		key := fs.String("key", "", "idempotency key (unique per shard); also picks the shard when --shard-key is empty")
+		shardKey := fs.String("shard-key", "", "key whose shard the job goes to (e.g. a tenant id)")
+		payload := fs.String("payload", "", "JSON payload")
+		maxAttempts := fs.Uint("max-attempts", 0, "attempts before the job is dead-lettered (0: cluster default)")
+		if err := noArgs(fs, args[1:]); err != nil {
+			return err
+		}
+		req := jobRequest{Key: *key, ShardKey: *shardKey, Type: *typ, MaxAttempts: uint32(*maxAttempts)}
+		if *typ == "" {
+			return errors.New("jobs enqueue: --type is required")
+		}
+		if *key == "" && *shardKey == "" {
+			return errors.New("jobs enqueue: give --key or --shard-key")
+		}
+		if *payload != "" {
+			if !json.Valid([]byte(*payload)) {
+				return fmt.Errorf("jobs enqueue: --payload %q is not valid JSON", *payload)
+			}
+			req.Payload = json.RawMessage(*payload)
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		var j jobJSON
+		code, err := c.call(ctx, http.MethodPost, "/v1/jobs", req, &j)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return m.print(cf, j, nil)
+		}
+		verb := "enqueued"
+		if code == http.StatusOK {
+			verb = "already enqueued"
+		}
+		fmt.Fprintf(m.Stdout, "%s job %s on shard %d (%s)\n", verb, j.ID, j.Shard, j.State)
+		return nil
+	case "-h", "--help", "help":
+		usage()
+		return nil
+	}
+	usage()
+	return fmt.Errorf("jobs: unknown subcommand %q", args[0])
+}
+
+func jobTable(w io.Writer, js []jobJSON) {
+	fmt.Fprintln(w, "ID\tSHARD\tKEY\tTYPE\tSTATE\tATTEMPT\tOWNER\tEPOCH\tERROR")
+	for _, j := range js {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%s\n", j.ID, j.Shard, orDash(j.Key), j.Type, j.State, j.Attempt, j.MaxAttempts, orDash(j.Owner), j.Epoch, orDash(j.LastError))
+	}
+}
+
+func runDrain(ctx context.Context, m *Main, args []string) error {
+	fs, cf := m.clientFlagSet("drain", "drain [--undo] [--wait 60s] [--addr host:port] [--json]")
+	undo := fs.Bool("undo", false, "make a drained agent eligible for shards again")
+	wait := fs.Duration("wait", defaultDrainWait, "how long the agent waits for its shards to move before answering")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	if !*undo && cf.timeout < *wait+5*time.Second {
+		cf.timeout = *wait + 5*time.Second
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	path := "/v1/drain?wait=" + url.QueryEscape(wait.String())
+	if *undo {
+		path = "/v1/undrain"
+	}
+	var d drainJSON
+	if _, err := c.call(ctx, http.MethodPost, path, nil, &d); err != nil {
+		return err
+	}
+	if cf.json {
+		return m.print(cf, d, nil)
+	}
+	switch {
+	case *undo:
+		fmt.Fprintf(m.Stdout, "%s is eligible for shards again\n", d.Node)
+	case d.Done:
+		fmt.Fprintf(m.Stdout, "%s drained: it acts on no shard\n", d.Node)
+	default:
+		fmt.Fprintf(m.Stdout, "%s is draining: still acting on %d shards after %s\n", d.Node, d.Owned, *wait)
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

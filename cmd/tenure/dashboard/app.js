@@ -1,0 +1,147 @@
+// tenure dashboard: polls the serving agent's /v1 API and renders the
+// ring, shards, members, moves and job counts. No build step.
+"use strict";
+
+const POLL_MS = 1000;
+const lastEpoch = new Map(); // shard -> epoch seen on the previous poll
+
+// Members get colors in id order, spread around the hue circle by the
+// golden angle so neighbours differ; unknown owners hash to a hue.
+let memberOrder = new Map();
+
+function colorOf(owner) {
+  if (!owner) return "#39414b";
+  let i = memberOrder.get(owner);
+  if (i === undefined) {
+    let h = 2166136261;
+    for (const c of owner) h = Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0;
+    i = h % 1000;
+  }
+  return `hsl(${(200 + i * 137.508) % 360}, 65%, 62%)`;
+}
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "style") e.setAttribute("style", v);
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+async function get(path) {
+  const r = await fetch(path, { cache: "no-store" });
+  if (!r.ok) throw new Error(`${path}: ${r.status}`);
+  return r.json();
+}
+
+function renderSummary(st, shards) {
+  const owned = shards.filter(s => s.state !== "unowned" && s.valid).length;
+  document.getElementById("summary").textContent =
+    `${st.members.length} members · control leader ${st.control_leader || "none"} · voters ${st.voters.join(", ") || "none"} · ` +
+    `${owned}/${shards.length} shards owned · profile ${st.profile}`;
+  document.getElementById("served-by").textContent = st.node;
+  const h = st.health;
+  const hd = document.getElementById("health");
+  hd.replaceChildren(el("span", { class: "status-" + h.status, id: "health-status" }, h.status),
+    h.reasons && h.reasons.length ? el("span", {}, " — " + h.reasons.join("; ")) : "");
+}
+
+function renderMembers(st, shards) {
+  const counts = new Map();
+  for (const s of shards) if (s.state !== "unowned" && s.valid) counts.set(s.owner, (counts.get(s.owner) || 0) + 1);
+  const tbody = document.querySelector("#members tbody");
+  tbody.replaceChildren(...st.members.map(m => {
+    const role = [m.leader ? "leader" : m.voter ? "voter" : "", m.draining ? "draining" : ""].filter(Boolean).join(", ");
+    return el("tr", { "data-member": m.id },
+      el("td", {}, el("span", { class: "swatch", style: `background:${colorOf(m.id)}` })),
+      el("td", {}, m.id),
+      el("td", { class: m.state }, m.state),
+      el("td", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(m.health * 100)}%` })), " " + m.health.toFixed(2)),
+      el("td", {}, m.live ? "yes" : "no"),
+      el("td", {}, role || "-"),
+      el("td", {}, counts.get(m.id) || 0),
+      el("td", {}, m.http_addr ? el("a", { href: `http://${m.http_addr}/`, style: "color:inherit" }, m.http_addr) : "-"));
+  }));
+  const legend = document.getElementById("legend");
+  legend.replaceChildren(...st.members.map(m =>
+    el("span", {}, el("span", { class: "swatch", style: `background:${colorOf(m.id)}` }), " " + m.id + " (" + (counts.get(m.id) || 0) + ")")));
+}
+
+function renderRing(shards) {
+  const svg = document.getElementById("ring");
+  const n = shards.length || 1;
+  const R = 100, r = 62;
+  const parts = [];
+  shards.forEach((s, i) => {
+    const a0 = (i / n) * 2 * Math.PI - Math.PI / 2, a1 = ((i + 1) / n) * 2 * Math.PI - Math.PI / 2;
+    const p = (rad, a) => `${(rad * Math.cos(a)).toFixed(2)},${(rad * Math.sin(a)).toFixed(2)}`;
+    const large = a1 - a0 > Math.PI ? 1 : 0;
+    const fill = s.state === "unowned" || !s.valid ? "#39414b" : colorOf(s.owner);
+    parts.push(`<path d="M${p(r, a0)} L${p(R, a0)} A${R},${R} 0 ${large} 1 ${p(R, a1)} L${p(r, a1)} A${r},${r} 0 ${large} 0 ${p(r, a0)} Z" fill="${fill}"><title>shard ${s.shard} · ${s.owner || "unowned"} · epoch ${s.epoch}</title></path>`);
+  });
+  parts.push(`<text y="4">${n} shards</text>`);
+  svg.innerHTML = parts.join("");
+  document.getElementById("ring-caption").textContent = "hover a segment for its owner";
+}
+
+function renderShards(shards) {
+  const grid = document.getElementById("shard-grid");
+  const cells = shards.map(s => {
+    const cls = ["shard", s.state === "unowned" || !s.valid ? "unowned" : "", s.state === "revoking" ? "revoking" : ""];
+    const prev = lastEpoch.get(s.shard);
+    if (prev !== undefined && prev !== s.epoch) cls.push("changed");
+    lastEpoch.set(s.shard, s.epoch);
+    return el("div", {
+      class: cls.filter(Boolean).join(" "), style: `background:${colorOf(s.owner)}`,
+      "data-shard": s.shard, "data-owner": s.owner, "data-epoch": s.epoch, "data-state": s.state,
+      title: `shard ${s.shard}\nowner ${s.owner || "-"}\nepoch ${s.epoch}\nstate ${s.state}\n${s.reason || ""}`,
+    }, el("div", {}, (s.acting ? "★" : "") + s.shard), el("div", { class: "ep" }, "e" + s.epoch));
+  });
+  grid.replaceChildren(...cells);
+  const tbody = document.querySelector("#shard-table tbody");
+  tbody.replaceChildren(...shards.map(s => el("tr", { "data-shard": s.shard, "data-owner": s.owner },
+    el("td", {}, s.shard), el("td", {}, s.owner || "-"), el("td", {}, s.epoch), el("td", {}, s.state),
+    el("td", {}, s.valid ? "yes" : "no"), el("td", {}, s.acting ? s.lease_remaining_ms + " ms" : "-"), el("td", {}, s.reason || "-"))));
+}
+
+function renderMoves(moves) {
+  const tbody = document.querySelector("#moves tbody");
+  tbody.replaceChildren(...moves.slice(0, 50).map(m => el("tr", {},
+    el("td", {}, new Date(m.at).toLocaleTimeString(undefined, { hour12: false }) + "." + String(new Date(m.at).getMilliseconds()).padStart(3, "0")),
+    el("td", {}, m.shard), el("td", {}, m.epoch),
+    el("td", {}, el("span", { class: "swatch", style: `background:${colorOf(m.from)}` }), " " + (m.from || "-")),
+    el("td", {}, el("span", { class: "swatch", style: `background:${colorOf(m.to)}` }), " " + (m.to || "-")),
+    el("td", {}, m.reason || "-"), el("td", {}, m.cause || "-"))));
+}
+
+function renderJobs(j) {
+  const box = document.getElementById("jobs");
+  box.replaceChildren(...Object.keys(j.counts).sort().map(k => el("span", { "data-state": k }, `${k}: ${j.counts[k]}`)));
+}
+
+async function poll() {
+  const conn = document.getElementById("conn");
+  try {
+    const [st, shards, moves, jobs] = await Promise.all([get("/v1/status"), get("/v1/shards"), get("/v1/moves"), get("/v1/jobs?limit=1")]);
+    memberOrder = new Map(st.members.map((m, i) => [m.id, i]));
+    renderSummary(st, shards);
+    renderMembers(st, shards);
+    renderRing(shards);
+    renderShards(shards);
+    renderMoves(moves);
+    renderJobs(jobs);
+    conn.className = "conn";
+    conn.textContent = "updated " + new Date().toLocaleTimeString(undefined, { hour12: false });
+    document.body.dataset.ready = "true";
+  } catch (e) {
+    conn.className = "conn bad";
+    conn.textContent = "agent not answering: " + e.message;
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+poll();

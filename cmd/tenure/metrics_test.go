@@ -1,0 +1,110 @@
+package main
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	gometrics "github.com/hashicorp/go-metrics/compat"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestShardObserverLatencies(t *testing.T) {
+	m := newAgentMetrics()
+	o := newShardObserver(m, "n1")
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	h := healthJSON{Status: statusHealthy}
+	snap := func(ms int, s0, s1 shardJSON) {
+		s0.Shard, s1.Shard = 0, 1
+		o.observe(at(ms), []shardJSON{s0, s1}, h, map[string]int{"pending": 2})
+	}
+	owned := func(owner string, epoch uint64) shardJSON {
+		return shardJSON{Owner: owner, Epoch: epoch, State: "owned", Valid: true}
+	}
+	// Shard 0: n2 fails (invalid at 100 ms), n1 granted at 900 ms, acting at 1000 ms.
+	// Shard 1: n1 drains it: revoking at 100 ms, n3 owns it at 300 ms.
+	snap(0, owned("n2", 1), shardJSON{Owner: "n1", Epoch: 1, State: "owned", Valid: true, Acting: true})
+	snap(100, shardJSON{Owner: "n2", Epoch: 1, State: "owned"}, shardJSON{Owner: "n1", Epoch: 1, State: "revoking", Valid: true, Acting: true})
+	snap(300, shardJSON{Owner: "n2", Epoch: 1, State: "owned"}, owned("n3", 2))
+	snap(900, owned("n1", 2), owned("n3", 2))
+	s0 := owned("n1", 2)
+	s0.Acting = true
+	snap(1000, s0, owned("n3", 2))
+
+	check := func(name string, got, want float64) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	check("ownership changes", testutil.ToFloat64(m.ownershipChanges), 2)
+	check("acquired", testutil.ToFloat64(m.acquired), 1)
+	check("lost", testutil.ToFloat64(m.lost), 1)
+	check("shards owned", testutil.ToFloat64(m.shardsOwned), 1)
+	check("jobs pending", testutil.ToFloat64(m.jobs.WithLabelValues("pending")), 2)
+	out := gather(t, m)
+	for _, want := range []string{
+		"tenure_failover_seconds_sum 0.8\n", "tenure_failover_seconds_count 1\n",
+		"tenure_handoff_seconds_sum 0.2\n", "tenure_handoff_seconds_count 1\n",
+		"tenure_commit_to_acting_seconds_sum 0.1", "tenure_commit_to_acting_seconds_count 1\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestShardObserverLease(t *testing.T) {
+	m := newAgentMetrics()
+	o := newShardObserver(m, "n1")
+	t0 := time.Unix(1000, 0)
+	for i, h := range []healthJSON{
+		{Status: statusHealthy, LastRenewal: t0, LeaseRemainingMS: 900},
+		{Status: statusHealthy, LastRenewal: t0.Add(250 * time.Millisecond), LeaseRemainingMS: 900},
+		{Status: statusDegraded, LastRenewal: t0.Add(250 * time.Millisecond), Reasons: []string{"lease renewals failing (2 in a row)"}},
+		{Status: statusUnhealthy, LastRenewal: t0.Add(250 * time.Millisecond), Reasons: []string{"lease expired: last renewal 1s ago"}},
+	} {
+		o.observe(t0.Add(time.Duration(i)*time.Second), nil, h, nil)
+	}
+	if got := testutil.ToFloat64(m.renewalFailures); got != 1 {
+		t.Errorf("renewal failures = %v, want 1 (one failing streak)", got)
+	}
+	if got := testutil.ToFloat64(m.health.WithLabelValues(statusUnhealthy)); got != 1 {
+		t.Errorf("unhealthy gauge = %v", got)
+	}
+	if out := gather(t, m); !strings.Contains(out, "tenure_lease_renewal_interval_seconds_sum 0.25\n") {
+		t.Errorf("renewal interval missing:\n%s", out)
+	}
+}
+
+func TestGoMetricsBridge(t *testing.T) {
+	m := newAgentMetrics()
+	if err := m.bridgeGoMetrics(); err != nil {
+		t.Fatal(err)
+	}
+	// raft and memberlist emit through go-metrics' global functions.
+	gometrics.IncrCounter([]string{"raft", "apply"}, 3)
+	gometrics.SetGauge([]string{"memberlist", "health", "score"}, 0)
+	out := gather(t, m)
+	for _, want := range []string{"tenure_raft_apply 3", "tenure_memberlist_health_score 0", "go_goroutines"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func gather(t *testing.T, m *agentMetrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}

@@ -1,0 +1,7 @@
+package main
+
+import "syscall"
+
+func deathSignalAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,341 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Applier commits one encoded command (possibly a Batch) and returns its
+// Result. An error means the outcome is unknown or the command was not
+// proposed (e.g. raft.ErrNotLeader, raft.ErrLeadershipLost); every ledger
+// command is a compare-and-set, so retrying it is safe.
+type Applier interface {
+	Apply(ctx context.Context, data []byte) (Result, error)
+}
+
+// RaftApplier applies through a local raft instance (the leader).
+type RaftApplier struct {
+	Raft *raft.Raft
+	// Timeout bounds how long Apply waits to enqueue the entry when ctx has
+	// no deadline (0: wait forever).
+	Timeout time.Duration
+}
+
+// Apply implements Applier. The wait for the commit is not interrupted by
+// ctx (raft has no cancel); ctx's deadline bounds the enqueue.
+func (a RaftApplier) Apply(ctx context.Context, data []byte) (Result, error) {
+	timeout := a.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	f := a.Raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return Result{}, err
+	}
+	r, ok := f.Response().(Result)
+	if !ok {
+		return Result{}, fmt.Errorf("ledger: raft returned %T, not a Result (is the FSM a *ledger.FSM?)", f.Response())
+	}
+	return r, nil
+}
+
+// BatcherConfig configures a Batcher. Zero values take the defaults.
+type BatcherConfig struct {
+	// MaxCommands bounds the commands in one log entry.
+	MaxCommands int
+	// MaxBytes bounds one log entry's encoded size.
+	MaxBytes int
+	// MaxInFlight bounds how many entries are being committed at once.
+	// While all slots are busy, arriving commands queue and go out together
+	// in the next entry (group commit without a timer).
+	MaxInFlight int
+	// Linger, if positive, waits this long after the first command of an
+	// entry for more to arrive. 0 (the default) relies on natural batching.
+	Linger time.Duration
+	// QueueSize bounds commands waiting for a slot; Apply blocks beyond it.
+	QueueSize int
+}
+
+// Batcher defaults.
+const (
+	DefaultBatchMaxCommands = 512
+	DefaultBatchMaxBytes    = 1 << 20
+	DefaultBatchInFlight    = 1
+	DefaultBatchQueueSize   = 4096
+)
+
+func (c *BatcherConfig) fill() error {
+	if c.MaxCommands == 0 {
+		c.MaxCommands = DefaultBatchMaxCommands
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultBatchMaxBytes
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultBatchInFlight
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = DefaultBatchQueueSize
+	}
+	switch {
+	case c.MaxCommands < 1 || c.MaxCommands > MaxBatchEntries:
+		return fmt.Errorf("ledger: batcher MaxCommands %d must be in [1, %d]", c.MaxCommands, MaxBatchEntries)
+	case c.MaxBytes < 1 || c.MaxBytes > MaxCommandSize:
+		return fmt.Errorf("ledger: batcher MaxBytes %d must be in [1, %d]", c.MaxBytes, MaxCommandSize)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("ledger: batcher MaxInFlight %d must be positive", c.MaxInFlight)
+	case c.Linger < 0:
+		return fmt.Errorf("ledger: batcher Linger %v must not be negative", c.Linger)
+	case c.QueueSize < 1:
+		return fmt.Errorf("ledger: batcher QueueSize %d must be positive", c.QueueSize)
+	}
+	return nil
+}
+
+type batchReq struct {
+	ctx  context.Context
+	cmd  Command
+	ver  byte   // the encoding version of body
+	body []byte // encoded command without the version byte
+	done chan batchResp
+}
+
+type batchResp struct {
+	r   Result
+	err error
+}
+
+// Batcher groups concurrent commands into Batch log entries (group commit)
+// and hands each caller its own Result. Safe for concurrent use.
+type Batcher struct {
+	a       Applier
+	cfg     BatcherConfig
+	reqs    chan batchReq
+	slots   chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	closeMu sync.RWMutex
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewBatcher starts a batcher over a. Close it to stop its goroutine.
+func NewBatcher(a Applier, cfg BatcherConfig) (*Batcher, error) {
+	if a == nil {
+		return nil, fmt.Errorf("ledger: NewBatcher with nil Applier")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Batcher{a: a, cfg: cfg, reqs: make(chan batchReq, cfg.QueueSize),
+		slots: make(chan struct{}, cfg.MaxInFlight), ctx: ctx, cancel: cancel}
+	b.wg.Add(1)
+	go b.loop()
+	return b, nil
+}
+
+// Apply commits c, possibly together with other commands, and returns its
+// Result. On error (including ctx ending first) the outcome is unknown:
+// the command may still be committed. Batches cannot be nested: c must not
+// be a Batch.
+func (b *Batcher) Apply(ctx context.Context, c Command) (Result, error) {
+	w := &writer{ver: versionFor(c)}
+	if err := encodeBody(w, c, true); err != nil {
+		return Result{}, err
+	}
+	if len(w.b)+16 > b.cfg.MaxBytes {
+		return Result{}, fmt.Errorf("%w: command of %d bytes exceeds batch MaxBytes %d", ErrTooLarge, len(w.b), b.cfg.MaxBytes)
+	}
+	req := batchReq{ctx: ctx, cmd: c, ver: w.ver, body: w.b, done: make(chan batchResp, 1)}
+	b.closeMu.RLock()
+	if b.closed {
+		b.closeMu.RUnlock()
+		return Result{}, ErrClosed
+	}
+	select {
+	case b.reqs <- req:
+		b.closeMu.RUnlock()
+	case <-ctx.Done():
+		b.closeMu.RUnlock()
+		return Result{}, ctx.Err()
+	}
+	select {
+	case resp := <-req.done:
+		return resp.r, resp.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// ApplyEncoded is Apply for a command already in wire form (e.g. forwarded
+// from a follower over RPC). A Batch is unpacked and its commands applied
+// (and grouped) individually; the result then has one entry per command.
+func (b *Batcher) ApplyEncoded(ctx context.Context, data []byte) (Result, error) {
+	c, err := Decode(data)
+	if err != nil {
+		return Result{}, err
+	}
+	batch, ok := c.(Batch)
+	if !ok {
+		return b.Apply(ctx, c)
+	}
+	out := Result{Results: make([]Result, len(batch.Commands))}
+	errs := make([]error, len(batch.Commands))
+	var wg sync.WaitGroup
+	for i, sc := range batch.Commands {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out.Results[i], errs[i] = b.Apply(ctx, sc)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return Result{}, err
+		}
+	}
+	for _, r := range out.Results {
+		out.Index = max(out.Index, r.Index)
+	}
+	return out, nil
+}
+
+// Close stops the batcher: later Apply calls fail with ErrClosed; commands
+// already queued are still proposed. It waits for in-flight entries.
+func (b *Batcher) Close() error {
+	b.closeMu.Lock()
+	if b.closed {
+		b.closeMu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.reqs)
+	b.closeMu.Unlock()
+	b.wg.Wait()
+	b.cancel()
+	return nil
+}
+
+func (b *Batcher) loop() {
+	defer b.wg.Done()
+	var pending *batchReq
+	for {
+		var first batchReq
+		if pending != nil {
+			first, pending = *pending, nil
+		} else {
+			r, ok := <-b.reqs
+			if !ok {
+				return
+			}
+			first = r
+		}
+		b.slots <- struct{}{} // wait for an in-flight slot; commands queue meanwhile
+		batch := []batchReq{first}
+		size := len(first.body) + 16
+		var linger <-chan time.Time
+		var timer *time.Timer
+		if b.cfg.Linger > 0 {
+			timer = time.NewTimer(b.cfg.Linger)
+			linger = timer.C
+		}
+		closed := false
+	gather:
+		for len(batch) < b.cfg.MaxCommands {
+			var r batchReq
+			var ok bool
+			if linger != nil {
+				select {
+				case r, ok = <-b.reqs:
+				case <-linger:
+					break gather
+				}
+			} else {
+				select {
+				case r, ok = <-b.reqs:
+				default:
+					break gather
+				}
+			}
+			if !ok {
+				closed = true
+				break
+			}
+			if size+len(r.body)+8 > b.cfg.MaxBytes {
+				pending = &r
+				break
+			}
+			size += len(r.body) + 8
+			batch = append(batch, r)
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		b.wg.Add(1)
+		go b.dispatch(batch)
+		if closed {
+			return
+		}
+	}
+}
+
+func (b *Batcher) dispatch(batch []batchReq) {
+	defer b.wg.Done()
+	defer func() { <-b.slots }()
+	live := batch[:0]
+	for _, r := range batch {
+		if r.ctx.Err() != nil {
+			r.done <- batchResp{err: r.ctx.Err()}
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// One version for the entry: the newest any command needs (rare; the
+	// others are re-encoded at it).
+	ver := minVersion
+	for _, r := range live {
+		ver = max(ver, r.ver)
+	}
+	for i, r := range live {
+		if r.ver != ver {
+			sub := &writer{ver: ver}
+			_ = encodeBody(sub, r.cmd, true) // encoded once already: cannot fail
+			live[i].body, live[i].ver = sub.b, ver
+		}
+	}
+	w := &writer{b: make([]byte, 0, 16+len(live)*32)}
+	w.b = append(w.b, ver)
+	if len(live) == 1 {
+		w.b = append(w.b, live[0].body...)
+	} else {
+		w.b = append(w.b, byte(KindBatch))
+		w.u(uint64(len(live)))
+		for _, r := range live {
+			w.bytes(r.body)
+		}
+	}
+	res, err := b.a.Apply(b.ctx, w.b)
+	for i, r := range live {
+		switch {
+		case err != nil:
+			r.done <- batchResp{err: err}
+		case len(live) == 1:
+			r.done <- batchResp{r: res}
+		case res.Err != nil:
+			r.done <- batchResp{r: Result{Err: res.Err, Index: res.Index}}
+		case len(res.Results) != len(live):
+			r.done <- batchResp{err: fmt.Errorf("ledger: batch of %d commands returned %d results", len(live), len(res.Results))}
+		default:
+			r.done <- batchResp{r: res.Results[i]}
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fsmApplier applies straight to an FSM, one log index per entry. While
+// gate is non-nil, each Apply first waits for a value from it.
+type fsmApplier struct {
+	mu      sync.Mutex
+	f       *FSM
+	index   uint64
+	entries int
+	sizes   []int
+	gate    chan struct{}
+	err     error
+	waiting atomic.Int64 // commands in the entry waiting at the gate
+}
+
+func (a *fsmApplier) Apply(ctx context.Context, data []byte) (Result, error) {
+	if a.gate != nil {
+		if c, err := Decode(data); err == nil {
+			n := int64(1)
+			if b, ok := c.(Batch); ok {
+				n = int64(len(b.Commands))
+			}
+			a.waiting.Store(n)
+		}
+		select {
+		case <-a.gate:
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return Result{}, a.err
+	}
+	c, err := Decode(data)
+	if err != nil {
+		return Result{Err: err}, nil
+	}
+	a.index++
+	a.entries++
+	n := 1
+	if b, ok := c.(Batch); ok {
+		n = len(b.Commands)
+	}
+	a.sizes = append(a.sizes, n)
+	return a.f.ApplyCommand(a.index, c), nil
+}
+
+func TestBatcherGroupsAndDemultiplexes(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	a := &fsmApplier{f: f, gate: make(chan struct{})}
+	b, err := NewBatcher(a, BatcherConfig{MaxCommands: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprint("k", i)
+			r, err := b.Apply(context.Background(), JobEnqueue{Shard: uint32(i % 3), Key: key})
+			switch {
+			case err != nil:
+				errs <- err
+			case r.Err != nil:
+				errs <- r.Err
+			case r.Job.Key != key || r.Job.Shard != uint32(i%3):
+				errs <- fmt.Errorf("command %d got the result of another: %+v", i, r.Job)
+			}
+		}()
+	}
+	// Wait until every command is either in the entry held at the gate, the
+	// one the loop holds while it waits for a slot, or queued; then let
+	// entries through one at a time: the queued ones group up.
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	for a.waiting.Load()+int64(len(b.reqs))+1 < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("commands did not queue: %d at the gate, %d queued", a.waiting.Load(), len(b.reqs))
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		select {
+		case a.gate <- struct{}{}:
+			continue
+		case <-done:
+		}
+		break
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if f.State().NumJobs() != n {
+		t.Fatalf("%d jobs, want %d", f.State().NumJobs(), n)
+	}
+	if a.entries > 1+(n+63)/64 { // the held entry, then full entries of 64
+		t.Fatalf("%d commands took %d entries: not grouped", n, a.entries)
+	}
+	for _, s := range a.sizes {
+		if s > 64 {
+			t.Fatalf("entry of %d commands exceeds MaxCommands 64", s)
+		}
+	}
+	t.Logf("%d commands in %d entries: %v", n, a.entries, a.sizes)
+}
+
+func TestBatcherErrorsAndClose(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	lost := errors.New("leadership lost")
+	a := &fsmApplier{f: f, err: lost}
+	b, err := NewBatcher(a, BatcherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Apply(context.Background(), Heartbeat{Node: "a"}); !errors.Is(err, lost) {
+		t.Fatalf("applier error: %v", err)
+	}
+	if _, err := b.Apply(context.Background(), Batch{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("nested batch: %v", err)
+	}
+	if _, err := b.Apply(context.Background(), App{Payload: make([]byte, DefaultBatchMaxBytes)}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.Apply(ctx, Heartbeat{Node: "a"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	b.Close()
+	if _, err := b.Apply(context.Background(), Heartbeat{Node: "a"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+	if _, err := NewBatcher(a, BatcherConfig{MaxCommands: -1}); err == nil {
+		t.Fatal("negative MaxCommands accepted")
+	}
+	if _, err := NewBatcher(nil, BatcherConfig{}); err == nil {
+		t.Fatal("nil applier accepted")
+	}
+}
+
+func TestBatcherLinger(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	a := &fsmApplier{f: f}
+	b, err := NewBatcher(a, BatcherConfig{Linger: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if r, err := b.Apply(context.Background(), Heartbeat{Node: "a", Incarnation: 1}); err != nil || r.Err != nil || r.Node.Liveness != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+func TestOnApplyAndWaitApplied(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	var seen []string
+	f.OnApply(func(index uint64, c Command, r Result) {
+		if f.State().AppliedIndex() < index {
+			t.Errorf("hook for %d ran before State reached it", index)
+		}
+		seen = append(seen, fmt.Sprintf("%d:%v:%v", index, KindOf(c), r.Err == nil))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- f.WaitApplied(ctx, 2) }()
+	f.ApplyCommand(1, Heartbeat{Node: "a", Incarnation: 1})
+	f.ApplyCommand(2, Batch{Commands: []Command{Heartbeat{Node: "b", Incarnation: 1}, ExpireNode{Node: "zz"}}})
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	want := "[1:Heartbeat:true 2:Heartbeat:true 2:ExpireNode:false]"
+	if got := fmt.Sprint(seen); got != want {
+		t.Fatalf("hooks saw %s, want %s", got, want)
+	}
+	short, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := f.WaitApplied(short, 99); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitApplied with cancelled ctx: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.MaxPayload = 0 },
+		func(c *Config) { c.MaxPayload = MaxCommandSize },
+		func(c *Config) { c.JobRetention = 0 },
+		func(c *Config) { c.MaxFinishedJobs = 0 },
+		func(c *Config) { c.DefaultMaxAttempts = -1 },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+		if _, err := NewFSM(c); err == nil {
+			t.Errorf("NewFSM(%+v) accepted", c)
+		}
+	}
+	f, _ := NewFSM(DefaultConfig())
+	if err := f.RegisterStateMachine("", newCounterSM()); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty type: %v", err)
+	}
+	if err := f.RegisterStateMachine("x", newCounterSM()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.RegisterStateMachine("x", newCounterSM()); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("duplicate type: %v", err)
+	}
+}
+
+func TestRunnableJobsAndOwnedBy(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	for i, c := range []Command{
+		Heartbeat{Node: "a", Incarnation: 1},
+		Grant{Shard: 1, Owner: "a", OwnerIncarnation: 1, OwnerLiveness: 1},
+		Grant{Shard: 2, Owner: "a", OwnerIncarnation: 1, OwnerLiveness: 1},
+		JobEnqueue{Shard: 1, Now: 0},                                            // 1: runnable
+		JobEnqueue{Shard: 1, Now: 0},                                            // 2: started, times out at 110
+		JobEnqueue{Shard: 1, Now: 0},                                            // 3: backs off until 1000
+		JobStart{Shard: 1, Epoch: 1, Owner: "a", Job: 2, Timeout: 100, Now: 10}, //
+		JobStart{Shard: 1, Epoch: 1, Owner: "a", Job: 3, Now: 10},               //
+		JobFail{Shard: 1, Epoch: 1, Job: 3, Attempt: 1, Backoff: 990, Now: 10},  //
+		Release{Shard: 2, Epoch: 1, Owner: "a"},                                 //
+	} {
+		if r := f.ApplyCommand(uint64(i+1), c); r.Err != nil {
+			t.Fatalf("%#v: %v", c, r.Err)
+		}
+	}
+	ids := func(js []JobRecord) []uint64 {
+		var out []uint64
+		for _, j := range js {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	st := f.State()
+	for _, tc := range []struct {
+		now  int64
+		want string
+	}{{50, "[1]"}, {111, "[1 2]"}, {1000, "[1 2 3]"}} {
+		if got := fmt.Sprint(ids(st.RunnableJobs(1, tc.now))); got != tc.want {
+			t.Errorf("RunnableJobs(1, %d) = %s, want %s", tc.now, got, tc.want)
+		}
+	}
+	if got := st.OwnedBy("a"); len(got) != 1 || got[0].Shard != 1 {
+		t.Errorf("OwnedBy(a) = %+v", got)
+	}
+}
+
+func TestBatcherApplyEncoded(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	b, err := NewBatcher(&fsmApplier{f: f}, BatcherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if r, err := b.ApplyEncoded(ctx, MustEncode(Heartbeat{Node: "a", Incarnation: 1})); err != nil || r.Node.Liveness != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	r, err := b.ApplyEncoded(ctx, MustEncode(Batch{Commands: []Command{
+		Heartbeat{Node: "b", Incarnation: 1}, ExpireNode{Node: "zz"}, Heartbeat{Node: "c", Incarnation: 1},
+	}}))
+	if err != nil || len(r.Results) != 3 || r.Results[0].Node.ID != "b" || !errors.Is(r.Results[1].Err, ErrUnknownNode) || r.Results[2].Node.ID != "c" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if _, err := b.ApplyEncoded(ctx, []byte{1}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("malformed: %v", err)
+	}
+}

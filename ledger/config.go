@@ -1,0 +1,64 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures an FSM. Every replica of one ledger must use the same
+// Config: the values take part in Apply (payload limits) or seed the
+// replicated settings (which a Settings command changes afterwards).
+type Config struct {
+	// MaxPayload bounds job payloads, job results and application command
+	// payloads; Apply rejects larger ones with ErrTooLarge.
+	MaxPayload int
+	// JobRetention is how long a finished (completed or dead) job is kept,
+	// measured with the proposers' clocks (command Now) from FinishedAt.
+	JobRetention time.Duration
+	// MaxFinishedJobs bounds how many finished jobs are kept; the oldest
+	// finished are dropped first.
+	MaxFinishedJobs int
+	// DefaultMaxAttempts is the MaxAttempts of jobs enqueued with 0.
+	DefaultMaxAttempts int
+}
+
+// Defaults.
+const (
+	DefaultMaxPayload         = 1 << 20
+	DefaultJobRetention       = 24 * time.Hour
+	DefaultMaxFinishedJobs    = 100_000
+	DefaultDefaultMaxAttempts = 5
+)
+
+// DefaultConfig returns the default configuration.
+func DefaultConfig() Config {
+	return Config{
+		MaxPayload:         DefaultMaxPayload,
+		JobRetention:       DefaultJobRetention,
+		MaxFinishedJobs:    DefaultMaxFinishedJobs,
+		DefaultMaxAttempts: DefaultDefaultMaxAttempts,
+	}
+}
+
+// Validate reports the first invalid value.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxPayload <= 0 || c.MaxPayload > MaxCommandSize/2:
+		return fmt.Errorf("ledger: MaxPayload %d must be in (0, %d]", c.MaxPayload, MaxCommandSize/2)
+	case c.JobRetention <= 0:
+		return fmt.Errorf("ledger: JobRetention %v must be positive", c.JobRetention)
+	case c.MaxFinishedJobs <= 0 || c.MaxFinishedJobs > 1<<32-1:
+		return fmt.Errorf("ledger: MaxFinishedJobs %d must be in (0, %d]", c.MaxFinishedJobs, uint32(1<<32-1))
+	case c.DefaultMaxAttempts <= 0 || c.DefaultMaxAttempts > 1<<32-1:
+		return fmt.Errorf("ledger: DefaultMaxAttempts %d must be in (0, %d]", c.DefaultMaxAttempts, uint32(1<<32-1))
+	}
+	return nil
+}
+
+func (c Config) settings() LedgerSettings {
+	return LedgerSettings{
+		JobRetention:       int64(c.JobRetention),
+		MaxFinishedJobs:    uint32(c.MaxFinishedJobs),
+		DefaultMaxAttempts: uint32(c.DefaultMaxAttempts),
+	}
+}

@@ -1,0 +1,729 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"github.com/tenurehq/tenure/internal/mutation"
+)
+
+// StateMachine is an application state machine fed by App commands of one
+// type. Apply is called in log order on every replica with the command's
+// shard, epoch and log index; it must be deterministic (no clock, no
+// randomness, no map order), must not block, and its error becomes the
+// command's result (as *AppError). Snapshot returns a point-in-time copy of
+// the state (called on the apply goroutine; keep it cheap); Restore replaces
+// the state wholesale (nil means empty).
+type StateMachine interface {
+	Apply(shard uint32, epoch uint64, index uint64, payload []byte) ([]byte, error)
+	Snapshot() ([]byte, error)
+	Restore(snapshot []byte) error
+}
+
+// ApplyFunc is an OnApply hook.
+type ApplyFunc func(index uint64, c Command, r Result)
+
+// FSM is the ledger's replicated state machine. It implements raft.FSM and
+// raft.BatchingFSM; ApplyCommand is the same logic without raft. Apply
+// calls are serialized; State and WaitApplied may be called from any
+// goroutine at any time.
+type FSM struct {
+	cfg Config
+
+	mu    sync.Mutex // serializes applies, snapshots, restores and registration
+	st    *State     // the writer's working state (never published)
+	dirty dirtySet   // which of st's tables changed since the last publish
+	apps  map[string]StateMachine
+	hooks []ApplyFunc
+
+	pub atomic.Pointer[State]
+
+	waitMu sync.Mutex
+	waitCh chan struct{} // closed and replaced on every publish
+}
+
+var (
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
+)
+
+// NewFSM returns an empty ledger state machine.
+func NewFSM(cfg Config) (*FSM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := &FSM{cfg: cfg, st: newState(cfg.settings()), apps: map[string]StateMachine{}, waitCh: make(chan struct{})}
+	f.publish()
+	return f, nil
+}
+
+// State returns the latest published state: an immutable view, safe to
+// keep and read concurrently with Apply.
+func (f *FSM) State() *State { return f.pub.Load() }
+
+// RegisterStateMachine registers the application state machine for App
+// commands of typ. Register every type on every replica before the first
+// command is applied (before raft starts): a replica missing a type would
+// reject commands the others accept.
+func (f *FSM) RegisterStateMachine(typ string, sm StateMachine) error {
+	if typ == "" || len(typ) > MaxStringLen || sm == nil {
+		return fmt.Errorf("%w: application type %q (len %d) or nil state machine", ErrInvalid, typ, len(typ))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, dup := f.apps[typ]; dup {
+		return fmt.Errorf("%w: application type %q registered twice", ErrInvalid, typ)
+	}
+	f.apps[typ] = sm
+	return nil
+}
+
+// OnApply adds a hook called synchronously on the apply goroutine after
+// each command is applied (each command of a Batch separately, with the
+// batch's log index), in log order. When it runs, State() already reflects
+// at least that command. The hook must not block and must not call Apply or
+// OnApply; it delays every later apply by its running time. It is not called
+// for state installed by Restore (a snapshot): re-read State after one.
+func (f *FSM) OnApply(fn ApplyFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hooks = append(f.hooks, fn)
+}
+
+// WaitApplied blocks until the FSM has applied index, or ctx ends. Only
+// command and configuration entries reach the FSM: to wait for a raft
+// barrier or no-op entry, wait for the raft future instead.
+func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		f.waitMu.Lock()
+		ch := f.waitCh
+		f.waitMu.Unlock()
+		if f.State().applied >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// dirtySet names groups of tables changed since the last publish: publish
+// clones only those and shares the previous (immutable) clones of the rest,
+// so a heartbeat does not make the next job command copy job-tree paths.
+type dirtySet uint8
+
+const (
+	dirtyNodes dirtySet = 1 << iota
+	dirtyShards
+	dirtyJobs
+	dirtyAll = dirtyNodes | dirtyShards | dirtyJobs
+)
+
+func (f *FSM) publish() {
+	prev := f.pub.Load()
+	if prev == nil {
+		f.dirty = dirtyAll
+	}
+	c := *f.st
+	if f.dirty&dirtyNodes != 0 {
+		c.nodes = f.st.nodes.Clone()
+	} else {
+		c.nodes = prev.nodes
+	}
+	if f.dirty&dirtyShards != 0 {
+		c.shards = f.st.shards.Clone()
+		c.elections = f.st.elections.Clone()
+	} else {
+		c.shards, c.elections = prev.shards, prev.elections
+	}
+	if f.dirty&dirtyJobs != 0 {
+		c.jobs = f.st.jobs.Clone()
+		c.jobIdx = f.st.jobIdx.Clone()
+		c.keyIdx = f.st.keyIdx.Clone()
+		c.finished = f.st.finished.Clone()
+	} else {
+		c.jobs, c.jobIdx, c.keyIdx, c.finished = prev.jobs, prev.jobIdx, prev.keyIdx, prev.finished
+	}
+	f.dirty = 0
+	f.pub.Store(&c)
+	f.waitMu.Lock()
+	close(f.waitCh)
+	f.waitCh = make(chan struct{})
+	f.waitMu.Unlock()
+}
+
+type applied struct {
+	index uint64
+	cmd   Command
+	res   *Result
+}
+
+// ApplyCommand applies one command at log index (the simulator's entry
+// point; raft uses Apply/ApplyBatch). index must not go backwards.
+func (f *FSM) ApplyCommand(index uint64, c Command) Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var done []applied
+	r := f.applyTop(index, c, &done)
+	f.st.applied = max(f.st.applied, index)
+	f.publish()
+	f.runHooks(done)
+	return r
+}
+
+// Apply implements raft.FSM. It returns a Result (a value).
+func (f *FSM) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM: the whole batch is applied, then
+// published once. Each response is a Result (nil for configuration entries).
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]any, len(logs))
+	var done []applied
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			c, err := Decode(l.Data)
+			if err != nil {
+				out[i] = Result{Err: err, Index: l.Index}
+			} else {
+				out[i] = f.applyTop(l.Index, c, &done)
+			}
+		}
+		f.st.applied = max(f.st.applied, l.Index)
+	}
+	f.publish()
+	f.runHooks(done)
+	return out
+}
+
+func (f *FSM) runHooks(done []applied) {
+	for _, d := range done {
+		for _, h := range f.hooks {
+			h(d.index, d.cmd, *d.res)
+		}
+	}
+}
+
+func (f *FSM) applyTop(index uint64, c Command, done *[]applied) Result {
+	hooks := len(f.hooks) > 0
+	if b, ok := c.(Batch); ok {
+		r := Result{Index: index, Results: make([]Result, len(b.Commands))}
+		for i, sc := range b.Commands {
+			if _, nested := sc.(Batch); nested {
+				r.Results[i] = Result{Index: index, Err: fmt.Errorf("%w: nested batch", ErrInvalid)}
+				continue
+			}
+			r.Results[i] = f.applyOne(index, sc)
+			if hooks {
+				*done = append(*done, applied{index, sc, &r.Results[i]})
+			}
+		}
+		return r
+	}
+	r := f.applyOne(index, c)
+	if hooks {
+		*done = append(*done, applied{index, c, &r})
+	}
+	return r
+}
+
+func (f *FSM) applyOne(index uint64, c Command) Result {
+	var r Result
+	switch c := c.(type) {
+	case Heartbeat:
+		r = f.heartbeat(c)
+	case ExpireNode:
+		r = f.expireNode(c)
+	case SetDraining:
+		r = f.setDraining(c)
+	case Grant:
+		r = f.grant(c)
+	case Revoke:
+		r = f.revoke(c)
+	case Release:
+		r = f.release(c)
+	case Transfer:
+		r = f.transfer(c)
+	case JobEnqueue:
+		r = f.jobEnqueue(c)
+		f.prune(c.Now)
+	case JobStart:
+		r = f.jobStart(c)
+		f.prune(c.Now)
+	case JobComplete:
+		r = f.jobComplete(c)
+		f.prune(c.Now)
+	case JobFail:
+		r = f.jobFail(c)
+		f.prune(c.Now)
+	case App:
+		r = f.app(index, c)
+	case Settings:
+		r = f.settings(c)
+		f.prune(c.Now)
+	case DeclareElection:
+		r = f.declareElection(c)
+	case nil:
+		r.Err = fmt.Errorf("%w: nil command", ErrInvalid)
+	default:
+		r.Err = fmt.Errorf("%w: unknown command type %T", ErrInvalid, c)
+	}
+	r.Index = index
+	return r
+}
+
+// ---- nodes ----
+
+func (f *FSM) heartbeat(c Heartbeat) Result {
+	if c.Node == "" {
+		return Result{Err: errf(ErrInvalid, "heartbeat with empty node id")}
+	}
+	n, ok := f.st.Node(c.Node)
+	switch {
+	case !ok:
+		n = NodeRecord{ID: c.Node, Incarnation: c.Incarnation, Liveness: 1, Seq: 1, HeartbeatAt: c.Now}
+	case c.Incarnation > n.Incarnation:
+		// A restart: the old incarnation is dead; its grants die with the
+		// liveness epoch.
+		n = NodeRecord{ID: c.Node, Incarnation: c.Incarnation, Liveness: n.Liveness + 1, Seq: n.Seq + 1, HeartbeatAt: c.Now}
+	case c.Incarnation < n.Incarnation:
+		return Result{Node: n, Err: errf(ErrStaleIncarnation, "node %q incarnation %d, current %d", c.Node, c.Incarnation, n.Incarnation)}
+	case c.Liveness == n.Liveness || c.Liveness == 0:
+		n.Seq++
+		n.HeartbeatAt = c.Now
+	default:
+		return Result{Node: n, Err: errf(ErrStaleLiveness, "node %q liveness %d, current %d", c.Node, c.Liveness, n.Liveness)}
+	}
+	f.putNode(n)
+	return Result{Node: n}
+}
+
+func (f *FSM) expireNode(c ExpireNode) Result {
+	n, ok := f.st.Node(c.Node)
+	if !ok {
+		return Result{Err: errf(ErrUnknownNode, "%q", c.Node)}
+	}
+	if n.Incarnation != c.Incarnation || n.Liveness != c.Liveness || n.Seq != c.Seq {
+		return Result{Node: n, Err: errf(ErrConflict, "expire node %q at (inc %d, liveness %d, seq %d), current (%d, %d, %d)",
+			c.Node, c.Incarnation, c.Liveness, c.Seq, n.Incarnation, n.Liveness, n.Seq)}
+	}
+	n.Liveness++
+	f.putNode(n)
+	return Result{Node: n}
+}
+
+func (f *FSM) setDraining(c SetDraining) Result {
+	n, ok := f.st.Node(c.Node)
+	if !ok {
+		return Result{Err: errf(ErrUnknownNode, "%q", c.Node)}
+	}
+	if n.Incarnation != c.Incarnation {
+		return Result{Node: n, Err: errf(ErrStaleIncarnation, "node %q incarnation %d, current %d", c.Node, c.Incarnation, n.Incarnation)}
+	}
+	n.Draining = c.Draining
+	f.putNode(n)
+	return Result{Node: n}
+}
+
+// ---- shards ----
+
+func (f *FSM) shard(id uint32) ShardRecord {
+	rec, ok := f.st.Shard(id)
+	if !ok {
+		rec = ShardRecord{Shard: id}
+	}
+	return rec
+}
+
+// checkNewOwner verifies the grantee's NodeRecord matches (inc, liveness).
+func (f *FSM) checkNewOwner(node string, inc, liveness uint64) error {
+	n, ok := f.st.Node(node)
+	switch {
+	case !ok:
+		return errf(ErrUnknownNode, "%q", node)
+	case n.Incarnation != inc:
+		return errf(ErrStaleIncarnation, "node %q incarnation %d, current %d", node, inc, n.Incarnation)
+	case n.Liveness != liveness:
+		return errf(ErrStaleLiveness, "node %q liveness %d, current %d", node, liveness, n.Liveness)
+	}
+	return nil
+}
+
+func (f *FSM) grant(c Grant) Result {
+	rec := f.shard(c.Shard)
+	if rec.Epoch != c.ExpectedEpoch && !mutation.On(mutation.AcceptStaleEpoch) {
+		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, grant expected %d", c.Shard, rec.Epoch, c.ExpectedEpoch)}
+	}
+	if c.Owner == "" {
+		return Result{Shard: rec, Err: errf(ErrInvalid, "grant of shard %d to empty owner", c.Shard)}
+	}
+	valid := f.st.OwnershipValid(rec)
+	if valid && !(c.Takeover && rec.State == ShardRevoking) {
+		return Result{Shard: rec, Err: errf(ErrShardOwned, "shard %d is %s by %q at epoch %d (takeover %v)", c.Shard, rec.State, rec.Owner, rec.Epoch, c.Takeover)}
+	}
+	if err := f.checkNewOwner(c.Owner, c.OwnerIncarnation, c.OwnerLiveness); err != nil {
+		return Result{Shard: rec, Err: err}
+	}
+	avoid := rec.AvoidOwner
+	if avoid == c.Owner {
+		avoid = "" // granted back to the resigner: the hint is spent
+	}
+	rec = ShardRecord{Shard: c.Shard, Epoch: rec.Epoch + 1, Owner: c.Owner, OwnerIncarnation: c.OwnerIncarnation,
+		OwnerLiveness: c.OwnerLiveness, State: ShardOwned, ChangedAt: c.Now, Reason: c.Reason, AvoidOwner: avoid}
+	f.putShard(rec)
+	return Result{Shard: rec}
+}
+
+func (f *FSM) revoke(c Revoke) Result {
+	rec := f.shard(c.Shard)
+	if rec.Epoch != c.Epoch {
+		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, revoke for %d", c.Shard, rec.Epoch, c.Epoch)}
+	}
+	if rec.State != ShardOwned {
+		return Result{Shard: rec, Err: errf(ErrConflict, "revoke of shard %d in state %s", c.Shard, rec.State)}
+	}
+	rec.State = ShardRevoking
+	rec.Target = c.Target
+	rec.ChangedAt = c.Now
+	rec.Reason = c.Reason
+	f.putShard(rec)
+	return Result{Shard: rec}
+}
+
+func (f *FSM) release(c Release) Result {
+	rec := f.shard(c.Shard)
+	if rec.Epoch != c.Epoch {
+		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, release for %d", c.Shard, rec.Epoch, c.Epoch)}
+	}
+	if rec.Owner != c.Owner {
+		return Result{Shard: rec, Err: errf(ErrNotOwner, "release of shard %d by %q, owner %q", c.Shard, c.Owner, rec.Owner)}
+	}
+	if rec.State == ShardUnowned {
+		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d already released at epoch %d", c.Shard, rec.Epoch)}
+	}
+	rec.State = ShardUnowned
+	rec.Target = ""
+	rec.ChangedAt = c.Now
+	rec.Reason = "release"
+	rec.AvoidOwner = ""
+	if c.Avoid {
+		rec.Reason = "resign"
+		rec.AvoidOwner = c.Owner
+	}
+	f.putShard(rec)
+	return Result{Shard: rec}
+}
+
+func (f *FSM) transfer(c Transfer) Result {
+	rec := f.shard(c.Shard)
+	if rec.Epoch != c.Epoch {
+		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, transfer for %d", c.Shard, rec.Epoch, c.Epoch)}
+	}
+	if rec.Owner != c.From || !f.st.OwnershipValid(rec) {
+		return Result{Shard: rec, Err: errf(ErrNotOwner, "transfer of shard %d by %q, owner %q (%s, valid %v)",
+			c.Shard, c.From, rec.Owner, rec.State, f.st.OwnershipValid(rec))}
+	}
+	if c.To == "" {
+		return Result{Shard: rec, Err: errf(ErrInvalid, "transfer of shard %d to empty node", c.Shard)}
+	}
+	if err := f.checkNewOwner(c.To, c.ToIncarnation, c.ToLiveness); err != nil {
+		return Result{Shard: rec, Err: err}
+	}
+	rec = ShardRecord{Shard: c.Shard, Epoch: rec.Epoch + 1, Owner: c.To, OwnerIncarnation: c.ToIncarnation,
+		OwnerLiveness: c.ToLiveness, State: ShardOwned, ChangedAt: c.Now, Reason: c.Reason}
+	f.putShard(rec)
+	return Result{Shard: rec}
+}
+
+// ---- jobs ----
+
+func (f *FSM) putNode(n NodeRecord) {
+	f.st.nodes.ReplaceOrInsert(n)
+	f.dirty |= dirtyNodes
+}
+
+func (f *FSM) putShard(r ShardRecord) {
+	f.st.shards.ReplaceOrInsert(r)
+	f.dirty |= dirtyShards
+}
+
+func (f *FSM) putJob(old *JobRecord, j *JobRecord) {
+	f.dirty |= dirtyJobs
+	if old != nil {
+		f.st.jobIdx.Delete(jobIndexKey{old.Shard, old.State, old.ID})
+	}
+	f.st.jobs.ReplaceOrInsert(jobItem{j.ID, j})
+	f.st.jobIdx.ReplaceOrInsert(jobIndexKey{j.Shard, j.State, j.ID})
+	if j.State.Finished() && (old == nil || !old.State.Finished()) {
+		f.st.finishSeq++
+		f.st.finished.ReplaceOrInsert(finishedKey{f.st.finishSeq, j.ID})
+	}
+}
+
+func (f *FSM) jobEnqueue(c JobEnqueue) Result {
+	if len(c.Payload) > f.cfg.MaxPayload {
+		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
+	}
+	if c.Key != "" {
+		if id, ok := f.st.jobIDByKey(c.Shard, c.Key); ok {
+			j, _ := f.st.Job(id)
+			return Result{Job: j, Duplicate: true}
+		}
+	}
+	maxAttempts := c.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = f.st.settings.DefaultMaxAttempts
+	}
+	f.st.nextJob++
+	j := &JobRecord{ID: f.st.nextJob, Shard: c.Shard, Key: c.Key, Type: c.Type, Payload: c.Payload,
+		State: JobPending, MaxAttempts: maxAttempts, EnqueuedAt: c.Now, NotBefore: c.Now}
+	f.putJob(nil, j)
+	if c.Key != "" {
+		f.st.keyIdx.ReplaceOrInsert(jobKeyKey{c.Shard, c.Key, j.ID})
+	}
+	return Result{Job: *j}
+}
+
+// lookupJob finds the job and checks it belongs to shard.
+func (f *FSM) lookupJob(shard uint32, id uint64) (*JobRecord, error) {
+	it, ok := f.st.jobs.Get(jobItem{id: id})
+	j := it.j
+	if !ok {
+		return nil, errf(ErrUnknownJob, "job %d", id)
+	}
+	if j.Shard != shard {
+		return nil, errf(ErrUnknownJob, "job %d is on shard %d, not %d", id, j.Shard, shard)
+	}
+	return j, nil
+}
+
+// after reports whether now > t+d (d ≥ 0), without overflow.
+func after(now, t, d int64) bool {
+	return now > t && uint64(now)-uint64(t) > uint64(d)
+}
+
+// atLeast reports whether now ≥ t+d (d ≥ 0), without overflow.
+func atLeast(now, t, d int64) bool {
+	return now >= t && uint64(now)-uint64(t) >= uint64(d)
+}
+
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > (1<<63-1)-b {
+		return 1<<63 - 1
+	}
+	return a + b
+}
+
+func (f *FSM) jobStart(c JobStart) Result {
+	if c.Timeout < 0 {
+		return Result{Err: errf(ErrInvalid, "job %d start with negative timeout %d", c.Job, c.Timeout)}
+	}
+	j, err := f.lookupJob(c.Shard, c.Job)
+	if err != nil {
+		return Result{Err: err}
+	}
+	rec := f.shard(c.Shard)
+	switch {
+	case rec.Epoch != c.Epoch:
+		return Result{Job: *j, Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, start at %d", c.Shard, rec.Epoch, c.Epoch)}
+	case rec.Owner != c.Owner || !f.st.OwnershipValid(rec):
+		return Result{Job: *j, Shard: rec, Err: errf(ErrNotOwner, "start on shard %d by %q, owner %q (%s, valid %v)",
+			c.Shard, c.Owner, rec.Owner, rec.State, f.st.OwnershipValid(rec))}
+	case rec.State != ShardOwned:
+		return Result{Job: *j, Shard: rec, Err: errf(ErrNotOwner, "start on shard %d while %s", c.Shard, rec.State)}
+	case j.State.Finished():
+		return Result{Job: *j, Err: errf(ErrJobFinished, "job %d is %s", j.ID, j.State)}
+	case c.Attempt != j.Attempt:
+		return Result{Job: *j, Err: errf(ErrWrongAttempt, "job %d start after attempt %d, current %d", j.ID, c.Attempt, j.Attempt)}
+	}
+	n := *j
+	switch j.State {
+	case JobPending:
+		if c.Now < j.NotBefore {
+			return Result{Job: *j, Err: errf(ErrJobState, "job %d backs off until %d, now %d", j.ID, j.NotBefore, c.Now)}
+		}
+	case JobStarted:
+		why, ok := abandoned(*j, rec.Epoch, c.Now)
+		if !ok {
+			return Result{Job: *j, Err: errf(ErrJobState, "job %d attempt %d is running", j.ID, j.Attempt)}
+		}
+		n.LastError = "attempt " + itoa(uint64(j.Attempt)) + " " + why
+		if j.Attempt >= j.MaxAttempts {
+			n.State = JobDead
+			n.FinishedAt = c.Now
+			f.putJob(j, &n)
+			return Result{Job: n, Err: errf(ErrJobFinished, "job %d dead-lettered: attempt %d of %d %s", j.ID, j.Attempt, j.MaxAttempts, why)}
+		}
+	}
+	n.State = JobStarted
+	n.Attempt = j.Attempt + 1
+	n.Owner = c.Owner
+	n.Epoch = c.Epoch
+	n.StartedAt = c.Now
+	n.Timeout = c.Timeout
+	f.putJob(j, &n)
+	return Result{Job: n}
+}
+
+// abandoned reports whether a started job's attempt may be superseded by
+// a new start at now on a shard at epoch, and why: the attempt started at
+// an older epoch of the shard (its owner lost the shard, so the ledger
+// already fences its Complete/Fail out: no need to wait for the timeout),
+// or it timed out.
+func abandoned(j JobRecord, epoch uint64, now int64) (string, bool) {
+	switch {
+	case j.Epoch < epoch:
+		return "fenced out at epoch " + itoa(j.Epoch), true
+	case j.Timeout > 0 && after(now, j.StartedAt, j.Timeout):
+		return "timed out", true
+	}
+	return "", false
+}
+
+// checkFinish holds the fencing shared by JobComplete and JobFail.
+func (f *FSM) checkFinish(shard uint32, epoch, id uint64, attempt uint32) (*JobRecord, Result, bool) {
+	j, err := f.lookupJob(shard, id)
+	if err != nil {
+		return nil, Result{Err: err}, false
+	}
+	rec := f.shard(shard)
+	switch {
+	case j.State.Finished():
+		return nil, Result{Job: *j, Err: errf(ErrJobFinished, "job %d is %s", j.ID, j.State)}, false
+	case rec.Epoch != epoch:
+		return nil, Result{Job: *j, Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, job %d finish at %d", shard, rec.Epoch, id, epoch)}, false
+	case !f.st.OwnershipValid(rec):
+		return nil, Result{Job: *j, Shard: rec, Err: errf(ErrNotOwner, "shard %d ownership by %q is not valid", shard, rec.Owner)}, false
+	case j.State != JobStarted:
+		return nil, Result{Job: *j, Err: errf(ErrJobState, "job %d is %s", j.ID, j.State)}, false
+	case j.Attempt != attempt:
+		return nil, Result{Job: *j, Err: errf(ErrWrongAttempt, "job %d attempt %d, current %d", j.ID, attempt, j.Attempt)}, false
+	case j.Epoch != epoch:
+		return nil, Result{Job: *j, Err: errf(ErrStaleEpoch, "job %d attempt %d started at epoch %d, not %d", j.ID, attempt, j.Epoch, epoch)}, false
+	}
+	return j, Result{}, true
+}
+
+func (f *FSM) jobComplete(c JobComplete) Result {
+	if len(c.Result) > f.cfg.MaxPayload {
+		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), f.cfg.MaxPayload)}
+	}
+	j, r, ok := f.checkFinish(c.Shard, c.Epoch, c.Job, c.Attempt)
+	if !ok {
+		return r
+	}
+	n := *j
+	n.State = JobCompleted
+	n.FinishedAt = c.Now
+	n.Result = c.Result
+	f.putJob(j, &n)
+	return Result{Job: n}
+}
+
+func (f *FSM) jobFail(c JobFail) Result {
+	if c.Backoff < 0 {
+		return Result{Err: errf(ErrInvalid, "job %d fail with negative backoff %d", c.Job, c.Backoff)}
+	}
+	j, r, ok := f.checkFinish(c.Shard, c.Epoch, c.Job, c.Attempt)
+	if !ok {
+		return r
+	}
+	n := *j
+	n.LastError = c.Error
+	if j.Attempt >= j.MaxAttempts {
+		n.State = JobDead
+		n.FinishedAt = c.Now
+	} else {
+		n.State = JobPending
+		n.NotBefore = satAdd(c.Now, c.Backoff)
+	}
+	f.putJob(j, &n)
+	return Result{Job: n}
+}
+
+// prune drops the oldest finished jobs while there are more than
+// MaxFinishedJobs or the oldest finished JobRetention before now.
+func (f *FSM) prune(now int64) {
+	s := f.st
+	for {
+		fk, ok := s.finished.Min()
+		if !ok {
+			return
+		}
+		it, ok := s.jobs.Get(jobItem{id: fk.id})
+		j := it.j
+		if ok && s.finished.Len() <= int(s.settings.MaxFinishedJobs) && !atLeast(now, j.FinishedAt, s.settings.JobRetention) {
+			return
+		}
+		s.finished.DeleteMin()
+		f.dirty |= dirtyJobs
+		if !ok {
+			continue
+		}
+		s.jobs.Delete(it)
+		s.jobIdx.Delete(jobIndexKey{j.Shard, j.State, j.ID})
+		if j.Key != "" {
+			s.keyIdx.Delete(jobKeyKey{j.Shard, j.Key, j.ID})
+		}
+	}
+}
+
+// ---- application commands and settings ----
+
+func (f *FSM) app(index uint64, c App) Result {
+	sm, ok := f.apps[c.Type]
+	if !ok {
+		return Result{Err: errf(ErrUnknownType, "%q", c.Type)}
+	}
+	if len(c.Payload) > f.cfg.MaxPayload {
+		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
+	}
+	rec := f.shard(c.Shard)
+	if rec.Epoch != c.Epoch && !mutation.On(mutation.AcceptStaleEpoch) {
+		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, command at %d", c.Shard, rec.Epoch, c.Epoch)}
+	}
+	if !f.st.OwnershipValid(rec) {
+		return Result{Shard: rec, Err: errf(ErrNotOwner, "shard %d has no valid owner at epoch %d", c.Shard, c.Epoch)}
+	}
+	resp, err := sm.Apply(c.Shard, c.Epoch, index, c.Payload)
+	if err != nil {
+		return Result{Err: &AppError{Msg: err.Error()}}
+	}
+	return Result{Response: resp}
+}
+
+func (f *FSM) settings(c Settings) Result {
+	if c.JobRetention < 0 {
+		return Result{Err: errf(ErrInvalid, "negative job retention %d", c.JobRetention)}
+	}
+	s := &f.st.settings
+	if c.JobRetention != 0 {
+		s.JobRetention = c.JobRetention
+	}
+	if c.MaxFinishedJobs != 0 {
+		s.MaxFinishedJobs = c.MaxFinishedJobs
+	}
+	if c.DefaultMaxAttempts != 0 {
+		s.DefaultMaxAttempts = c.DefaultMaxAttempts
+	}
+	return Result{}
+}
+
+// appTypes returns the registered types, sorted.
+func (f *FSM) appTypes() []string {
+	types := make([]string, 0, len(f.apps))
+	for t := range f.apps {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	return types
+}

@@ -1,0 +1,198 @@
+package ledger
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/raft"
+)
+
+// Snapshot format (docs/ledger.md): a version byte, then counters and
+// settings, then each table as a uvarint count followed by its records in
+// key order (the same field encoding as Result), then the application
+// snapshots as (type, bytes) pairs sorted by type. Records are streamed to
+// the sink one by one.
+
+// snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
+// version 1 snapshots are still read.
+const snapshotVersion byte = 2
+
+// maxSnapshotCount bounds table sizes read from a snapshot.
+const maxSnapshotCount = 1 << 32
+
+type fsmSnapshot struct {
+	st   *State
+	apps []appSnap
+}
+
+type appSnap struct {
+	typ  string
+	data []byte
+}
+
+// Snapshot implements raft.FSM. It is cheap: it takes the immutable State
+// and asks each application state machine for its point-in-time bytes.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := &fsmSnapshot{st: f.st.clone()}
+	for _, t := range f.appTypes() {
+		b, err := f.apps[t].Snapshot()
+		if err != nil {
+			return nil, fmt.Errorf("ledger: snapshot of application type %q: %w", t, err)
+		}
+		s.apps = append(s.apps, appSnap{t, b})
+	}
+	return s, nil
+}
+
+// Persist implements raft.FSMSnapshot: it streams the snapshot to sink.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.writeTo(sink); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+// Release implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Release() {}
+
+func (s *fsmSnapshot) writeTo(out io.Writer) error {
+	bw := bufio.NewWriterSize(out, 64<<10)
+	w := &writer{}
+	var err error
+	flush := func() {
+		if err == nil && len(w.b) > 0 {
+			_, err = bw.Write(w.b)
+		}
+		w.b = w.b[:0]
+	}
+	st := s.st
+	w.b = append(w.b, snapshotVersion)
+	w.u(st.applied)
+	w.u(st.nextJob)
+	w.u(st.finishSeq)
+	w.i(st.settings.JobRetention)
+	w.u(uint64(st.settings.MaxFinishedJobs))
+	w.u(uint64(st.settings.DefaultMaxAttempts))
+	w.u(uint64(st.shards.Len()))
+	st.shards.Ascend(func(r ShardRecord) bool { encodeShard(w, r); flush(); return err == nil })
+	w.u(uint64(st.nodes.Len()))
+	st.nodes.Ascend(func(r NodeRecord) bool { encodeNode(w, r); flush(); return err == nil })
+	w.u(uint64(st.jobs.Len()))
+	st.jobs.Ascend(func(it jobItem) bool { encodeJob(w, *it.j); flush(); return err == nil })
+	w.u(uint64(st.finished.Len()))
+	st.finished.Ascend(func(k finishedKey) bool { w.u(k.seq); w.u(k.id); flush(); return err == nil })
+	w.u(uint64(st.partitions))
+	w.u(uint64(st.elections.Len()))
+	st.elections.Ascend(func(e ElectionRecord) bool { encodeElection(w, e); flush(); return err == nil })
+	w.u(uint64(len(s.apps)))
+	for _, a := range s.apps {
+		w.str(a.typ)
+		w.u(uint64(len(a.data)))
+		flush()
+		if err == nil {
+			_, err = bw.Write(a.data)
+		}
+	}
+	flush()
+	if err != nil {
+		return fmt.Errorf("ledger: write snapshot: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("ledger: write snapshot: %w", err)
+	}
+	return nil
+}
+
+// Restore implements raft.FSM: it replaces the whole state (including the
+// registered application state machines) with the snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("ledger: read snapshot: %w", err)
+	}
+	st, apps, err := decodeSnapshot(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range apps {
+		if _, ok := f.apps[a.typ]; !ok {
+			return fmt.Errorf("%w: snapshot holds application type %q, not registered here", ErrUnknownType, a.typ)
+		}
+	}
+	byType := map[string][]byte{}
+	for _, a := range apps {
+		byType[a.typ] = a.data
+	}
+	for _, t := range f.appTypes() {
+		if err := f.apps[t].Restore(byType[t]); err != nil {
+			return fmt.Errorf("ledger: restore application type %q: %w", t, err)
+		}
+	}
+	f.st = st
+	f.dirty = dirtyAll
+	f.publish()
+	return nil
+}
+
+func decodeSnapshot(b []byte) (*State, []appSnap, error) {
+	if len(b) < 1 || (b[0] != 1 && b[0] != snapshotVersion) {
+		return nil, nil, fmt.Errorf("%w: snapshot version", ErrVersion)
+	}
+	r := &reader{b: b[1:], ver: b[0]}
+	st := newState(LedgerSettings{})
+	st.applied = r.u()
+	st.nextJob = r.u()
+	st.finishSeq = r.u()
+	st.settings = LedgerSettings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32()}
+	count := func() uint64 {
+		n := r.u()
+		if n > maxSnapshotCount || n > uint64(len(r.b)) {
+			r.fail(fmt.Errorf("%w: snapshot table of %d records in %d bytes", ErrMalformed, n, len(r.b)))
+			return 0
+		}
+		return n
+	}
+	for n := count(); n > 0 && r.err == nil; n-- {
+		st.shards.ReplaceOrInsert(decodeShard(r))
+	}
+	for n := count(); n > 0 && r.err == nil; n-- {
+		st.nodes.ReplaceOrInsert(decodeNode(r))
+	}
+	for n := count(); n > 0 && r.err == nil; n-- {
+		j := decodeJob(r)
+		st.jobs.ReplaceOrInsert(jobItem{j.ID, &j})
+		st.jobIdx.ReplaceOrInsert(jobIndexKey{j.Shard, j.State, j.ID})
+		if j.Key != "" {
+			st.keyIdx.ReplaceOrInsert(jobKeyKey{j.Shard, j.Key, j.ID})
+		}
+	}
+	for n := count(); n > 0 && r.err == nil; n-- {
+		st.finished.ReplaceOrInsert(finishedKey{seq: r.u(), id: r.u()})
+	}
+	if r.ver >= 2 {
+		st.partitions = r.u32()
+		for n := count(); n > 0 && r.err == nil; n-- {
+			st.elections.ReplaceOrInsert(decodeElection(r))
+		}
+	}
+	var apps []appSnap
+	for n := count(); n > 0 && r.err == nil; n-- {
+		t := r.str()
+		data := r.raw(uint64(len(r.b)))
+		apps = append(apps, appSnap{t, append([]byte(nil), data...)})
+	}
+	if r.err != nil {
+		return nil, nil, fmt.Errorf("ledger: decode snapshot: %w", r.err)
+	}
+	if len(r.b) != 0 {
+		return nil, nil, fmt.Errorf("%w: %d trailing snapshot bytes", ErrMalformed, len(r.b))
+	}
+	return st, apps, nil
+}

@@ -1,0 +1,155 @@
+package ledger
+
+// This file is the contract between the ledger and its readers (ownership's
+// planner, the node's lease tracker, the simulator). Fields may be added;
+// existing meanings must not change without updating docs/ledger.md.
+
+// ShardState is the committed state of one shard.
+type ShardState uint8
+
+const (
+	// ShardUnowned: no owner may act. Epoch keeps its last value; the next
+	// Grant or Transfer moves it to Epoch+1.
+	ShardUnowned ShardState = iota
+	// ShardOwned: Owner may act while its node lease is valid.
+	ShardOwned
+	// ShardRevoking: the control group asked Owner to hand the shard over
+	// (drain, rebalance). Owner keeps acting only to drain; it must stop
+	// within its drain timeout and then Release or Transfer.
+	ShardRevoking
+)
+
+// ShardRecord is one row of the ownership table.
+type ShardRecord struct {
+	Shard uint32
+	// Epoch is the fencing token. It increases by exactly one on every Grant
+	// or Transfer and never decreases (S1).
+	Epoch uint64
+	// Owner is the owning node id; empty when never owned. After Release it
+	// keeps the previous owner (for stickiness) while State is ShardUnowned.
+	Owner string
+	// OwnerIncarnation and OwnerLiveness are the owner's node incarnation and
+	// liveness epoch at the time of the grant. The ownership is valid only
+	// while the owner's NodeRecord still has exactly these values.
+	OwnerIncarnation uint64
+	OwnerLiveness    uint64
+	State            ShardState
+	// Target is the node a Revoke intends the shard for ("" = planner decides).
+	Target string
+	// ChangedAt is the proposer's clock (unix ns) of the last change; for
+	// display only: never compared across proposers.
+	ChangedAt int64
+	// Reason is a short human reason for the last change ("join n3", "drain").
+	Reason string
+	// AvoidOwner is a placement hint: the node that gave the shard up with
+	// Release{Avoid: true} (a resignation). The planner grants the shard to
+	// another eligible node while one exists and does not move it back to
+	// AvoidOwner to rebalance. A Grant to AvoidOwner itself (it was the
+	// only eligible node), a Transfer, or a Release without Avoid clears it.
+	AvoidOwner string
+}
+
+// NodeRecord is a node's committed liveness (CockroachDB-style epoch-based
+// node liveness).
+type NodeRecord struct {
+	ID string
+	// Incarnation identifies one process lifetime of the node; a higher
+	// incarnation proves every lower one dead.
+	Incarnation uint64
+	// Liveness is the node's liveness epoch. ExpireNode increments it, which
+	// invalidates every shard granted under the old value at once.
+	Liveness uint64
+	// Seq increases on every applied heartbeat; ExpireNode is a CAS on it.
+	Seq uint64
+	// HeartbeatAt is the proposer clock (unix ns) of the last heartbeat; for
+	// display only.
+	HeartbeatAt int64
+	Draining    bool
+}
+
+// String names the state.
+func (s ShardState) String() string {
+	switch s {
+	case ShardUnowned:
+		return "unowned"
+	case ShardOwned:
+		return "owned"
+	case ShardRevoking:
+		return "revoking"
+	}
+	return "ShardState(" + itoa(uint64(s)) + ")"
+}
+
+// JobState is the committed state of one job.
+type JobState uint8
+
+const (
+	// JobPending: waiting to be started (first attempt, or a retry after
+	// NotBefore).
+	JobPending JobState = iota
+	// JobStarted: attempt Attempt runs on Owner at Epoch.
+	JobStarted
+	// JobCompleted: finished successfully (terminal).
+	JobCompleted
+	// JobDead: dead-lettered after MaxAttempts (terminal).
+	JobDead
+)
+
+// String names the state.
+func (s JobState) String() string {
+	switch s {
+	case JobPending:
+		return "pending"
+	case JobStarted:
+		return "started"
+	case JobCompleted:
+		return "completed"
+	case JobDead:
+		return "dead"
+	}
+	return "JobState(" + itoa(uint64(s)) + ")"
+}
+
+// Finished reports whether the state is terminal.
+func (s JobState) Finished() bool { return s == JobCompleted || s == JobDead }
+
+// JobRecord is one job.
+type JobRecord struct {
+	// ID is assigned by the ledger from a sequence (1, 2, ...).
+	ID    uint64
+	Shard uint32
+	// Key is the idempotency key given at enqueue ("" = none).
+	Key     string
+	Type    string
+	Payload []byte
+	State   JobState
+	// Attempt is the number of the current (or last) attempt; 0 before the
+	// first start.
+	Attempt     uint32
+	MaxAttempts uint32
+	// Owner and Epoch are the node and shard epoch of the current attempt.
+	Owner string
+	Epoch uint64
+	// StartedAt and Timeout (ns; 0 = none) of the current attempt.
+	StartedAt int64
+	Timeout   int64
+	// NotBefore is the earliest start of the next attempt (retry backoff).
+	NotBefore  int64
+	EnqueuedAt int64
+	FinishedAt int64
+	// LastError is the error of the last failed (or timed-out) attempt.
+	LastError string
+	// Result is what JobComplete recorded.
+	Result []byte
+}
+
+// Token is the idempotency token of the current attempt, "<id>/<attempt>":
+// side effects keyed by it happen at most once per attempt.
+func (j JobRecord) Token() string { return itoa(j.ID) + "/" + itoa(uint64(j.Attempt)) }
+
+// LedgerSettings are the replicated settings changed by the Settings command.
+type LedgerSettings struct {
+	JobRetention       int64
+	MaxFinishedJobs    uint32
+	DefaultMaxAttempts uint32
+}

@@ -1,0 +1,107 @@
+package node
+
+import (
+	"context"
+	"time"
+)
+
+// backend is everything a Node needs from the layers below it (gossip,
+// control group, ledger, ownership). Node holds the public API's logic —
+// events, workers, elections, health reports, job and command helpers —
+// and reaches the cluster only through this seam, so it is unit-tested
+// against memBackend and runs on the real stack unchanged.
+//
+// Concurrency: every method may be called from any goroutine. The backend
+// calls the notify function it was built with (never blocking, possibly
+// from its own goroutines) whenever committed state, membership or this
+// node's acting set may have changed.
+type backend interface {
+	// incarnation is this process's incarnation of the node id.
+	incarnation() uint64
+	// appliedIndex is the last log index this node's replica applied.
+	appliedIndex() uint64
+
+	// shard returns the committed record of s (Acting and LeaseRemaining
+	// are filled by Node, not here).
+	shard(s uint32) (ShardInfo, bool)
+	// shards returns every committed shard record, sorted by shard.
+	shards() []ShardInfo
+	// acting reports whether this node may act on s at now by the lease
+	// protocol (docs/protocol.md, node side, rule 4), at which epoch, until
+	// when (by this node's clock) unless renewed, and whether the shard is
+	// being revoked (the node may then act only to drain it).
+	acting(s uint32, now time.Time) (a actingState, ok bool)
+
+	// members is gossip's view of every node, sorted by id.
+	members() []Member
+	// liveNodes is the sorted ids of nodes whose committed liveness is valid.
+	liveNodes() []string
+	// control reports the control group as this node sees it.
+	control() controlInfo
+	// lease reports this node's lease renewals.
+	lease() leaseInfo
+
+	// setHealth gossips this node's health score and metadata.
+	setHealth(score float64, meta map[string]string) error
+	// setDraining commits this node's draining flag.
+	setDraining(ctx context.Context, draining bool) error
+	// handoff is called once this node has stopped acting on a revoked
+	// shard (its workers returned): the backend proposes Transfer to the
+	// revocation's target, or Release (protocol rule 5).
+	handoff(ctx context.Context, s uint32, epoch uint64) error
+	// resign gives up s at epoch after this node stopped acting on it; the
+	// control group should not grant it straight back.
+	resign(ctx context.Context, s uint32, epoch uint64) error
+	// electionShard maps a group-scoped election to its shard, declaring
+	// it in the ledger the first time.
+	electionShard(ctx context.Context, group, name string) (uint32, error)
+
+	// propose commits an application command fenced by tok.
+	propose(ctx context.Context, tok Token, typ string, payload []byte) (Applied, error)
+
+	// Job commands. Errors wrap ErrStaleToken, ErrNotOwner, ErrJobState,
+	// ErrJobNotFound; the returned job is the current record when known.
+	enqueueJob(ctx context.Context, shard uint32, spec JobSpec) (Job, bool, error)
+	startJob(ctx context.Context, tok Token, id uint64, attempt uint32, timeout time.Duration) (Job, error)
+	finishJob(ctx context.Context, tok Token, id uint64, attempt uint32, out jobOutcome) (Job, error)
+	job(id uint64) (Job, bool)
+	jobByKey(shard uint32, key string) (Job, bool)
+	// jobs returns the jobs q selects sorted by shard, then id.
+	jobs(q JobQuery) []Job
+
+	// close leaves the cluster and releases resources. Node drains first.
+	close(ctx context.Context) error
+}
+
+// actingState is the lease protocol's verdict for one shard.
+type actingState struct {
+	epoch    uint64
+	until    time.Time
+	revoking bool
+}
+
+// controlInfo is the control group as this node sees it.
+type controlInfo struct {
+	leader   string   // leader's node id, "" if unknown
+	voters   []string // sorted voter ids
+	quorum   bool     // a leader is known and was heard from recently
+	isLeader bool
+}
+
+// leaseInfo is the state of this node's heartbeats.
+type leaseInfo struct {
+	registered   bool      // a heartbeat was accepted since start
+	leaseEnd     time.Time // local time until which the node may act
+	lastAck      time.Time // last accepted heartbeat
+	failing      int       // consecutive failed or rejected heartbeats
+	fenced       bool      // a newer incarnation of this node is registered
+	wedgedShards []uint32  // shards revoked from us we have not released past the drain timeout
+}
+
+// jobOutcome is how an attempt ended.
+type jobOutcome struct {
+	ok      bool
+	result  []byte
+	reason  string
+	backoff time.Duration
+}

@@ -1,0 +1,357 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Environment variables DefaultConfig reads. They follow the Kubernetes
+// conventions: a pod's HOSTNAME is stable in a StatefulSet.
+const (
+	// EnvNodeID names the variable that holds the node id (default: HOSTNAME).
+	EnvNodeID = "HOSTNAME"
+	// EnvGroup names the variable that holds the node's group (CLUSTER_NAME).
+	EnvGroup = "CLUSTER_NAME"
+)
+
+// Defaults used by DefaultConfig.
+const (
+	// DefaultGroup is the group of a node whose environment names none.
+	DefaultGroup = "default"
+	// DefaultCluster is the default Config.Cluster.
+	DefaultCluster = "tenure"
+	// DefaultPartitions is the default number of shards keys hash onto.
+	DefaultPartitions = 271
+	// DefaultGossipPort is the default port of the gossip (memberlist) transport.
+	DefaultGossipPort = 7946
+	// DefaultRaftPort is the default port of the control-group (Raft) transport.
+	DefaultRaftPort = 7947
+	// DefaultBootstrapExpect is the default number of voters that must see
+	// each other before the control group forms.
+	DefaultBootstrapExpect = 3
+	// DefaultMinHealth is the default minimum health score a node needs to
+	// own shards and lead elections.
+	DefaultMinHealth = 0.5
+)
+
+// Profile names a set of timing parameters (lease, renewal period, drift
+// margin, drain timeout) and failure-detection speeds. See docs/protocol.md.
+type Profile string
+
+// The timing profiles. Shorter leases fail over faster and cost more
+// heartbeat commits; see Timing for the exact values.
+const (
+	// ProfileFast: 1 s lease, 200 ms renewals, 1 s drain. For tests, demos
+	// and a LAN with little jitter.
+	ProfileFast Profile = "fast"
+	// ProfileDefault: 2 s lease, 400 ms renewals, 5 s drain.
+	ProfileDefault Profile = "default"
+	// ProfileSafe: 5 s lease, 1 s renewals, 20% drift margin, 15 s drain. For
+	// noisy networks and machines whose clocks may run fast or slow.
+	ProfileSafe Profile = "safe"
+)
+
+// Timing is the lease timing of a profile (docs/protocol.md, "Timing
+// parameters").
+type Timing struct {
+	// Lease is how long one committed heartbeat lets a node act (D).
+	Lease time.Duration
+	// RenewEvery is the heartbeat period (R < D/2).
+	RenewEvery time.Duration
+	// MaxDrift is the assumed bound on clock rate error, as a fraction (δ).
+	MaxDrift float64
+	// DrainTimeout is how long an owner may keep acting on a revoked shard
+	// to drain it (T).
+	DrainTimeout time.Duration
+}
+
+// Timing returns the profile's timing parameters, and false for an unknown
+// profile.
+func (p Profile) Timing() (Timing, bool) {
+	switch p {
+	case ProfileFast:
+		return Timing{Lease: time.Second, RenewEvery: 200 * time.Millisecond, MaxDrift: 0.1, DrainTimeout: time.Second}, true
+	case ProfileDefault, "":
+		return Timing{Lease: 2 * time.Second, RenewEvery: 400 * time.Millisecond, MaxDrift: 0.1, DrainTimeout: 5 * time.Second}, true
+	case ProfileSafe:
+		return Timing{Lease: 5 * time.Second, RenewEvery: time.Second, MaxDrift: 0.2, DrainTimeout: 15 * time.Second}, true
+	}
+	return Timing{}, false
+}
+
+// Config configures a Node. Start it from DefaultConfig, which reads the
+// node's identity from the environment, and override fields as needed.
+// The zero value of an optional field means "use the default".
+type Config struct {
+	// NodeID is the node's stable identity. It must be unique in the
+	// cluster and survive restarts (it is persisted in DataDir).
+	// DefaultConfig takes it from $HOSTNAME.
+	NodeID string
+	// Group is the group the node belongs to; group-scoped elections and
+	// GroupPosition count only the members of one group. DefaultConfig
+	// takes it from $CLUSTER_NAME, else DefaultGroup.
+	Group string
+
+	// Cluster names the cluster. Gossip refuses nodes of another cluster
+	// (it is memberlist's packet label), so two clusters can share a
+	// network. Nodes of different Groups share one Cluster. Default
+	// DefaultCluster.
+	Cluster string
+
+	// Seeds are gossip addresses (host:port) of nodes to join. Empty means
+	// "start a new cluster": only valid with BootstrapExpect == 1.
+	Seeds []string
+	// BootstrapExpect is the number of control-group voters that must see
+	// each other before the control group forms (as in Consul and Nomad).
+	// 1 starts a single-node cluster; use 3 or 5 in production.
+	BootstrapExpect int
+	// DataDir holds the node's identity, incarnation counter, Raft log and
+	// snapshots. Required unless Network is set (in-memory storage).
+	DataDir string
+
+	// Profile selects the lease timing; see Profile.
+	Profile Profile
+	// Partitions is the number of shards keys hash onto. It must be the same
+	// on every node and must not change over a cluster's life.
+	Partitions int
+	// MinHealth is the health score (0..1) below which a node gives up its
+	// shards and elections and is not given new ones.
+	MinHealth float64
+
+	// GossipAddr is the host:port the gossip transport binds to.
+	GossipAddr string
+	// GossipAdvertise is the host:port other nodes reach the gossip
+	// transport at; empty means GossipAddr (which then must not be a
+	// wildcard address).
+	GossipAdvertise string
+	// RaftAddr is the host:port the control-group transport binds to.
+	RaftAddr string
+	// RaftAdvertise is the host:port other nodes reach the Raft transport
+	// at; empty means RaftAddr.
+	RaftAdvertise string
+	// HTTPAddr, if set, is gossiped to other nodes so tools can find this
+	// node's HTTP API. The node does not listen on it.
+	HTTPAddr string
+
+	// EncryptionKey, if set, encrypts gossip with AES (16, 24 or 32 bytes).
+	// Every node of a cluster needs the same key.
+	EncryptionKey []byte
+	// Tags are free-form labels gossiped with the node (region, version...).
+	Tags map[string]string
+
+	// JobTimeout bounds one job attempt: after it, the shard's owner may
+	// start the job again (DefaultJobTimeout if 0).
+	JobTimeout time.Duration
+
+	// StateMachines are the application state machines every node applies
+	// committed application commands to, keyed by command type. They must
+	// be registered before Start because the node replays the log into them
+	// as it starts. See StateMachine.
+	StateMachines map[string]StateMachine
+
+	// Network, if set, runs the node on an in-process network instead of
+	// real sockets and keeps its storage in memory: addresses and DataDir
+	// are ignored. Use it for tests and examples; see NewMemNetwork.
+	Network *MemNetwork
+
+	// Transports, if set, runs the node's real backend (gossip, Raft,
+	// ledger) over in-process networks with in-memory storage: many real
+	// nodes in one process, also inside testing/synctest. DataDir is then
+	// ignored. See Transports.
+	Transports *Transports
+
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the default configuration with the node's identity
+// taken from the environment: NodeID from $HOSTNAME, Group from
+// $CLUSTER_NAME (else DefaultGroup). Seeds and DataDir stay empty.
+func DefaultConfig() Config {
+	return ConfigFromEnv(os.Getenv)
+}
+
+// ConfigFromEnv is DefaultConfig with a custom environment lookup, for
+// callers that keep their identity under other variable names.
+func ConfigFromEnv(getenv func(string) string) Config {
+	c := Config{
+		NodeID:          strings.TrimSpace(getenv(EnvNodeID)),
+		Group:           strings.TrimSpace(getenv(EnvGroup)),
+		BootstrapExpect: DefaultBootstrapExpect,
+		Profile:         ProfileDefault,
+		Partitions:      DefaultPartitions,
+		MinHealth:       DefaultMinHealth,
+		GossipAddr:      fmt.Sprintf("0.0.0.0:%d", DefaultGossipPort),
+		RaftAddr:        fmt.Sprintf("0.0.0.0:%d", DefaultRaftPort),
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	return c
+}
+
+// withDefaults fills optional zero fields.
+func (c Config) withDefaults() Config {
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.Cluster == "" {
+		c.Cluster = DefaultCluster
+	}
+	if c.Profile == "" {
+		c.Profile = ProfileDefault
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.JobTimeout == 0 {
+		c.JobTimeout = DefaultJobTimeout
+	}
+	if c.BootstrapExpect == 0 {
+		c.BootstrapExpect = 1
+		if len(c.Seeds) > 0 {
+			c.BootstrapExpect = DefaultBootstrapExpect
+		}
+	}
+	return c
+}
+
+// maxIDLen bounds ids and group names so gossip metadata stays within
+// memberlist's 512-byte limit.
+const maxIDLen = 64
+
+// Validate reports every bad value of c in one error that names them. Start
+// calls it; call it yourself to check flags early.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if err := validName(c.NodeID); err != nil {
+		bad("NodeID %q: %v (set $%s or Config.NodeID)", c.NodeID, err, EnvNodeID)
+	}
+	if err := validName(c.Group); err != nil {
+		bad("Group %q: %v", c.Group, err)
+	}
+	if err := validName(c.Cluster); err != nil {
+		bad("Cluster %q: %v", c.Cluster, err)
+	}
+	if _, ok := c.Profile.Timing(); !ok {
+		bad("Profile %q: want %q, %q or %q", c.Profile, ProfileFast, ProfileDefault, ProfileSafe)
+	}
+	if c.Partitions < 1 || c.Partitions > 1<<16 {
+		bad("Partitions %d: want 1..65536", c.Partitions)
+	}
+	if c.MinHealth < 0 || c.MinHealth > 1 || c.MinHealth != c.MinHealth {
+		bad("MinHealth %v: want 0..1", c.MinHealth)
+	}
+	if c.BootstrapExpect < 1 || c.BootstrapExpect > 7 {
+		bad("BootstrapExpect %d: want 1..7 (3 or 5 in production)", c.BootstrapExpect)
+	}
+	if c.JobTimeout < 0 {
+		bad("JobTimeout %v: want > 0", c.JobTimeout)
+	}
+	if n := len(c.EncryptionKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		bad("EncryptionKey of %d bytes: want 16, 24 or 32", n)
+	}
+	for _, k := range sortedKeys(c.Tags) {
+		if k == "" || len(k)+len(c.Tags[k]) > 128 {
+			bad("Tags[%q]: key must be non-empty and key+value at most 128 bytes", k)
+		}
+	}
+	for _, k := range sortedKeys(c.StateMachines) {
+		if k == "" || len(k) > 255 {
+			bad("StateMachines[%q]: type must be 1..255 bytes", k)
+		}
+		if c.StateMachines[k] == nil {
+			bad("StateMachines[%q] is nil", k)
+		}
+	}
+	if c.Transports != nil {
+		errs = append(errs, c.Transports.validate(c)...)
+	}
+	if c.Network == nil {
+		if c.DataDir == "" && c.Transports == nil {
+			bad("DataDir empty: a node needs a directory for its identity and log (or set Network for in-memory tests)")
+		}
+		checkAddr := func(field, v string, required bool) {
+			if v == "" {
+				if required {
+					bad("%s empty: want host:port", field)
+				}
+				return
+			}
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				bad("%s %q: %v", field, v, err)
+			}
+		}
+		checkAddr("GossipAddr", c.GossipAddr, true)
+		checkAddr("GossipAdvertise", c.GossipAdvertise, false)
+		checkAddr("RaftAddr", c.RaftAddr, true)
+		checkAddr("RaftAdvertise", c.RaftAdvertise, false)
+		if host, _, err := net.SplitHostPort(c.RaftAddr); err == nil && c.RaftAdvertise == "" {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				bad("RaftAdvertise empty with wildcard RaftAddr %q: peers need an address to reach this node's control group", c.RaftAddr)
+			}
+		}
+		checkAddr("HTTPAddr", c.HTTPAddr, false)
+		for i, s := range c.Seeds {
+			checkAddr(fmt.Sprintf("Seeds[%d]", i), s, true)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &ConfigError{Errs: errs}
+}
+
+// ConfigError lists every bad value Validate found. errors.Is(err,
+// ErrInvalidConfig) matches it.
+type ConfigError struct {
+	Errs []error
+}
+
+// Error joins the problems into one line.
+func (e *ConfigError) Error() string {
+	parts := make([]string, len(e.Errs))
+	for i, err := range e.Errs {
+		parts[i] = err.Error()
+	}
+	return "node: invalid config: " + strings.Join(parts, "; ")
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns the individual problems.
+func (e *ConfigError) Unwrap() []error { return e.Errs }
+
+func validName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > maxIDLen:
+		return fmt.Errorf("longer than %d bytes", maxIDLen)
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || r == '/' {
+			return fmt.Errorf("contains %q (want printable characters without spaces or '/')", r)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

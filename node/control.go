@@ -1,0 +1,151 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
+)
+
+func clusterIdentity(dataDir, defaultID string) (string, uint64, error) {
+	id, err := cluster.LoadIdentity(dataDir, defaultID)
+	if err != nil {
+		return "", 0, fmt.Errorf("node: identity: %w", err)
+	}
+	return id.ID, id.Incarnation, nil
+}
+
+// controlTuning overrides control-group settings in tests.
+type controlTuning struct {
+	snapshotThreshold uint64
+	snapshotInterval  time.Duration
+	// lanRaft uses the LAN Raft timeouts whatever the profile: fewer
+	// spurious elections on a loaded test machine.
+	lanRaft bool
+}
+
+// tuneControl lets tests shrink snapshot thresholds.
+var tuneControl = func(*controlTuning) {}
+
+// snapshots returns how many Raft snapshots the node keeps.
+func (b *netBackend) snapshots() int {
+	l, err := b.store.Snapshots.List()
+	if err != nil {
+		return 0
+	}
+	return len(l)
+}
+
+// clusterControl adapts cluster.ControlGroup to controlPlane.
+type clusterControl struct {
+	g    *cluster.ControlGroup
+	lead chan bool
+	done chan struct{}
+}
+
+func newClusterControl(d controlDeps) (controlPlane, error) {
+	cc := cluster.DefaultControlConfig()
+	if d.cfg.Profile == ProfileFast {
+		cc = cluster.FastControlConfig()
+	}
+	cc.NodeID, cc.Incarnation = d.id, d.incarnation
+	cc.BindAddr, cc.AdvertiseAddr = d.cfg.RaftAddr, d.cfg.RaftAdvertise
+	cc.BootstrapExpect = d.cfg.BootstrapExpect
+	if cc.MaxVoters < cc.BootstrapExpect {
+		cc.MaxVoters = cc.BootstrapExpect | 1
+	}
+	cc.FSM = d.fsm
+	cc.LogStore, cc.StableStore, cc.SnapshotStore = d.store.Log, d.store.Stable, d.store.Snapshots
+	var tune controlTuning
+	tuneControl(&tune)
+	if tune.snapshotThreshold > 0 {
+		cc.SnapshotThreshold, cc.TrailingLogs = tune.snapshotThreshold, tune.snapshotThreshold
+	}
+	if tune.snapshotInterval > 0 {
+		cc.SnapshotInterval = tune.snapshotInterval
+	}
+	if tune.lanRaft {
+		lan := cluster.DefaultControlConfig()
+		cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = lan.HeartbeatTimeout, lan.ElectionTimeout, lan.LeaderLeaseTimeout
+	}
+	if d.cfg.Logger != nil {
+		cc.Logger = d.cfg.Logger.With("component", "control")
+	}
+	d.cfg.Transports.attachRaft(&cc, d.cfg)
+	g, err := cluster.NewControlGroup(cc, cluster.AdaptPeers[*cluster.Subscription](d.members))
+	if err != nil {
+		return nil, fmt.Errorf("node: control group: %w", err)
+	}
+	c := &clusterControl{g: g, lead: make(chan bool), done: make(chan struct{})}
+	go func() {
+		defer close(c.lead)
+		for ev := range g.Leadership() {
+			select {
+			case c.lead <- ev.Leader:
+			case <-c.done:
+				return
+			}
+		}
+	}()
+	return c, nil
+}
+
+func (c *clusterControl) Apply(ctx context.Context, cmd []byte) (ledger.Result, error) {
+	a, err := c.g.Apply(ctx, cmd)
+	switch {
+	case err == nil:
+	case errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, cluster.ErrTimeout):
+		return ledger.Result{}, fmt.Errorf("%w: %w", ownership.ErrLeadershipLost, err)
+	case errors.Is(err, cluster.ErrNotLeader):
+		return ledger.Result{}, fmt.Errorf("%w: %w", ownership.ErrNotLeader, err)
+	default:
+		return ledger.Result{}, err
+	}
+	var r ledger.Result
+	if err := r.UnmarshalBinary(a.Response); err != nil {
+		return ledger.Result{}, fmt.Errorf("node: decode ledger result at index %d: %w", a.Index, err)
+	}
+	if r.Index == 0 {
+		r.Index = a.Index
+	}
+	return r, nil
+}
+
+func (c *clusterControl) Barrier(ctx context.Context) error {
+	if err := c.g.Barrier(ctx); err != nil {
+		if errors.Is(err, cluster.ErrNotLeader) {
+			return fmt.Errorf("%w: %w", ownership.ErrNotLeader, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func (c *clusterControl) Leadership() <-chan bool { return c.lead }
+
+func (c *clusterControl) Leader() string {
+	id, _ := c.g.Leader()
+	return id
+}
+
+func (c *clusterControl) Voters() []string {
+	v := slices.Clone(c.g.Voters())
+	slices.Sort(v)
+	return v
+}
+
+func (c *clusterControl) Addr() string { return c.g.Addr() }
+
+func (c *clusterControl) Shutdown(ctx context.Context) error {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	return c.g.Shutdown(ctx)
+}

@@ -1,0 +1,765 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/ring"
+)
+
+// Errors returned by Node. Use errors.Is: operations wrap them with detail.
+var (
+	// ErrClosed: the node (or the subscription, election or worker's node)
+	// was closed.
+	ErrClosed = errors.New("node: closed")
+	// ErrInvalidConfig: Config.Validate found bad values; the error is a
+	// *ConfigError naming them.
+	ErrInvalidConfig = errors.New("node: invalid config")
+	// ErrNotOwner: this node is not acting as owner of the shard right now
+	// (not the committed owner, lease not valid, or revoked and drained).
+	ErrNotOwner = errors.New("node: not the acting owner")
+	// ErrStaleToken: a fenced operation carried a token whose epoch the
+	// shard has moved past; it was rejected and not applied.
+	ErrStaleToken = errors.New("node: stale fencing token")
+	// ErrNotLeader: this node does not lead the election.
+	ErrNotLeader = errors.New("node: not the election leader")
+	// ErrNoQuorum: the control group has no reachable leader, so nothing can
+	// be committed; the operation may be retried.
+	ErrNoQuorum = errors.New("node: no control-group quorum")
+	// ErrUnknownType: an application command names a type no state machine
+	// is registered for.
+	ErrUnknownType = errors.New("node: unknown command type")
+	// ErrJobNotFound: no job has the id.
+	ErrJobNotFound = errors.New("node: job not found")
+	// ErrJobState: the job is not in a state that allows the transition
+	// (completing a job twice, starting a running job, a stale attempt).
+	ErrJobState = errors.New("node: job state does not allow this transition")
+	// ErrLostOwnership is the cause (context.Cause) of a WorkFunc's
+	// context when its term ended because this node stopped acting as
+	// owner. errors.Is(ErrLostOwnership, ErrNotOwner) holds.
+	ErrLostOwnership = fmt.Errorf("node: ownership ended: %w", ErrNotOwner)
+	// ErrNotLive: this node's liveness is not committed (not yet
+	// registered, or expired and re-registering).
+	ErrNotLive = errors.New("node: liveness not committed")
+	// ErrUnsupported: the operation needs a feature the running cluster
+	// does not provide.
+	ErrUnsupported = errors.New("node: unsupported")
+)
+
+// Token is a fencing token: the shard and the epoch this node owns it at.
+// Pass it with every side effect a shard's owner performs so the receiving
+// system can reject writes from an older epoch: epochs of one shard only
+// increase, and at most one node owns a shard at any epoch.
+type Token struct {
+	Shard uint32
+	Epoch uint64
+}
+
+// String formats the token as "shard/epoch", e.g. "17/4".
+func (t Token) String() string { return fmt.Sprintf("%d/%d", t.Shard, t.Epoch) }
+
+// IsZero reports whether t is the zero Token (no ownership).
+func (t Token) IsZero() bool { return t == Token{} }
+
+// Newer reports whether t supersedes u: same shard, higher epoch. A
+// downstream system keeps the highest token it has seen per shard and
+// refuses writes carrying an older one.
+func (t Token) Newer(u Token) bool { return t.Shard == u.Shard && t.Epoch > u.Epoch }
+
+// ShardState is the committed state of a shard.
+type ShardState uint8
+
+// The shard states (see docs/protocol.md).
+const (
+	// ShardUnowned: no node may act on the shard.
+	ShardUnowned ShardState = iota
+	// ShardOwned: the owner acts while its lease is valid.
+	ShardOwned
+	// ShardRevoking: the owner was asked to hand the shard over and acts
+	// only to drain it, until it releases it or its drain timeout ends.
+	ShardRevoking
+)
+
+// String returns the state's name.
+func (s ShardState) String() string {
+	switch s {
+	case ShardUnowned:
+		return "unowned"
+	case ShardOwned:
+		return "owned"
+	case ShardRevoking:
+		return "revoking"
+	}
+	return fmt.Sprintf("ShardState(%d)", uint8(s))
+}
+
+// ShardInfo is one shard's committed ownership as this node's replica
+// shows it, plus whether this node acts on it.
+type ShardInfo struct {
+	Shard uint32
+	// Epoch is the shard's fencing epoch.
+	Epoch uint64
+	// Owner is the committed owner ("" if never owned; after a release it
+	// still names the previous owner while State is ShardUnowned).
+	Owner string
+	State ShardState
+	// Target is the node a revocation hands the shard to, if decided.
+	Target string
+	// Valid reports whether the owner's liveness still backs the ownership.
+	Valid bool
+	// Acting reports whether this node acts on the shard right now.
+	Acting bool
+	// LeaseRemaining is how long this node may keep acting on the shard
+	// without another renewal (0 unless Acting).
+	LeaseRemaining time.Duration
+	// Election is the name of the group-scoped election held on this
+	// shard, "" for ordinary shards.
+	Election string
+	// ChangedAt is the proposer's clock at the last change (display only).
+	ChangedAt time.Time
+	// Reason is a short human reason for the last change.
+	Reason string
+}
+
+// Token returns the shard's current fencing token.
+func (s ShardInfo) Token() Token { return Token{Shard: s.Shard, Epoch: s.Epoch} }
+
+// Node is a running member of a tenure cluster. All methods are safe for
+// concurrent use. Create one with Start and stop it with Close.
+type Node struct {
+	cfg    Config
+	timing Timing
+	log    *slog.Logger
+	be     backend
+	// guard: acting ends this long before the lease protocol's deadline, so
+	// a worker's context is cancelled before the lease ends even when the
+	// process is briefly descheduled.
+	guard time.Duration
+
+	events    hub[Event]
+	jobEvents hub[JobEvent]
+
+	kick chan struct{} // wakes the loop; capacity 1
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	refreshMu sync.Mutex // serialises refresh so events keep their order
+
+	mu         sync.Mutex
+	closing    bool          // Close or kill started
+	closed     bool          // the node no longer acts
+	changed    chan struct{} // closed and replaced after every refresh
+	view       map[uint32]shardView
+	elections  map[string]*Election // by key (scope/name)
+	health     float64
+	healthMeta map[string]string
+	healthAt   time.Time
+	jobSeen    map[uint64]jobVersion
+	jobIndex   uint64            // applied index of the last job diff
+	suppressed map[uint32]uint64 // shard -> epoch this node gave up
+	active     map[uint32]int    // shard -> running workers
+	handing    map[uint32]uint64 // shard -> epoch a handoff was started for
+}
+
+// shardView is what the loop last published about a shard.
+type shardView struct {
+	owner  string
+	epoch  uint64
+	acting bool
+}
+
+type jobVersion struct {
+	state   JobState
+	attempt uint32
+}
+
+// Start starts a node, joins the cluster and returns once the node is
+// registered with the control group (its first heartbeat committed), so
+// ownership queries are meaningful. A new cluster forms only when
+// BootstrapExpect nodes see each other, so start the first nodes
+// concurrently (as separate processes do). ctx bounds only the start;
+// cancel it to give up joining.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	timing, _ := cfg.Profile.Timing()
+	n := &Node{
+		cfg:     cfg,
+		timing:  timing,
+		log:     cfg.Logger,
+		guard:   max(timing.Lease/50, timing.RenewEvery/2),
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		changed: make(chan struct{}),
+		view:    make(map[uint32]shardView),
+		health:  1,
+		jobSeen: make(map[uint64]jobVersion),
+
+		suppressed: make(map[uint32]uint64),
+		active:     make(map[uint32]int),
+		handing:    make(map[uint32]uint64),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.log = n.log.With("node", cfg.NodeID)
+	n.elections = make(map[string]*Election)
+	factory := realBackend
+	if cfg.Network != nil {
+		factory = cfg.Network.backend
+	}
+	be, err := factory(ctx, cfg, n.notify)
+	if err != nil {
+		return nil, err
+	}
+	n.be = be
+	if err := n.waitRegistered(ctx); err != nil {
+		_ = be.close(context.Background())
+		return nil, err
+	}
+	n.refresh(time.Now())
+	n.wg.Add(1)
+	go n.loop()
+	return n, nil
+}
+
+func (n *Node) waitRegistered(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !n.be.lease().registered {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: start %s: not registered with the control group: %w", n.cfg.NodeID, context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Close drains the node (hands its shards over, see Drain), leaves the
+// cluster and stops. ctx bounds the drain: when it ends, Close stops
+// anyway and the control group reassigns the remaining shards once their
+// leases expire. Workers' contexts are cancelled before Close returns.
+// Close returns ErrClosed if the node was already closed.
+func (n *Node) Close(ctx context.Context) error {
+	if !n.beginClose() {
+		return ErrClosed
+	}
+	drainErr := n.Drain(ctx)
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	close(n.done)
+	n.wg.Wait()
+	// Publish the final losses so subscribers and workers see them.
+	n.refresh(time.Now())
+	err := n.be.close(ctx)
+	n.events.close()
+	n.jobEvents.close()
+	n.mu.Lock()
+	for _, e := range n.elections {
+		e.hub.close()
+	}
+	n.mu.Unlock()
+	if drainErr != nil && ctx.Err() == nil {
+		return errors.Join(drainErr, err)
+	}
+	return err
+}
+
+// beginClose reports whether this call is the first to close the node.
+func (n *Node) beginClose() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closing {
+		return false
+	}
+	n.closing = true
+	return true
+}
+
+// kill stops the node without draining or leaving, as a crash would; for
+// tests. Backends that cannot crash are closed.
+func (n *Node) kill() {
+	if !n.beginClose() {
+		return
+	}
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	close(n.done)
+	if k, ok := n.be.(interface{ kill() }); ok {
+		k.kill()
+	} else {
+		_ = n.be.close(context.Background())
+	}
+	n.wg.Wait()
+	n.refresh(time.Now())
+	n.events.close()
+	n.jobEvents.close()
+	n.mu.Lock()
+	for _, e := range n.elections {
+		e.hub.close()
+	}
+	n.mu.Unlock()
+}
+
+// Done returns a channel closed when Close starts shutting the node down.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// ID returns the node id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Group returns the node's group.
+func (n *Node) Group() string { return n.cfg.Group }
+
+// Incarnation returns this process's incarnation of the node id (it grows
+// by one at every start).
+func (n *Node) Incarnation() uint64 { return n.be.incarnation() }
+
+// Partitions returns the number of shards keys hash onto.
+func (n *Node) Partitions() int { return n.cfg.Partitions }
+
+// Timing returns the lease timing of the node's profile.
+func (n *Node) Timing() Timing { return n.timing }
+
+// ShardFor maps a key (a tenant id, a queue name, a job key) to its shard.
+// The mapping depends only on the key and Partitions, so every node and
+// every process agrees on it.
+func (n *Node) ShardFor(key string) uint32 { return ShardFor(n.cfg.Partitions, key) }
+
+// ShardFor maps key onto one of partitions shards (xxhash64 of the key
+// modulo partitions, ring.ShardFor), the same function Node.ShardFor uses.
+func ShardFor(partitions int, key string) uint32 {
+	return ring.ShardFor(partitions, []byte(key))
+}
+
+// IsOwner reports whether this node acts as owner of shard right now: it is
+// the committed owner, its lease is valid by its own clock, and the shard
+// is not revoked-and-drained. The answer can change right after the call;
+// use Token and pass it downstream, or run work with RunPerShard, whose
+// context ends when ownership does.
+func (n *Node) IsOwner(shard uint32) bool {
+	_, ok := n.Token(shard)
+	return ok == nil
+}
+
+// Owner returns the committed owner of shard, or "" if it has none. The
+// committed owner may not be acting yet (or any more); see IsOwner.
+func (n *Node) Owner(shard uint32) string {
+	rec, ok := n.be.shard(shard)
+	if !ok || rec.State == ShardUnowned || !rec.Valid {
+		return ""
+	}
+	return rec.Owner
+}
+
+// Token returns the fencing token of shard if this node acts as its owner
+// right now, and ErrNotOwner otherwise.
+func (n *Node) Token(shard uint32) (Token, error) {
+	tok, _, err := n.actingToken(shard, time.Now())
+	return tok, err
+}
+
+// LeaseRemaining returns how long this node may keep acting on shard
+// without another lease renewal; 0 if it is not acting.
+func (n *Node) LeaseRemaining(shard uint32) time.Duration {
+	now := time.Now()
+	_, until, err := n.actingToken(shard, now)
+	if err != nil {
+		return 0
+	}
+	return until.Sub(now)
+}
+
+func (n *Node) actingToken(shard uint32, now time.Time) (Token, time.Time, error) {
+	if n.isClosed() {
+		return Token{}, time.Time{}, ErrClosed
+	}
+	a, ok := n.be.acting(shard, now)
+	until := a.until.Add(-n.guard)
+	if !ok || a.revoking || !now.Before(until) || n.isSuppressed(shard, a.epoch) {
+		return Token{}, time.Time{}, fmt.Errorf("shard %d: %w", shard, ErrNotOwner)
+	}
+	return Token{Shard: shard, Epoch: a.epoch}, until, nil
+}
+
+// isSuppressed reports whether this node gave up shard at epoch (Resign,
+// or a drained revocation) and must not act on it again at that epoch.
+func (n *Node) isSuppressed(shard uint32, epoch uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.suppressed[shard]
+	return ok && e == epoch
+}
+
+// Shard returns shard's committed record and this node's acting state.
+func (n *Node) Shard(shard uint32) ShardInfo {
+	rec, ok := n.be.shard(shard)
+	if !ok {
+		rec = ShardInfo{Shard: shard}
+	}
+	return n.decorate(rec, time.Now())
+}
+
+// Shards returns every shard's committed record, sorted by shard.
+func (n *Node) Shards() []ShardInfo {
+	now := time.Now()
+	recs := n.be.shards()
+	for i := range recs {
+		recs[i] = n.decorate(recs[i], now)
+	}
+	return recs
+}
+
+// Owned returns the shards this node acts on right now, sorted.
+func (n *Node) Owned() []Token {
+	var out []Token
+	now := time.Now()
+	for _, rec := range n.be.shards() {
+		if tok, _, err := n.actingToken(rec.Shard, now); err == nil {
+			out = append(out, tok)
+		}
+	}
+	return out
+}
+
+func (n *Node) decorate(rec ShardInfo, now time.Time) ShardInfo {
+	if _, until, err := n.actingToken(rec.Shard, now); err == nil {
+		rec.Acting = true
+		rec.LeaseRemaining = until.Sub(now)
+	}
+	return rec
+}
+
+// Subscribe returns a subscription to ownership events (see Event) with a
+// buffer of buffer events (DefaultBuffer if < 1). It first delivers an
+// OwnerChanged event for every currently owned shard and a ShardAcquired
+// for every shard this node acts on, so a subscriber needs no separate
+// initial read.
+func (n *Node) Subscribe(buffer int) *Subscription[Event] {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.events.subscribe(buffer, nil)
+	now := time.Now()
+	for _, sh := range sortedShards(n.view) {
+		v := n.view[sh]
+		if v.owner != "" {
+			s.send(Event{Kind: OwnerChanged, Shard: sh, Epoch: v.epoch, Owner: v.owner, At: now})
+		}
+		if v.acting {
+			s.send(Event{Kind: ShardAcquired, Shard: sh, Epoch: v.epoch, Owner: v.owner, At: now})
+		}
+	}
+	return s
+}
+
+// WaitSettled blocks until every shard has a valid owner and none is being
+// revoked, or ctx ends. Tests and examples use it to start from a stable
+// placement; production code does not need it.
+func (n *Node) WaitSettled(ctx context.Context) error {
+	return n.waitFor(ctx, func() bool {
+		recs := n.be.shards()
+		if len(recs) < n.cfg.Partitions {
+			return false
+		}
+		for _, r := range recs {
+			if r.State != ShardOwned || !r.Valid {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitFor re-evaluates cond after every state change until it holds.
+func (n *Node) waitFor(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(n.timing.RenewEvery)
+	defer t.Stop()
+	for {
+		ch := n.watch()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-n.done:
+			return ErrClosed
+		case <-ch:
+		case <-t.C:
+		}
+	}
+}
+
+func (n *Node) isClosed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closed
+}
+
+// watch returns a channel closed at the next state change.
+func (n *Node) watch() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.changed
+}
+
+// notify is the backend's change callback.
+func (n *Node) notify() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop publishes events: it re-reads the committed table and the acting
+// set on every change notification and at the earliest lease deadline.
+func (n *Node) loop() {
+	defer n.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := n.refresh(time.Now())
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		wait := n.timing.RenewEvery
+		if !next.IsZero() {
+			if d := time.Until(next); d < wait {
+				wait = max(d, 0)
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-n.done:
+			return
+		case <-n.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// refresh diffs the current state against the last published view, emits
+// events, starts handoffs of drained revoked shards and wakes waiters. It
+// returns the earliest acting deadline.
+func (n *Node) refresh(now time.Time) time.Time {
+	n.refreshMu.Lock()
+	defer n.refreshMu.Unlock()
+	closed := n.isClosed()
+	recs := n.be.shards()
+	acting := make(map[uint32]Token)
+	var next time.Time
+	for _, rec := range recs {
+		if closed {
+			break
+		}
+		if rec.Owner != n.cfg.NodeID {
+			continue
+		}
+		tok, until, err := n.actingToken(rec.Shard, now)
+		if err == nil && tok.Epoch != rec.Epoch {
+			// The table changed between the two reads; the change's
+			// notification triggers another refresh.
+			continue
+		}
+		if err == nil {
+			acting[rec.Shard] = tok
+			if next.IsZero() || until.Before(next) {
+				next = until
+			}
+			continue
+		}
+		// Protocol-acting on a revoked shard: hand it over once no worker
+		// runs on it any more (rule 5).
+		if a, ok := n.be.acting(rec.Shard, now); ok && a.revoking {
+			n.maybeHandoff(rec.Shard, a.epoch)
+			if d := a.until; next.IsZero() || d.Before(next) {
+				next = d
+			}
+		}
+	}
+
+	var evs []Event
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seen := make(map[uint32]bool, len(recs))
+	for _, rec := range recs {
+		seen[rec.Shard] = true
+		old := n.view[rec.Shard]
+		cur := shardView{epoch: rec.Epoch}
+		if rec.State != ShardUnowned && rec.Valid {
+			cur.owner = rec.Owner
+		}
+		if tok, ok := acting[rec.Shard]; ok {
+			cur.acting, cur.epoch = true, tok.Epoch
+		}
+		if e, ok := n.suppressed[rec.Shard]; ok && e != rec.Epoch {
+			delete(n.suppressed, rec.Shard)
+		}
+		evs = appendDiff(evs, rec.Shard, old, cur, now)
+		n.view[rec.Shard] = cur
+	}
+	for _, sh := range sortedShards(n.view) {
+		if !seen[sh] {
+			evs = appendDiff(evs, sh, n.view[sh], shardView{}, now)
+			delete(n.view, sh)
+		}
+	}
+	if len(evs) > 0 {
+		n.events.publish(evs...)
+		n.publishElectionEvents(evs)
+	}
+	n.publishJobEvents()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	return next
+}
+
+// maybeHandoff proposes the handoff of a revoked shard at epoch once no
+// worker of this node runs on it, at most once per (shard, epoch).
+func (n *Node) maybeHandoff(shard uint32, epoch uint64) {
+	n.mu.Lock()
+	if n.active[shard] > 0 || n.handing[shard] == epoch {
+		n.mu.Unlock()
+		return
+	}
+	n.handing[shard] = epoch
+	n.mu.Unlock()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), n.timing.DrainTimeout+n.timing.Lease)
+		defer cancel()
+		if err := n.be.handoff(ctx, shard, epoch); err != nil {
+			n.log.Warn("handoff failed; the control group takes the shard over after the drain timeout",
+				"shard", shard, "epoch", epoch, "err", err)
+		}
+		n.notify()
+	}()
+}
+
+// addActive and doneActive count the workers running on a shard; a revoked
+// shard is handed over only when none runs.
+func (n *Node) addActive(shard uint32) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.active[shard]++
+}
+
+func (n *Node) doneActive(shard uint32) {
+	n.mu.Lock()
+	n.active[shard]--
+	if n.active[shard] <= 0 {
+		delete(n.active, shard)
+	}
+	n.mu.Unlock()
+	n.notify()
+}
+
+func appendDiff(evs []Event, sh uint32, old, cur shardView, now time.Time) []Event {
+	lost := old.acting && (!cur.acting || cur.epoch != old.epoch)
+	acquired := cur.acting && (!old.acting || cur.epoch != old.epoch)
+	if lost {
+		evs = append(evs, Event{Kind: ShardLost, Shard: sh, Epoch: old.epoch, Owner: cur.owner, At: now})
+	}
+	if old.owner != cur.owner || (cur.owner != "" && old.epoch != cur.epoch) {
+		evs = append(evs, Event{Kind: OwnerChanged, Shard: sh, Epoch: cur.epoch, Owner: cur.owner, Previous: old.owner, At: now})
+	}
+	if acquired {
+		evs = append(evs, Event{Kind: ShardAcquired, Shard: sh, Epoch: cur.epoch, Owner: cur.owner, At: now})
+	}
+	return evs
+}
+
+func sortedShards[V any](m map[uint32]V) []uint32 {
+	out := make([]uint32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Drain asks the control group to move every shard and election off this
+// node (it stays a member and keeps its control-group vote) and returns
+// once this node acts on none, or ctx ends. When no other node is eligible
+// to take shards over it returns at once (the shards stay here). Workers see their contexts
+// cancelled as their shards are handed over, one drain timeout at most
+// after the revocation. A drained node gets no shards until Undrain.
+func (n *Node) Drain(ctx context.Context) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	if err := n.be.setDraining(ctx, true); err != nil {
+		return fmt.Errorf("node: drain %s: %w", n.cfg.NodeID, err)
+	}
+	return n.waitFor(ctx, func() bool {
+		return (!n.protocolActing() && !n.ownsCommitted()) || (!n.othersEligible() && !n.handingOver())
+	})
+}
+
+// ownsCommitted reports whether the committed table still names this node
+// the valid owner of a shard (it has not handed it over yet).
+func (n *Node) ownsCommitted() bool {
+	for _, rec := range n.be.shards() {
+		if rec.Owner == n.cfg.NodeID && rec.State != ShardUnowned && rec.Valid {
+			return true
+		}
+	}
+	return false
+}
+
+// handingOver reports whether a shard of this node is being revoked.
+func (n *Node) handingOver() bool {
+	for _, rec := range n.be.shards() {
+		if rec.Owner == n.cfg.NodeID && rec.State == ShardRevoking && rec.Valid {
+			return true
+		}
+	}
+	return false
+}
+
+// othersEligible reports whether another node could take shards over; a
+// drain with nowhere to go returns at once instead of waiting for ctx.
+func (n *Node) othersEligible() bool {
+	for _, c := range n.candidates(func(Member) bool { return false }, "") {
+		if c.ID != n.cfg.NodeID && c.Eligible {
+			return true
+		}
+	}
+	return false
+}
+
+// protocolActing reports whether this node may still act on any shard by
+// the lease protocol, including revoked shards it has not handed over.
+func (n *Node) protocolActing() bool {
+	now := time.Now()
+	for _, rec := range n.be.shards() {
+		if _, ok := n.be.acting(rec.Shard, now); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Undrain makes a drained node eligible for shards again.
+func (n *Node) Undrain(ctx context.Context) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	if err := n.be.setDraining(ctx, false); err != nil {
+		return fmt.Errorf("node: undrain %s: %w", n.cfg.NodeID, err)
+	}
+	return nil
+}

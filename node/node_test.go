@@ -1,0 +1,623 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testTimeout bounds every wait in these tests; the happy path takes
+// milliseconds.
+const testTimeout = 20 * time.Second
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func memConfig(net *MemNetwork, id string) Config {
+	cfg := ConfigFromEnv(func(string) string { return "" })
+	cfg.NodeID, cfg.Network, cfg.Partitions = id, net, 8
+	return cfg
+}
+
+func startMem(t *testing.T, net *MemNetwork, id string, mod ...func(*Config)) *Node {
+	t.Helper()
+	cfg := memConfig(net, id)
+	for _, f := range mod {
+		f(&cfg)
+	}
+	n, err := Start(testCtx(t), cfg)
+	if err != nil {
+		t.Fatalf("start %s: %v", id, err)
+	}
+	t.Cleanup(func() { _ = n.Close(context.Background()) })
+	return n
+}
+
+// recv waits for the next value of a subscription.
+func recv[T any](t *testing.T, s *Subscription[T]) T {
+	t.Helper()
+	select {
+	case v, ok := <-s.C():
+		if !ok {
+			t.Fatal("subscription closed")
+		}
+		return v
+	case <-time.After(testTimeout):
+		t.Fatalf("no event within the deadline (%T)", s)
+	}
+	panic("unreachable")
+}
+
+func TestConfigValidateNamesBadValues(t *testing.T) {
+	base := ConfigFromEnv(func(k string) string {
+		return map[string]string{EnvNodeID: "n1", EnvGroup: "g"}[k]
+	})
+	base.DataDir = "/tmp/x"
+	base.Seeds = []string{"10.0.0.1:7946"}
+	base.RaftAdvertise = "10.0.0.2:7947"
+	if err := base.Validate(); err != nil {
+		t.Fatalf("valid config rejected: %v", err)
+	}
+	if base.NodeID != "n1" || base.Group != "g" {
+		t.Fatalf("identity from env: got %q/%q", base.NodeID, base.Group)
+	}
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"empty id", func(c *Config) { c.NodeID = "" }, `NodeID ""`},
+		{"slash id", func(c *Config) { c.NodeID = "a/b" }, `NodeID "a/b"`},
+		{"profile", func(c *Config) { c.Profile = "warp" }, `Profile "warp"`},
+		{"partitions", func(c *Config) { c.Partitions = -1 }, "Partitions -1"},
+		{"min health", func(c *Config) { c.MinHealth = 2 }, "MinHealth 2"},
+		{"expect", func(c *Config) { c.BootstrapExpect = 9 }, "BootstrapExpect 9"},
+		{"raft advertise", func(c *Config) { c.RaftAdvertise = "" }, "RaftAdvertise empty with wildcard RaftAddr"},
+		{"key", func(c *Config) { c.EncryptionKey = []byte("short") }, "EncryptionKey of 5 bytes"},
+		{"data dir", func(c *Config) { c.DataDir = "" }, "DataDir empty"},
+		{"gossip addr", func(c *Config) { c.GossipAddr = "nope" }, `GossipAddr "nope"`},
+		{"seed addr", func(c *Config) { c.Seeds = []string{"x"} }, `Seeds[0] "x"`},
+		{"nil sm", func(c *Config) { c.StateMachines = map[string]StateMachine{"t": nil} }, `StateMachines["t"] is nil`},
+		{"job timeout", func(c *Config) { c.JobTimeout = -time.Second }, "JobTimeout -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base
+			tt.mod(&c)
+			err := c.Validate()
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %q, want it to name %q", err, tt.want)
+			}
+		})
+	}
+	// Two problems are both named.
+	c := base
+	c.NodeID, c.Partitions = "", 0
+	c.Profile = "x"
+	err := c.Validate()
+	if !strings.Contains(err.Error(), "NodeID") || !strings.Contains(err.Error(), "Profile") {
+		t.Fatalf("Validate() = %q, want both problems", err)
+	}
+}
+
+func TestStartRejectsBadConfig(t *testing.T) {
+	_, err := Start(testCtx(t), Config{})
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Start(Config{}) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestShardForIsStable(t *testing.T) {
+	// Values pinned: changing the key hash moves every shard of every
+	// existing cluster.
+	if got := ShardFor(271, "tenant-42"); got != ShardFor(271, "tenant-42") || got >= 271 {
+		t.Fatalf("ShardFor = %d", got)
+	}
+	if ShardFor(0, "x") != 0 {
+		t.Fatal("ShardFor(0, x) != 0")
+	}
+}
+
+// On a handover, the old owner sees ShardLost before the OwnerChanged that
+// names the new owner, and the new owner sees OwnerChanged before
+// ShardAcquired; epochs increase.
+func TestEventsOrderOnHandover(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	a := startMem(t, net, "a")
+	if err := a.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	subA := a.Subscribe(256)
+	defer subA.Close()
+	// Drain the initial state.
+	for range 2 * a.Partitions() {
+		recv(t, subA)
+	}
+	b := startMem(t, net, "b")
+	subB := b.Subscribe(256)
+	defer subB.Close()
+	if err := a.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	owned := b.Owned()
+	moved := len(owned)
+	if moved == 0 {
+		t.Fatal("no shard moved to b")
+	}
+	perShard := map[uint32][]Event{}
+	for complete := 0; complete < moved; {
+		ev := recv(t, subA)
+		perShard[ev.Shard] = append(perShard[ev.Shard], ev)
+		if len(perShard[ev.Shard]) == 2 {
+			complete++
+		}
+	}
+	for _, sh := range owned {
+		evs := perShard[sh.Shard]
+		if len(evs) != 2 || evs[0].Kind != ShardLost || evs[1].Kind != OwnerChanged || evs[1].Owner != "b" || evs[1].Epoch <= evs[0].Epoch {
+			t.Fatalf("shard %d events on a: %v", sh.Shard, evs)
+		}
+	}
+	// On b: owner-changed before acquired, per shard.
+	seen := map[uint32]EventKind{}
+	for len(seen) < moved || hasNonAcquired(seen) {
+		ev := recv(t, subB)
+		if ev.Owner != "b" {
+			continue
+		}
+		if ev.Kind == ShardAcquired && seen[ev.Shard] != OwnerChanged {
+			t.Fatalf("shard %d acquired before its owner-changed", ev.Shard)
+		}
+		seen[ev.Shard] = ev.Kind
+	}
+	if subA.Dropped() != 0 || subB.Dropped() != 0 {
+		t.Fatalf("dropped events: %d %d", subA.Dropped(), subB.Dropped())
+	}
+}
+
+func hasNonAcquired(m map[uint32]EventKind) bool {
+	for _, k := range m {
+		if k != ShardAcquired {
+			return true
+		}
+	}
+	return false
+}
+
+// A worker's context is cancelled when its shard is revoked, and the shard
+// is handed over only after the worker returned.
+func TestWorkerDrainsBeforeHandover(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	a := startMem(t, net, "a")
+	e := a.Election("cron")
+	if _, err := e.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type obs struct {
+		cause        error
+		stateOnExit  ShardState
+		ownerOnExit  string
+		tokenOnStart Token
+	}
+	got := make(chan obs, 1)
+	started := make(chan struct{})
+	go func() {
+		_ = a.RunLeader(ctx, e, func(wctx context.Context, tok Token) error {
+			close(started)
+			<-wctx.Done()
+			// Still draining: the shard is ours (revoking) until we return.
+			rec := a.Shard(e.Shard())
+			got <- obs{context.Cause(wctx), rec.State, rec.Owner, tok}
+			return nil
+		})
+	}()
+	<-started
+	// a is the only node: the shard is released, not transferred.
+	if err := a.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-got
+	if !errors.Is(o.cause, ErrLostOwnership) {
+		t.Fatalf("worker cause = %v, want ErrLostOwnership", o.cause)
+	}
+	if o.ownerOnExit != "a" || o.stateOnExit != ShardRevoking {
+		t.Fatalf("on worker exit shard was %s/%q, want revoking/a (handover must wait for the worker)", o.stateOnExit, o.ownerOnExit)
+	}
+	if e.IsLeader() {
+		t.Fatal("still leader after drain")
+	}
+}
+
+func TestResignHandsLeadershipOver(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	a := startMem(t, net, "a")
+	b := startMem(t, net, "b")
+	if err := a.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]*Node{"a": a, "b": b}
+	leaderID, err := a.Election("outbox").WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := nodes[leaderID]
+	other := nodes[map[string]string{"a": "b", "b": "a"}[leaderID]]
+	ev := other.Election("outbox").Events(16)
+	defer ev.Close()
+	if first := recv(t, ev); first.Kind != LeaderChanged || first.Leader != leaderID {
+		t.Fatalf("first event %v, want the current leader", first)
+	}
+	oldTok, err := leader.Election("outbox").Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Election("outbox").Resign(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Resign by a follower = %v, want ErrNotLeader", err)
+	}
+	if err := leader.Election("outbox").Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e := recv(t, ev)
+		if e.Kind == BecameLeader {
+			if !e.Token.Newer(oldTok) {
+				t.Fatalf("new token %s not newer than %s", e.Token, oldTok)
+			}
+			break
+		}
+	}
+	if !other.Election("outbox").IsLeader() || leader.Election("outbox").IsLeader() {
+		t.Fatal("leadership did not move to the other node")
+	}
+}
+
+func TestSubscriptionDropsInsteadOfBlocking(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	a := startMem(t, net, "a")
+	if err := a.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub := a.Subscribe(1)
+	if sub.Dropped() == 0 {
+		t.Fatalf("initial state of %d shards fit in a 1-event buffer", a.Partitions())
+	}
+	sub.Close()
+	sub.Close() // idempotent
+	if _, ok := <-sub.C(); ok {
+		// buffered value may remain; the channel must be closed after it
+		if _, ok := <-sub.C(); ok {
+			t.Fatal("channel not closed")
+		}
+	}
+}
+
+// counter is an application state machine: sums per shard.
+type counter struct {
+	mu      sync.Mutex
+	applied map[uint32]int
+}
+
+func (c *counter) Apply(shard uint32, _ uint64, _ uint64, payload []byte) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.applied == nil {
+		c.applied = make(map[uint32]int)
+	}
+	if string(payload) == "fail" {
+		return nil, errors.New("refused")
+	}
+	c.applied[shard]++
+	return nil, nil
+}
+func (c *counter) Snapshot() ([]byte, error) { return nil, nil }
+func (c *counter) Restore([]byte) error      { return nil }
+func (c *counter) get(shard uint32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied[shard]
+}
+
+func TestStaleTokenProposeIsRejected(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	ca, cb := &counter{}, &counter{}
+	a := startMem(t, net, "a", func(c *Config) { c.StateMachines = map[string]StateMachine{"count": ca} })
+	tok, err := a.Token(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Propose(ctx, tok, "count", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Propose(ctx, tok, "nope", nil); !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("unknown type: %v", err)
+	}
+	if _, err := a.Propose(ctx, tok, "count", []byte("fail")); err == nil {
+		t.Fatal("state machine error not returned")
+	}
+	// Move shard 3 away (drain a onto b) and propose with the old token.
+	startMem(t, net, "b", func(c *Config) { c.StateMachines = map[string]StateMachine{"count": cb} })
+	if err := a.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Propose(ctx, tok, "count", nil); !errors.Is(err, ErrStaleToken) {
+		t.Fatalf("stale propose = %v, want ErrStaleToken", err)
+	}
+	if ca.get(3) != 1 || cb.get(3) != 1 {
+		t.Fatalf("applied counts a=%d b=%d, want 1 and 1 (b replayed the log)", ca.get(3), cb.get(3))
+	}
+}
+
+func TestJobNeverCompletedTwiceAcrossHandover(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	a := startMem(t, net, "a", func(c *Config) { c.JobTimeout = time.Millisecond })
+	job, created, err := a.Enqueue(ctx, JobSpec{Key: "k1", ShardKey: "tenant"})
+	if err != nil || !created {
+		t.Fatalf("enqueue: %v %v", created, err)
+	}
+	if again, created, _ := a.Enqueue(ctx, JobSpec{Key: "k1", ShardKey: "tenant"}); created || again.ID != job.ID {
+		t.Fatal("idempotency key did not deduplicate")
+	}
+	tok, err := a.Token(job.Shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := a.StartJob(ctx, tok, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.StartJob(ctx, tok, job); !errors.Is(err, ErrJobState) {
+		t.Fatalf("second start with a stale attempt = %v, want ErrJobState", err)
+	}
+	// a drains (its worker "hangs"); b takes over and restarts the job
+	// after its attempt timed out.
+	b := startMem(t, net, "b")
+	if err := a.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tokB, err := b.Token(job.Shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runnable []Job
+	_ = b.waitFor(ctx, func() bool { runnable = b.RunnableJobs(job.Shard); return len(runnable) == 1 })
+	restarted, err := b.StartJob(ctx, tokB, runnable[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restarted.Attempt != 2 || restarted.AttemptToken() == started.AttemptToken() {
+		t.Fatalf("restart attempt %d token %s", restarted.Attempt, restarted.AttemptToken())
+	}
+	if _, err := a.CompleteJob(ctx, started, nil); !errors.Is(err, ErrStaleToken) {
+		t.Fatalf("old owner's completion = %v, want ErrStaleToken", err)
+	}
+	done, err := b.CompleteJob(ctx, restarted, []byte("r"))
+	if err != nil || done.State != JobCompleted {
+		t.Fatalf("complete: %v %v", done.State, err)
+	}
+	if _, err := b.CompleteJob(ctx, restarted, nil); !errors.Is(err, ErrJobState) {
+		t.Fatalf("second completion = %v, want ErrJobState", err)
+	}
+	if got := b.Jobs(JobQuery{States: []JobState{JobCompleted}}); len(got) != 1 {
+		t.Fatalf("completed jobs: %v", got)
+	}
+	if j, err := b.JobByKey("tenant", "k1"); err != nil || j.ID != job.ID {
+		t.Fatalf("JobByKey: %v %v", j, err)
+	}
+}
+
+func TestHealthStepDownAndReport(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	a := startMem(t, net, "a")
+	b := startMem(t, net, "b")
+	if err := a.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.Health(); r.Status != Healthy {
+		t.Fatalf("health %v %v", r.Status, r.Reasons)
+	}
+	if err := a.SetHealth(0.1, map[string]string{"cpu": "99%"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.waitFor(ctx, func() bool { return len(a.Owned()) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Owned()) != b.Partitions() {
+		t.Fatalf("b owns %d of %d shards after a stepped down", len(b.Owned()), b.Partitions())
+	}
+	r := a.Health()
+	if r.Status != Degraded || !strings.Contains(strings.Join(r.Reasons, ";"), "health score 0.10 below minimum") {
+		t.Fatalf("health %v %v", r.Status, r.Reasons)
+	}
+	cs := b.Candidates()
+	if len(cs) != 2 || cs[0].ID != "a" || cs[0].Healthy || cs[0].Eligible || cs[0].Metadata["cpu"] != "99%" || !cs[1].Eligible {
+		t.Fatalf("candidates %+v", cs)
+	}
+	idx, count, err := b.GroupPosition()
+	if err != nil || idx != 1 || count != 2 {
+		t.Fatalf("GroupPosition = %d, %d, %v", idx, count, err)
+	}
+}
+
+func TestGroupElectionStaysInGroup(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	inGroup := func(g string) func(*Config) { return func(c *Config) { c.Group = g } }
+	x1 := startMem(t, net, "x1", inGroup("x"))
+	y1 := startMem(t, net, "y1", inGroup("y"))
+	ex, err := x1.GroupElection(ctx, "idx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ey, err := y1.GroupElection(ctx, "idx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Shard() == ey.Shard() || ex.Shard() < uint32(x1.Partitions()) {
+		t.Fatalf("group elections share shard %d/%d", ex.Shard(), ey.Shard())
+	}
+	lx, _ := ex.WaitLeader(ctx)
+	ly, _ := ey.WaitLeader(ctx)
+	if lx != "x1" || ly != "y1" {
+		t.Fatalf("leaders %q %q", lx, ly)
+	}
+	// x1 leaves: group x has no candidate, so no leader from group y.
+	if err := x1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := y1.Shard(ex.Shard()).Owner; got == "y1" && y1.Shard(ex.Shard()).State != ShardUnowned {
+		t.Fatalf("group x election went to %q", got)
+	}
+}
+
+func TestClosedNode(t *testing.T) {
+	ctx := testCtx(t)
+	a := startMem(t, NewMemNetwork(), "a")
+	sub := a.Subscribe(0)
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close = %v", err)
+	}
+	if _, err := a.Token(0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Token after Close = %v", err)
+	}
+	if err := a.RunPerShard(ctx, func(context.Context, Token) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("RunPerShard after Close = %v", err)
+	}
+	for range sub.C() {
+	}
+	if r := a.Health(); r.Status != Unhealthy {
+		t.Fatalf("health after close: %v", r.Status)
+	}
+}
+
+// A WorkFunc error stops RunPerShard and is returned.
+func TestRunPerShardReturnsWorkError(t *testing.T) {
+	ctx := testCtx(t)
+	a := startMem(t, NewMemNetwork(), "a")
+	boom := errors.New("boom")
+	err := a.RunPerShard(ctx, func(ctx context.Context, tok Token) error {
+		if tok.Shard == 2 {
+			return boom
+		}
+		<-ctx.Done()
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("RunPerShard = %v, want boom", err)
+	}
+}
+
+// A crashed owner's shards go to the survivors.
+func TestKilledNodeShardsMove(t *testing.T) {
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	a := startMem(t, net, "a")
+	b := startMem(t, net, "b")
+	a.Election("x")
+	if got := a.Elections(); len(got) != 1 || got[0].Name() != "x" {
+		t.Fatalf("Elections() = %v", got)
+	}
+	if err := b.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	if err := b.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Owned()) != b.Partitions() {
+		t.Fatalf("b owns %d of %d after a crashed", len(b.Owned()), b.Partitions())
+	}
+}
+
+func TestWatchJobs(t *testing.T) {
+	ctx := testCtx(t)
+	a := startMem(t, NewMemNetwork(), "a")
+	job, _, err := a.Enqueue(ctx, JobSpec{Key: "before"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := a.WatchJobs(JobQuery{Shards: []uint32{a.ShardFor("t")}}, 16)
+	defer w.Close()
+	_ = job
+	j, _, err := a.Enqueue(ctx, JobSpec{Key: "k", ShardKey: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := a.Token(j.Shard)
+	started, err := a.StartJob(ctx, tok, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CompleteJob(ctx, started, nil); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := recv(t, w)
+		if ev.Job.Key != "k" {
+			t.Fatalf("event for a job outside the query: %+v", ev)
+		}
+		if ev.Job.State == JobCompleted {
+			break
+		}
+	}
+}
+
+func TestRegisterFlags(t *testing.T) {
+	cfg := ConfigFromEnv(func(string) string { return "" })
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	err := fs.Parse([]string{"-node-id", "n7", "-seeds", "a:1, b:2", "-profile", "fast",
+		"-encrypt-key", "MDEyMzQ1Njc4OWFiY2RlZg==", "-job-timeout", "3s", "-data-dir", "/d", "-raft-advertise", "10.0.0.1:7947"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeID != "n7" || len(cfg.Seeds) != 2 || cfg.Seeds[1] != "b:2" || cfg.Profile != ProfileFast ||
+		len(cfg.EncryptionKey) != 16 || cfg.JobTimeout != 3*time.Second {
+		t.Fatalf("parsed %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	fs = flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-profile", "warp"}); err == nil || !strings.Contains(err.Error(), "warp") {
+		t.Fatalf("bad profile accepted: %v", err)
+	}
+}
+
+func TestConcurrentClose(t *testing.T) {
+	ctx := testCtx(t)
+	a := startMem(t, NewMemNetwork(), "a")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- a.Close(ctx) }()
+	}
+	e1, e2 := <-errs, <-errs
+	if (e1 == nil) == (e2 == nil) || !(errors.Is(e1, ErrClosed) || errors.Is(e2, ErrClosed)) {
+		t.Fatalf("Close twice concurrently: %v, %v; want one nil and one ErrClosed", e1, e2)
+	}
+}

@@ -1,0 +1,883 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
+)
+
+// controlPlane is what the real backend needs from the Raft control group
+// (cluster.ControlGroup): commit commands (forwarded to the leader), a
+// Barrier for the ownership leader loop, and leadership events.
+type controlPlane interface {
+	// Apply commits an encoded ledger command and returns the ledger's
+	// Result. Errors wrap ErrNoQuorum when nothing could be committed, or
+	// ownership.ErrLeadershipLost when the outcome is unknown.
+	Apply(ctx context.Context, cmd []byte) (ledger.Result, error)
+	// Barrier waits until the local FSM applied everything committed
+	// before the call; leader only.
+	Barrier(ctx context.Context) error
+	// Leadership reports established leadership (true, after a Barrier)
+	// and its loss (false). It is closed on Shutdown.
+	Leadership() <-chan bool
+	// Leader returns the leader's node id, "" if unknown.
+	Leader() string
+	// Voters returns the voters' node ids, sorted.
+	Voters() []string
+	// Addr is the address peers reach the control group at.
+	Addr() string
+	// Shutdown stops the control group.
+	Shutdown(ctx context.Context) error
+}
+
+// controlDeps is what building a control plane takes.
+type controlDeps struct {
+	cfg         Config
+	id          string
+	incarnation uint64
+	fsm         *ledger.FSM
+	store       *ledger.Store
+	members     *cluster.Membership
+	timing      Timing
+}
+
+// newControlPlane builds the control group (control.go); a variable so
+// tests can substitute a single-voter one.
+var newControlPlane = newClusterControl
+
+// loadIdentity reads the node id and bumps the incarnation in dataDir
+// (cluster.LoadIdentity); a variable for tests.
+var loadIdentity = clusterIdentity
+
+// healthTagPrefix marks health metadata inside the gossiped tags.
+const healthTagPrefix = "health."
+
+// groupTag carries the node's group in the gossiped tags. cluster.Meta's
+// Group is the gossip boundary (nodes of another Meta.Group are refused),
+// so it holds Config.Cluster, and the node's group travels here.
+const groupTag = "tenure.group"
+
+// netBackend runs a node over real gossip, Raft and storage.
+type netBackend struct {
+	cfg    Config
+	timing Timing
+	ocfg   ownership.Config
+	id     string
+	inc    uint64
+	notify func()
+
+	store   *ledger.Store
+	fsm     *ledger.FSM
+	gossip  *cluster.Membership
+	ctl     controlPlane
+	batcher *ledger.Batcher
+	loop    *ownership.LeaderLoop
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kickCh chan struct{} // applied entries to observe; capacity 1
+
+	mu         sync.Mutex // guards the tracker and the fields below
+	tracker    *ownership.Tracker
+	registered bool
+	lastAck    time.Time
+	failing    int
+	revokedAt  map[uint32]time.Time // shards revoked from us, first seen
+	closed     bool
+
+	// dropHeartbeats is a fault injection for tests: heartbeats fail as if
+	// this node were partitioned from the control group.
+	dropHeartbeats atomic.Bool
+}
+
+var _ backend = (*netBackend)(nil)
+
+// ownershipConfig maps a node profile to the ownership configuration.
+func ownershipConfig(cfg Config) ownership.Config {
+	var oc ownership.Config
+	switch cfg.Profile {
+	case ProfileFast:
+		oc = ownership.FastConfig()
+	case ProfileSafe:
+		oc = ownership.SafeConfig()
+	default:
+		oc = ownership.DefaultConfig()
+	}
+	oc.Ring.Partitions = cfg.Partitions
+	oc.MinHealth = cfg.MinHealth
+	return oc
+}
+
+// membershipConfig maps a node profile to the gossip configuration.
+func membershipConfig(cfg Config) (cluster.Config, error) {
+	mc := cluster.DefaultLANConfig()
+	if cfg.Profile == ProfileFast {
+		mc = cluster.DefaultLocalConfig()
+	}
+	mc.Name = cfg.NodeID
+	mc.ClusterLabel = cfg.Cluster
+	host, port, err := splitHostPort(cfg.GossipAddr)
+	if err != nil {
+		return mc, fmt.Errorf("GossipAddr: %w", err)
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	if cfg.GossipAdvertise != "" {
+		host, port, err := splitHostPort(cfg.GossipAdvertise)
+		if err != nil {
+			return mc, fmt.Errorf("GossipAdvertise: %w", err)
+		}
+		mc.AdvertiseAddr, mc.AdvertisePort = host, port
+	}
+	mc.Seeds = slices.Clone(cfg.Seeds)
+	if len(cfg.EncryptionKey) > 0 {
+		mc.SecretKeys = [][]byte{slices.Clone(cfg.EncryptionKey)}
+	}
+	if cfg.Logger != nil {
+		mc.Logger = cfg.Logger.With("component", "gossip")
+	}
+	return mc, nil
+}
+
+func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err error) {
+	timing, _ := cfg.Profile.Timing()
+	b := &netBackend{
+		cfg: cfg, timing: timing, ocfg: ownershipConfig(cfg), notify: notify,
+		kickCh: make(chan struct{}, 1), revokedAt: make(map[uint32]time.Time),
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			b.cancel()
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+
+	// The store's file lock makes this process the only one using the
+	// data dir, which the incarnation counter relies on.
+	b.store, err = b.openStore()
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { _ = b.closeStore() })
+	b.id, b.inc, err = b.loadIdentity()
+	if err != nil {
+		return nil, err
+	}
+	if b.id != cfg.NodeID {
+		return nil, fmt.Errorf("node: data dir %s belongs to node %q, not %q", cfg.DataDir, b.id, cfg.NodeID)
+	}
+
+	b.fsm, err = ledger.NewFSM(ledger.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	for _, typ := range sortedKeys(cfg.StateMachines) {
+		if err := b.fsm.RegisterStateMachine(typ, cfg.StateMachines[typ]); err != nil {
+			return nil, fmt.Errorf("node: register state machine %q: %w", typ, err)
+		}
+	}
+	b.fsm.OnApply(func(uint64, ledger.Command, ledger.Result) { b.kick() })
+	cfg.Transports.hook(b.fsm, b.id, b.inc)
+	b.tracker, err = ownership.NewTracker(b.ocfg, b.id, b.inc)
+	if err != nil {
+		return nil, err
+	}
+
+	mc, err := membershipConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Transports.attachGossip(&mc, cfg, &cleanup); err != nil {
+		return nil, err
+	}
+	meta := cluster.Meta{
+		ID: b.id, Group: cfg.Cluster, Incarnation: b.inc, Health: 1,
+		RaftAddr: firstNonEmpty(cfg.RaftAdvertise, cfg.RaftAddr), HTTPAddr: cfg.HTTPAddr,
+		Version: "tenure", Tags: maps.Clone(cfg.Tags),
+	}
+	if meta.Tags == nil {
+		meta.Tags = make(map[string]string)
+	}
+	meta.Tags[groupTag] = cfg.Group
+	b.gossip, err = cluster.NewMembership(mc, meta)
+	if err != nil {
+		return nil, fmt.Errorf("node: gossip: %w", err)
+	}
+	cleanup = append(cleanup, func() { _ = b.gossip.Shutdown() })
+
+	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: timing})
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { _ = b.ctl.Shutdown(context.Background()) })
+	if addr := b.ctl.Addr(); addr != "" && addr != meta.RaftAddr {
+		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.RaftAddr = addr }); err != nil {
+			return nil, fmt.Errorf("node: gossip raft address: %w", err)
+		}
+	}
+	if len(cfg.Seeds) > 0 {
+		if _, err := b.gossip.Join(ctx, nil); err != nil {
+			// Not fatal: seeds may start later; gossip re-joins them.
+			if cfg.Logger != nil {
+				cfg.Logger.Warn("node: join seeds", "err", err)
+			}
+		}
+	}
+
+	b.batcher, err = ledger.NewBatcher(ctlApplier{b.ctl}, ledger.BatcherConfig{})
+	if err != nil {
+		return nil, err
+	}
+	planner, err := ownership.NewPlanner(b.ocfg)
+	if err != nil {
+		return nil, err
+	}
+	b.loop = ownership.NewLeaderLoop(planner, loopProposer{b}, loopSource{b}, ownership.LoopConfig{Logger: cfg.Logger})
+
+	b.goLoop(b.observeLoop)
+	b.goLoop(b.heartbeatLoop)
+	b.goLoop(b.membershipLoop)
+	b.goLoop(func() { _ = b.loop.Run(b.ctx, b.ctl.Leadership()) })
+	return b, nil
+}
+
+func (b *netBackend) goLoop(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+func (b *netBackend) kick() {
+	select {
+	case b.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// ctlApplier adapts the control plane to the ledger's Batcher.
+type ctlApplier struct{ ctl controlPlane }
+
+func (a ctlApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
+	return a.ctl.Apply(ctx, data)
+}
+
+// loopProposer adapts the backend to the ownership leader loop.
+type loopProposer struct{ b *netBackend }
+
+func (p loopProposer) Barrier(ctx context.Context) error { return p.b.ctl.Barrier(ctx) }
+
+func (p loopProposer) Propose(ctx context.Context, cmd ledger.Command) error {
+	data, err := ledger.Encode(cmd)
+	if err != nil {
+		return err
+	}
+	r, err := p.b.ctl.Apply(ctx, data)
+	if err != nil {
+		return err
+	}
+	return r.Err
+}
+
+// loopSource feeds the planner: gossip's view plus the committed table.
+type loopSource struct{ b *netBackend }
+
+func (s loopSource) Input() ownership.Input {
+	st := s.b.fsm.State()
+	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections()}
+	for _, m := range s.b.gossip.Members() {
+		in.Members = append(in.Members, ownership.Member{
+			ID: m.ID, Incarnation: m.Incarnation, State: ownership.GossipState(m.State),
+			Health: m.Health, Draining: m.Draining, Group: m.Tags[groupTag],
+		})
+	}
+	return in
+}
+
+// observeLoop feeds every applied state to the tracker, wakes the node and
+// the leader loop.
+func (b *netBackend) observeLoop() {
+	t := time.NewTicker(b.timing.RenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.kickCh:
+		case <-t.C:
+		}
+		b.observe(time.Now())
+		b.loop.Notify()
+		b.notify()
+	}
+}
+
+// observe feeds the latest applied state to the tracker; b.mu not held.
+func (b *netBackend) observe(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.observeLocked(now)
+}
+
+func (b *netBackend) observeLocked(now time.Time) *ledger.State {
+	st := b.fsm.State()
+	for _, n := range st.Nodes() {
+		b.tracker.ObserveNode(n)
+	}
+	for _, r := range st.Shards() {
+		b.tracker.ObserveShard(now, r)
+		if r.Owner == b.id && r.State == ledger.ShardRevoking {
+			if _, ok := b.revokedAt[r.Shard]; !ok {
+				b.revokedAt[r.Shard] = now
+			}
+		} else {
+			delete(b.revokedAt, r.Shard)
+		}
+	}
+	b.tracker.Applied(st.AppliedIndex())
+	return st
+}
+
+// heartbeatLoop renews the lease every RenewEvery (docs/protocol.md, node
+// side, rules 1–3) and proposes the handoffs the tracker asks for (rule 5).
+// At most two heartbeats are in flight, so a slow commit does not delay
+// the next ask.
+func (b *netBackend) heartbeatLoop() {
+	t := time.NewTicker(b.timing.RenewEvery)
+	defer t.Stop()
+	inflight := make(chan struct{}, 2)
+	for {
+		select {
+		case inflight <- struct{}{}:
+			b.goLoop(func() {
+				defer func() { <-inflight }()
+				b.heartbeat()
+			})
+		default:
+		}
+		b.proposeHandoffs(time.Now())
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *netBackend) heartbeat() {
+	b.mu.Lock()
+	if b.closed || b.tracker.Fenced() {
+		b.mu.Unlock()
+		return
+	}
+	token, hb := b.tracker.HeartbeatAsked(time.Now())
+	b.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
+	defer cancel()
+	var r ledger.Result
+	var err error
+	if b.dropHeartbeats.Load() {
+		err = errors.New("node: heartbeat dropped (fault injection)")
+	} else {
+		r, err = b.batcher.Apply(ctx, hb)
+	}
+	now := time.Now()
+	b.mu.Lock()
+	if b.cfg.Logger != nil && (err != nil || r.Err != nil) {
+		b.cfg.Logger.Debug("node: heartbeat not accepted", "err", err, "rejected", r.Err)
+	}
+	switch {
+	case err != nil:
+		b.tracker.HeartbeatFailed(token)
+		b.failing++
+	case r.Err == nil:
+		b.tracker.HeartbeatAcked(token, r.Index, r.Node, now)
+		b.lastAck, b.failing = now, 0
+	case errors.Is(r.Err, ledger.ErrStaleLiveness), errors.Is(r.Err, ledger.ErrStaleIncarnation):
+		b.tracker.HeartbeatRejected(token, r.Node, now)
+		b.failing++
+	default:
+		b.tracker.HeartbeatFailed(token)
+		b.failing++
+	}
+	b.mu.Unlock()
+	if err == nil && r.Err == nil {
+		// The lease extends once the replica applied the heartbeat.
+		_ = b.fsm.WaitApplied(ctx, r.Index)
+		b.observe(time.Now())
+		b.mu.Lock()
+		if !b.tracker.LeaseEnd().IsZero() {
+			b.registered = true
+		}
+		b.mu.Unlock()
+	}
+	b.notify()
+}
+
+func (b *netBackend) proposeHandoffs(now time.Time) {
+	b.mu.Lock()
+	cmds := b.tracker.Handoffs(now)
+	b.mu.Unlock()
+	for _, c := range cmds {
+		ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
+		r, err := b.batcher.Apply(ctx, c)
+		cancel()
+		if err == nil && r.Err == nil {
+			_ = b.fsm.WaitApplied(b.ctx, r.Index)
+		}
+	}
+	if len(cmds) > 0 {
+		b.kick()
+	}
+}
+
+// membershipLoop wakes the leader loop and the node on gossip changes.
+func (b *netBackend) membershipLoop() {
+	sub := b.gossip.Subscribe(16)
+	defer sub.Close()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case _, ok := <-sub.C():
+			if !ok {
+				return
+			}
+			b.loop.Notify()
+			b.notify()
+		}
+	}
+}
+
+func (b *netBackend) incarnation() uint64  { return b.inc }
+func (b *netBackend) appliedIndex() uint64 { return b.fsm.State().AppliedIndex() }
+
+func shardInfo(st *ledger.State, r ledger.ShardRecord) ShardInfo {
+	return ShardInfo{
+		Shard: r.Shard, Epoch: r.Epoch, Owner: r.Owner, State: ShardState(r.State), Target: r.Target,
+		Valid: st.OwnershipValid(r), ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason,
+	}
+}
+
+func (b *netBackend) shard(s uint32) (ShardInfo, bool) {
+	st := b.fsm.State()
+	r, ok := st.Shard(s)
+	if !ok {
+		return ShardInfo{}, false
+	}
+	return shardInfo(st, r), true
+}
+
+func (b *netBackend) shards() []ShardInfo {
+	st := b.fsm.State()
+	recs := st.Shards()
+	out := make([]ShardInfo, len(recs))
+	for i, r := range recs {
+		out[i] = shardInfo(st, r)
+	}
+	return out
+}
+
+func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return actingState{}, false
+	}
+	// Observe the latest applied state first, so the epoch returned is the
+	// one the tracker judged.
+	st := b.fsm.State()
+	r, ok := st.Shard(s)
+	if !ok || r.Owner != b.id {
+		return actingState{}, false
+	}
+	if self, ok := st.Node(b.id); ok {
+		b.tracker.ObserveNode(self)
+	}
+	b.tracker.ObserveShard(now, r)
+	if !b.tracker.Acting(s, now) {
+		return actingState{}, false
+	}
+	return actingState{epoch: r.Epoch, until: b.tracker.LeaseEnd(), revoking: r.State == ledger.ShardRevoking}, true
+}
+
+func (b *netBackend) members() []Member {
+	st := b.fsm.State()
+	leader := b.ctl.Leader()
+	voters := b.ctl.Voters()
+	var out []Member
+	for _, m := range b.gossip.Members() {
+		rec, known := st.Node(m.ID)
+		mm := Member{
+			ID: m.ID, Group: firstNonEmpty(m.Tags[groupTag], m.Group), Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr,
+			HTTPAddr: m.HTTPAddr, State: MemberState(m.State), Health: m.Health, Draining: m.Draining || rec.Draining,
+			Live:  known && rec.Incarnation == m.Incarnation && (m.State == cluster.StateAlive || m.State == cluster.StateSuspect),
+			Voter: slices.Contains(voters, m.ID), Leader: m.ID == leader, Version: m.Version,
+		}
+		if known && rec.HeartbeatAt != 0 {
+			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
+		}
+		for k, v := range m.Tags {
+			if k == groupTag {
+				continue
+			}
+			if meta, ok := strings.CutPrefix(k, healthTagPrefix); ok {
+				if mm.Metadata == nil {
+					mm.Metadata = make(map[string]string)
+				}
+				mm.Metadata[meta] = v
+				continue
+			}
+			if mm.Tags == nil {
+				mm.Tags = make(map[string]string)
+			}
+			mm.Tags[k] = v
+		}
+		out = append(out, mm)
+	}
+	return out
+}
+
+func (b *netBackend) liveNodes() []string {
+	var out []string
+	for _, m := range b.members() {
+		if m.Live {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+func (b *netBackend) control() controlInfo {
+	leader := b.ctl.Leader()
+	b.mu.Lock()
+	recent := !b.lastAck.IsZero() && time.Since(b.lastAck) < b.timing.Lease
+	b.mu.Unlock()
+	return controlInfo{leader: leader, voters: b.ctl.Voters(), quorum: leader != "" && recent, isLeader: leader == b.id}
+}
+
+func (b *netBackend) lease() leaseInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	li := leaseInfo{registered: b.registered, leaseEnd: b.tracker.LeaseEnd(), lastAck: b.lastAck, failing: b.failing,
+		fenced: b.tracker.Fenced()}
+	wedge := b.timing.DrainTimeout + b.timing.Lease
+	for s, at := range b.revokedAt {
+		if time.Since(at) > wedge {
+			li.wedgedShards = append(li.wedgedShards, s)
+		}
+	}
+	return li
+}
+
+func (b *netBackend) setHealth(score float64, meta map[string]string) error {
+	return b.gossip.UpdateMeta(func(m *cluster.Meta) {
+		m.Health = score
+		for k := range m.Tags {
+			if strings.HasPrefix(k, healthTagPrefix) {
+				delete(m.Tags, k)
+			}
+		}
+		if len(meta) > 0 && m.Tags == nil {
+			m.Tags = make(map[string]string)
+		}
+		for k, v := range meta {
+			m.Tags[healthTagPrefix+k] = v
+		}
+	})
+}
+
+// commit applies one command through the batcher, waits until this node's
+// replica applied it (read your writes) and maps the ledger's verdict.
+func (b *netBackend) commit(ctx context.Context, c ledger.Command) (ledger.Result, error) {
+	r, err := b.batcher.Apply(ctx, c)
+	if err != nil {
+		return r, mapControlErr(err)
+	}
+	if werr := b.fsm.WaitApplied(ctx, r.Index); werr != nil {
+		return r, werr
+	}
+	b.kick()
+	return r, mapLedgerErr(r.Err)
+}
+
+// commitRetry commits c, retrying while nothing could be committed or the
+// outcome is unknown (every ledger command is a compare-and-set, so a
+// retry never applies a transition twice). When a retry is rejected after
+// an unknown outcome, done decides from the committed state whether the
+// first try succeeded, and returns its result.
+func (b *netBackend) commitRetry(ctx context.Context, c ledger.Command, done func(*ledger.State) (ledger.Result, bool)) (ledger.Result, error) {
+	unknown := false
+	backoff := 10 * time.Millisecond
+	for {
+		r, err := b.commit(ctx, c)
+		if err != nil && errors.Is(err, ErrNoQuorum) && ctx.Err() == nil && b.ctx.Err() == nil {
+			unknown = unknown || errors.Is(err, ownership.ErrLeadershipLost)
+			select {
+			case <-ctx.Done():
+				return r, err
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, b.timing.RenewEvery)
+			continue
+		}
+		if err != nil && unknown && done != nil {
+			if r2, ok := done(b.fsm.State()); ok {
+				return r2, nil
+			}
+		}
+		return r, err
+	}
+}
+
+// mapControlErr maps a commit failure to the node's sentinels.
+func mapControlErr(err error) error {
+	switch {
+	case errors.Is(err, ownership.ErrLeadershipLost):
+		return fmt.Errorf("%w: outcome unknown: %w", ErrNoQuorum, err)
+	case errors.Is(err, ledger.ErrClosed):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return fmt.Errorf("%w: %w", ErrNoQuorum, err)
+}
+
+// mapLedgerErr maps a ledger rejection to the node's sentinels, keeping
+// the ledger's error (and its details) in the chain.
+func mapLedgerErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ledger.ErrStaleEpoch):
+		return fmt.Errorf("%w: %w", ErrStaleToken, err)
+	case errors.Is(err, ledger.ErrNotOwner):
+		return fmt.Errorf("%w: %w", ErrNotOwner, err)
+	case errors.Is(err, ledger.ErrJobState), errors.Is(err, ledger.ErrWrongAttempt), errors.Is(err, ledger.ErrJobFinished):
+		return fmt.Errorf("%w: %w", ErrJobState, err)
+	case errors.Is(err, ledger.ErrUnknownJob):
+		return fmt.Errorf("%w: %w", ErrJobNotFound, err)
+	case errors.Is(err, ledger.ErrUnknownType):
+		return fmt.Errorf("%w: %w", ErrUnknownType, err)
+	}
+	return err
+}
+
+func (b *netBackend) setDraining(ctx context.Context, draining bool) error {
+	if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Draining = draining }); err != nil {
+		return err
+	}
+	_, err := b.commitRetry(ctx, ledger.SetDraining{Node: b.id, Incarnation: b.inc, Draining: draining, Now: time.Now().UnixNano()}, nil)
+	return err
+}
+
+func (b *netBackend) handoff(ctx context.Context, s uint32, epoch uint64) error {
+	b.mu.Lock()
+	b.tracker.Drained(s, epoch)
+	b.mu.Unlock()
+	b.proposeHandoffs(time.Now())
+	return nil
+}
+
+func (b *netBackend) resign(ctx context.Context, s uint32, epoch uint64) error {
+	_, err := b.commitRetry(ctx, ledger.Release{Shard: s, Epoch: epoch, Owner: b.id, Now: time.Now().UnixNano(), Avoid: true},
+		func(st *ledger.State) (ledger.Result, bool) {
+			r, ok := st.Shard(s)
+			return ledger.Result{Shard: r}, ok && r.Epoch == epoch && r.State == ledger.ShardUnowned
+		})
+	return err
+}
+
+func (b *netBackend) propose(ctx context.Context, tok Token, typ string, payload []byte) (Applied, error) {
+	r, err := b.commit(ctx, ledger.App{Shard: tok.Shard, Epoch: tok.Epoch, Type: typ, Payload: payload, Now: time.Now().UnixNano()})
+	if err != nil {
+		return Applied{Index: r.Index}, err
+	}
+	return Applied{Index: r.Index, Result: r.Response}, nil
+}
+
+func jobFromRecord(j ledger.JobRecord) Job {
+	t := func(ns int64) time.Time {
+		if ns == 0 {
+			return time.Time{}
+		}
+		return time.Unix(0, ns)
+	}
+	return Job{
+		ID: j.ID, Shard: j.Shard, Key: j.Key, Type: j.Type, Payload: j.Payload, State: JobState(j.State + 1),
+		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Owner: j.Owner, Epoch: j.Epoch,
+		Timeout: time.Duration(j.Timeout), Result: j.Result, Error: j.LastError,
+		NotBefore: t(j.NotBefore), EnqueuedAt: t(j.EnqueuedAt), StartedAt: t(j.StartedAt), FinishedAt: t(j.FinishedAt),
+	}
+}
+
+func (b *netBackend) enqueueJob(ctx context.Context, shard uint32, spec JobSpec) (Job, bool, error) {
+	c := ledger.JobEnqueue{Shard: shard, Key: spec.Key, Type: spec.Type, Payload: spec.Payload,
+		MaxAttempts: uint32(spec.MaxAttempts), Now: time.Now().UnixNano()}
+	var r ledger.Result
+	var err error
+	if spec.Key != "" {
+		// Idempotent by key: a retry returns the job the first try created.
+		r, err = b.commitRetry(ctx, c, nil)
+	} else {
+		r, err = b.commit(ctx, c)
+	}
+	if err != nil {
+		return Job{}, false, err
+	}
+	return jobFromRecord(r.Job), !r.Duplicate, nil
+}
+
+func (b *netBackend) startJob(ctx context.Context, tok Token, id uint64, attempt uint32, timeout time.Duration) (Job, error) {
+	r, err := b.commitRetry(ctx, ledger.JobStart{Shard: tok.Shard, Epoch: tok.Epoch, Owner: b.id, Job: id, Attempt: attempt,
+		Timeout: int64(timeout), Now: time.Now().UnixNano()},
+		func(st *ledger.State) (ledger.Result, bool) {
+			j, ok := st.Job(id)
+			return ledger.Result{Job: j}, ok && j.State == ledger.JobStarted && j.Attempt == attempt+1 &&
+				j.Owner == b.id && j.Epoch == tok.Epoch
+		})
+	return jobFromRecord(r.Job), err
+}
+
+func (b *netBackend) finishJob(ctx context.Context, tok Token, id uint64, attempt uint32, out jobOutcome) (Job, error) {
+	now := time.Now().UnixNano()
+	var c ledger.Command = ledger.JobComplete{Shard: tok.Shard, Epoch: tok.Epoch, Job: id, Attempt: attempt, Result: out.result, Now: now}
+	if !out.ok {
+		c = ledger.JobFail{Shard: tok.Shard, Epoch: tok.Epoch, Job: id, Attempt: attempt, Error: out.reason, Backoff: int64(out.backoff), Now: now}
+	}
+	r, err := b.commitRetry(ctx, c, func(st *ledger.State) (ledger.Result, bool) {
+		j, ok := st.Job(id)
+		if !ok || j.Attempt != attempt || j.Epoch != tok.Epoch {
+			return ledger.Result{}, false
+		}
+		if out.ok {
+			return ledger.Result{Job: j}, j.State == ledger.JobCompleted
+		}
+		return ledger.Result{Job: j}, j.State == ledger.JobPending || j.State == ledger.JobDead
+	})
+	return jobFromRecord(r.Job), err
+}
+
+func (b *netBackend) job(id uint64) (Job, bool) {
+	j, ok := b.fsm.State().Job(id)
+	if !ok {
+		return Job{}, false
+	}
+	return jobFromRecord(j), true
+}
+
+func (b *netBackend) jobByKey(shard uint32, key string) (Job, bool) {
+	j, ok := b.fsm.State().JobByKey(shard, key)
+	if !ok {
+		return Job{}, false
+	}
+	return jobFromRecord(j), true
+}
+
+func (b *netBackend) jobs(q JobQuery) []Job {
+	st := b.fsm.State()
+	var recs []ledger.JobRecord
+	if len(q.Shards) > 0 && len(q.States) > 0 {
+		shards := slices.Clone(q.Shards)
+		slices.Sort(shards)
+		for _, s := range slices.Compact(shards) {
+			var per []ledger.JobRecord
+			for _, js := range q.States {
+				per = append(per, st.Jobs(s, ledger.JobState(js-1))...)
+			}
+			slices.SortFunc(per, func(a, b ledger.JobRecord) int { return cmp.Compare(a.ID, b.ID) })
+			recs = append(recs, per...)
+		}
+	} else {
+		recs = st.AllJobs()
+		slices.SortStableFunc(recs, func(a, b ledger.JobRecord) int { return cmp.Compare(a.Shard, b.Shard) })
+	}
+	var out []Job
+	for _, r := range recs {
+		j := jobFromRecord(r)
+		if !q.match(j) {
+			continue
+		}
+		out = append(out, j)
+		if q.Limit > 0 && len(out) == q.Limit {
+			break
+		}
+	}
+	return out
+}
+
+// splitHostPort splits a host:port address with a numeric port.
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	return host, port, nil
+}
+
+func (b *netBackend) close(ctx context.Context) error { return b.stop(ctx, true) }
+
+// kill stops the node as a crash would: no leave, no handover (tests).
+func (b *netBackend) kill() { _ = b.stop(context.Background(), false) }
+
+func (b *netBackend) stop(ctx context.Context, leave bool) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	var errs []error
+	if leave {
+		if err := b.gossip.Leave(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("leave: %w", err))
+		}
+	}
+	b.cancel()
+	// The control group stops first: the batcher's in-flight commits then
+	// fail at once instead of retrying towards a leader that may never
+	// answer (the batcher's Close waits for them).
+	if err := b.stopControl(ctx, leave); err != nil {
+		errs = append(errs, fmt.Errorf("control group: %w", err))
+	}
+	_ = b.batcher.Close()
+	b.wg.Wait()
+	if err := b.gossip.Shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("gossip: %w", err))
+	}
+	if err := b.closeStore(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}

@@ -1,0 +1,220 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// Transports runs the real backend — real memberlist gossip, the real Raft
+// control group, the real ledger, planner and tracker — over in-process
+// networks and in-memory storage instead of sockets and a data dir. It is
+// the supported way to run many real nodes in one process: multi-node
+// tests, the tier-2 simulator (simulation/tier2), scale benchmarks.
+//
+// Unlike MemNetwork (a fake that commits instantly), nothing is modelled:
+// every commit goes through Raft, every membership change through gossip,
+// with the delays, losses and partitions the two networks are told to
+// inject. Transports opens no sockets, does no DNS and blocks only on
+// channels and timers, so nodes started with it run inside a
+// testing/synctest bubble on the bubble's virtual clock.
+//
+// Share one Transports between the nodes of a cluster and set
+// Config.Transports. Each node's GossipAddr and RaftAddr must be distinct
+// IP literals with a port ("10.0.0.1:7946", "10.0.0.1:7947"); Seeds name
+// gossip addresses; the advertise addresses must be empty. DataDir is
+// ignored: a node's Raft log, stable store, snapshots and incarnation
+// counter live in the Transports under its NodeID and survive Close and
+// Crash, so starting the same NodeID again is a restart (same log, next
+// incarnation). Forget drops them, as a lost disk would.
+type Transports struct {
+	// Gossip carries memberlist traffic.
+	Gossip *cluster.MemNetwork
+	// Raft carries Raft and the control group's RPCs.
+	Raft *cluster.RaftMemNetwork
+	// OnApply, if set, is called on every node's apply goroutine after
+	// each command its replica applies (ledger.FSM.OnApply, so each
+	// command of a batch separately and log replays after a restart too),
+	// with the node's id and incarnation. It must not block. Set it before
+	// starting nodes; checkers use it to see every replica's log.
+	OnApply func(node string, incarnation uint64, index uint64, cmd ledger.Command, res ledger.Result)
+
+	mu     sync.Mutex
+	stores map[string]*memStorage
+}
+
+// memStorage is one node id's storage in a Transports.
+type memStorage struct {
+	inc     uint64
+	log     *raft.InmemStore
+	snaps   *raft.InmemSnapshotStore
+	running bool
+}
+
+// NewTransports returns Transports over a new gossip network and a new
+// Raft network whose loss and jitter decisions are seeded by seed.
+func NewTransports(seed int64) *Transports {
+	return &Transports{Gossip: cluster.NewMemNetwork(seed), Raft: cluster.NewRaftMemNetwork(seed)}
+}
+
+// Crash stops n as a crash would: its network endpoints vanish first, then
+// the node stops without draining, leaving the cluster or removing itself
+// from the control group. Its storage stays, so starting its NodeID again
+// is a restart. n must have been started with t.
+func (t *Transports) Crash(n *Node) {
+	t.Gossip.Close(n.cfg.GossipAddr)
+	t.Raft.Transport(n.cfg.RaftAddr).Close()
+	_ = t.Raft.StreamLayer(n.cfg.RaftAddr).Close()
+	n.kill()
+}
+
+// Forget drops the storage of node id (it must not be running): its next
+// start is a new node with an empty log and incarnation 1.
+func (t *Transports) Forget(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.stores[id]; s != nil && !s.running {
+		delete(t.stores, id)
+	}
+}
+
+// validate reports what Config.Validate finds wrong for a node on t.
+func (t *Transports) validate(c Config) []error {
+	var errs []error
+	if t.Gossip == nil || t.Raft == nil {
+		errs = append(errs, fmt.Errorf("Transports: Gossip and Raft networks are both required (see NewTransports)"))
+	}
+	if c.Network != nil {
+		errs = append(errs, fmt.Errorf("Transports and Network are both set: pick one"))
+	}
+	for _, a := range []struct{ field, v string }{{"GossipAddr", c.GossipAddr}, {"RaftAddr", c.RaftAddr}} {
+		if _, err := netip.ParseAddrPort(a.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: with Transports, want an IP literal with a port: %v", a.field, a.v, err))
+		}
+	}
+	if c.GossipAdvertise != "" || c.RaftAdvertise != "" {
+		errs = append(errs, fmt.Errorf("GossipAdvertise %q, RaftAdvertise %q: must be empty with Transports", c.GossipAdvertise, c.RaftAdvertise))
+	}
+	if c.GossipAddr == c.RaftAddr {
+		errs = append(errs, fmt.Errorf("GossipAddr and RaftAddr are both %q: want two addresses", c.GossipAddr))
+	}
+	return errs
+}
+
+// open takes node id's storage (creating it) and bumps its incarnation.
+func (t *Transports) open(id string) (*ledger.Store, uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stores == nil {
+		t.stores = make(map[string]*memStorage)
+	}
+	s := t.stores[id]
+	if s == nil {
+		s = &memStorage{log: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
+		t.stores[id] = s
+	}
+	if s.running {
+		return nil, 0, fmt.Errorf("node: %q is already running on these Transports", id)
+	}
+	s.running = true
+	s.inc++
+	return &ledger.Store{Log: s.log, Stable: s.log, Snapshots: s.snaps}, s.inc, nil
+}
+
+func (t *Transports) release(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.stores[id]; s != nil {
+		s.running = false
+	}
+}
+
+// openStore opens the Raft stores: the data dir, or the Transports' memory.
+func (b *netBackend) openStore() (*ledger.Store, error) {
+	if t := b.cfg.Transports; t != nil {
+		st, inc, err := t.open(b.cfg.NodeID)
+		b.inc = inc
+		return st, err
+	}
+	st, err := ledger.OpenStore(filepath.Join(b.cfg.DataDir, "raft"), ledger.StoreOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node: open data dir: %w", err)
+	}
+	return st, nil
+}
+
+// closeStore closes the data dir's store, or hands the in-memory one back.
+func (b *netBackend) closeStore() error {
+	if t := b.cfg.Transports; t != nil {
+		t.release(b.cfg.NodeID)
+		return nil
+	}
+	return b.store.Close()
+}
+
+// loadIdentity returns the node id and incarnation: from the data dir, or
+// the one openStore took from the Transports.
+func (b *netBackend) loadIdentity() (string, uint64, error) {
+	if b.cfg.Transports != nil {
+		return b.cfg.NodeID, b.inc, nil
+	}
+	return loadIdentity(b.cfg.DataDir, b.cfg.NodeID)
+}
+
+// attachGossip puts the in-memory gossip transport into mc; nil t: no-op.
+func (t *Transports) attachGossip(mc *cluster.Config, cfg Config, cleanup *[]func()) error {
+	if t == nil {
+		return nil
+	}
+	tr, err := t.Gossip.NewTransport(cfg.GossipAddr)
+	if err != nil {
+		return fmt.Errorf("node: gossip: %w", err)
+	}
+	mc.Transport = tr
+	*cleanup = append(*cleanup, func() { _ = tr.Shutdown() })
+	return nil
+}
+
+// attachRaft puts the in-memory Raft transport and RPC stream layer into
+// cc; nil t: no-op.
+func (t *Transports) attachRaft(cc *cluster.ControlConfig, cfg Config) {
+	if t == nil {
+		return
+	}
+	cc.Transport = t.Raft.Transport(cfg.RaftAddr)
+	cc.StreamLayer = t.Raft.StreamLayer(cfg.RaftAddr)
+}
+
+// hook registers the Transports' OnApply on the node's FSM; nil t: no-op.
+func (t *Transports) hook(f *ledger.FSM, id string, inc uint64) {
+	if t == nil || t.OnApply == nil {
+		return
+	}
+	f.OnApply(func(index uint64, c ledger.Command, r ledger.Result) { t.OnApply(id, inc, index, c, r) })
+}
+
+// stopControl stops the control group: leaving its configuration on a
+// graceful close, as a crash would (no leave) otherwise.
+func (b *netBackend) stopControl(ctx context.Context, leave bool) error {
+	if c, ok := b.ctl.(*clusterControl); ok && !leave {
+		return c.close(ctx)
+	}
+	return b.ctl.Shutdown(ctx)
+}
+
+// close stops the control group without leaving its configuration.
+func (c *clusterControl) close(ctx context.Context) error {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	return c.g.Close(ctx)
+}

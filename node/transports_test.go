@@ -1,0 +1,107 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// transportsConfig is node i of an n-node cluster on tr.
+func transportsConfig(tr *Transports, i, n int) Config {
+	cfg := ConfigFromEnv(func(string) string { return "" })
+	cfg.NodeID = fmt.Sprintf("n%d", i+1)
+	cfg.Profile = ProfileFast
+	cfg.Partitions = 8
+	cfg.BootstrapExpect = min(n, 3)
+	cfg.GossipAddr = fmt.Sprintf("10.0.0.%d:7946", i+1)
+	cfg.RaftAddr = fmt.Sprintf("10.0.0.%d:7947", i+1)
+	for j := range n {
+		cfg.Seeds = append(cfg.Seeds, fmt.Sprintf("10.0.0.%d:7946", j+1))
+	}
+	cfg.Transports = tr
+	return cfg
+}
+
+// TestTransportsCrashRestart runs three real nodes in a synctest bubble:
+// they settle, one crashes, the others take its shards over, and it
+// restarts with its log and the next incarnation.
+func TestTransportsCrashRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTransports(1)
+		var mu sync.Mutex
+		applied := map[string]uint64{}
+		tr.OnApply = func(node string, _ uint64, index uint64, _ ledger.Command, _ ledger.Result) {
+			mu.Lock()
+			applied[node] = max(applied[node], index)
+			mu.Unlock()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		nodes := make([]*Node, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i := range nodes {
+			wg.Go(func() { nodes[i], errs[i] = Start(ctx, transportsConfig(tr, i, 3)) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("start n%d: %v", i+1, err)
+			}
+		}
+		for _, n := range nodes {
+			if err := n.WaitSettled(ctx); err != nil {
+				t.Fatalf("%s not settled: %v", n.ID(), err)
+			}
+		}
+		tr.Crash(nodes[0])
+		if err := nodes[1].waitFor(ctx, func() bool {
+			for _, s := range nodes[1].Shards() {
+				if s.Owner == "n1" || !s.Valid || s.State != ShardOwned {
+					return false
+				}
+			}
+			return true
+		}); err != nil {
+			t.Fatalf("shards not taken over after crash: %v", err)
+		}
+		n1, err := Start(ctx, transportsConfig(tr, 0, 3))
+		if err != nil {
+			t.Fatalf("restart n1: %v", err)
+		}
+		if n1.Incarnation() != 2 {
+			t.Errorf("restarted incarnation %d, want 2", n1.Incarnation())
+		}
+		mu.Lock()
+		if applied["n1"] == 0 || applied["n2"] == 0 {
+			t.Errorf("OnApply saw %v", applied)
+		}
+		mu.Unlock()
+		for _, n := range []*Node{n1, nodes[1], nodes[2]} {
+			if err := n.Close(ctx); err != nil {
+				t.Errorf("close %s: %v", n.ID(), err)
+			}
+		}
+	})
+}
+
+func TestTransportsValidate(t *testing.T) {
+	cfg := transportsConfig(NewTransports(1), 0, 1)
+	cfg.GossipAddr = "localhost:1"
+	cfg.RaftAdvertise = "10.0.0.1:2"
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted a host name and an advertise address with Transports")
+	}
+	for _, want := range []string{"GossipAddr \"localhost:1\"", "RaftAdvertise"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package ownership
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/tenurehq/tenure/ring"
+)
+
+// Config holds the lease timings and placement policy shared by the leader's
+// planner and every node's tracker. All nodes of a cluster must use the same
+// Lease, RenewEvery, MaxDrift and DrainTimeout (docs/protocol.md).
+//
+// Start from a profile (FastConfig, DefaultConfig, SafeConfig, TestConfig)
+// and call Validate; constructors call it too.
+type Config struct {
+	// Lease (D) is how long one committed heartbeat lets a node act,
+	// counted from when it asked.
+	Lease time.Duration
+	// RenewEvery (R) is the heartbeat period; it must be below Lease/2 so
+	// that one lost heartbeat does not end the lease.
+	RenewEvery time.Duration
+	// MaxDrift (δ) is the assumed bound on any clock's rate error, as a
+	// fraction (0.1 = a clock may run 10% fast or slow). S4 holds only while
+	// every clock's rate error stays within it (docs/guarantees.md).
+	MaxDrift float64
+	// DrainTimeout (T) is how long an owner may keep acting on a revoked
+	// shard to let its workers finish.
+	DrainTimeout time.Duration
+	// MaxMovesInFlight (K) is the churn budget: at most this many shards are
+	// Revoking at once. Failover grants of unowned shards are not limited.
+	MaxMovesInFlight int
+	// StableFor is the hysteresis: a node joins the placement ring only after
+	// it has been eligible (alive, healthy, not draining) for StableFor, and
+	// leaves it on a soft signal (gossip suspicion or death, low health) only
+	// after that signal has lasted StableFor. Hard signals — lease expiry,
+	// draining, a graceful leave — take effect at once.
+	StableFor time.Duration
+	// MinHealth is the minimum gossiped health score (0..1) for a node to be
+	// eligible to own shards.
+	MinHealth float64
+	// Ring configures the placement ring; Ring.Partitions is the shard count.
+	Ring ring.Config
+}
+
+// FastConfig is the fast profile of docs/protocol.md: 1 s lease, 200 ms
+// heartbeats. Failover in about 1–2 s; 5 heartbeat commits/s per node.
+func FastConfig() Config {
+	return Config{
+		Lease:            time.Second,
+		RenewEvery:       200 * time.Millisecond,
+		MaxDrift:         0.1,
+		DrainTimeout:     time.Second,
+		MaxMovesInFlight: 32,
+		StableFor:        time.Second,
+		MinHealth:        0.5,
+		Ring:             ring.DefaultConfig(),
+	}
+}
+
+// DefaultConfig is the default profile of docs/protocol.md: 2 s lease,
+// 400 ms heartbeats, 5 s drain timeout.
+func DefaultConfig() Config {
+	return Config{
+		Lease:            2 * time.Second,
+		RenewEvery:       400 * time.Millisecond,
+		MaxDrift:         0.1,
+		DrainTimeout:     5 * time.Second,
+		MaxMovesInFlight: 16,
+		StableFor:        3 * time.Second,
+		MinHealth:        0.5,
+		Ring:             ring.DefaultConfig(),
+	}
+}
+
+// SafeConfig is the safe profile of docs/protocol.md: 5 s lease, 1 s
+// heartbeats, 20% drift margin, 15 s drain timeout.
+func SafeConfig() Config {
+	return Config{
+		Lease:            5 * time.Second,
+		RenewEvery:       time.Second,
+		MaxDrift:         0.2,
+		DrainTimeout:     15 * time.Second,
+		MaxMovesInFlight: 8,
+		StableFor:        10 * time.Second,
+		MinHealth:        0.5,
+		Ring:             ring.DefaultConfig(),
+	}
+}
+
+// TestConfig is a small, fast profile for tests and the simulator: 16
+// shards, 1 s lease, 200 ms heartbeats.
+func TestConfig() Config {
+	c := FastConfig()
+	c.DrainTimeout = 500 * time.Millisecond
+	c.MaxMovesInFlight = 4
+	c.StableFor = 500 * time.Millisecond
+	c.Ring.Partitions = 16
+	return c
+}
+
+// Validate checks every field and the cross-field rules; errors wrap
+// ErrInvalidConfig and name the bad values.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Lease <= 0:
+		return bad("Lease = %v, want > 0", c.Lease)
+	case c.RenewEvery <= 0:
+		return bad("RenewEvery = %v, want > 0", c.RenewEvery)
+	case c.RenewEvery >= c.Lease/2:
+		return bad("RenewEvery = %v, want < Lease/2 = %v", c.RenewEvery, c.Lease/2)
+	case math.IsNaN(c.MaxDrift) || c.MaxDrift < 0 || c.MaxDrift >= 0.5:
+		return bad("MaxDrift = %v, want in [0, 0.5)", c.MaxDrift)
+	case c.DrainTimeout <= 0:
+		return bad("DrainTimeout = %v, want > 0", c.DrainTimeout)
+	case c.MaxMovesInFlight < 1:
+		return bad("MaxMovesInFlight = %d, want ≥ 1", c.MaxMovesInFlight)
+	case c.StableFor < 0:
+		return bad("StableFor = %v, want ≥ 0", c.StableFor)
+	case math.IsNaN(c.MinHealth) || c.MinHealth < 0 || c.MinHealth > 1:
+		return bad("MinHealth = %v, want in [0, 1]", c.MinHealth)
+	}
+	// The node counts its lease as Lease·(1−δ) from the ask; a renewal
+	// period that does not fit twice into that would let one lost heartbeat
+	// end the lease.
+	if local := scale(c.Lease, 1-c.MaxDrift); c.RenewEvery >= local/2 {
+		return bad("RenewEvery = %v, want < Lease·(1−MaxDrift)/2 = %v", c.RenewEvery, local/2)
+	}
+	if err := c.Ring.Validate(); err != nil {
+		return fmt.Errorf("%w: Ring: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// nodeLease is how long after its ask a node may act: D·(1−δ) on its own
+// clock, which is at most D of real time.
+func (c Config) nodeLease() time.Duration { return scale(c.Lease, 1-c.MaxDrift) }
+
+// expireAfter is how long the leader waits, on its own clock, after the last
+// heartbeat it saw before expiring a node: D·(1+δ), at least D of real time.
+func (c Config) expireAfter() time.Duration { return scale(c.Lease, 1+c.MaxDrift) }
+
+// nodeDrain is how long after first seeing a Revoke a node may keep acting
+// to drain: T·(1−δ) on its clock, at most T real.
+func (c Config) nodeDrain() time.Duration { return scale(c.DrainTimeout, 1-c.MaxDrift) }
+
+// takeoverAfter is how long the leader waits after seeing a Revoke before it
+// may grant the shard away from an owner that never released:
+// (D+T)·(1+δ) on its clock, at least D+T real.
+func (c Config) takeoverAfter() time.Duration {
+	return scale(c.Lease+c.DrainTimeout, 1+c.MaxDrift)
+}
+
+func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }

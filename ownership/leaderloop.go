@@ -1,0 +1,199 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// Proposer commits commands through the control group. node/ implements it
+// over hashicorp/raft; tests use a fake.
+type Proposer interface {
+	// Barrier returns once this node's replica has applied every entry
+	// committed before the call (raft.Barrier). It fails when this node is
+	// not the leader.
+	Barrier(ctx context.Context) error
+	// Propose commits cmd and returns the ledger's verdict: nil when
+	// accepted, a ledger sentinel (errors.Is) when rejected. An error
+	// matching ErrLeadershipLost or ErrNotLeader means the outcome is
+	// unknown or that this node cannot propose.
+	Propose(ctx context.Context, cmd ledger.Command) error
+}
+
+// Source supplies the planner's input: the leader's gossip view and its
+// committed ledger table. It must reflect at least every entry applied
+// before the call.
+type Source interface {
+	Input() Input
+}
+
+// Clock is the time source of the leader loop; nil means the real clock.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// LoopConfig configures a LeaderLoop.
+type LoopConfig struct {
+	// Interval is the period of timer-driven rounds (0: the planner's
+	// RenewEvery). Rounds also run on Notify, coalesced.
+	Interval time.Duration
+	// Clock is the time source; nil means the real clock.
+	Clock Clock
+	// Logger receives proposals and errors; nil discards.
+	Logger *slog.Logger
+}
+
+// LoopStats are cumulative counters of a LeaderLoop.
+type LoopStats struct {
+	Terms          uint64 // leadership terms established
+	Rounds         uint64 // planner rounds run
+	Proposed       uint64 // commands proposed
+	Accepted       uint64 // commands the ledger accepted
+	Rejected       uint64 // commands the ledger rejected (lost a CAS: harmless)
+	LeadershipLost uint64 // proposals with unknown outcome
+}
+
+// LeaderLoop is the thin shell that runs the Planner on the control group's
+// leader: on becoming leader it waits for a Barrier and calls Establish;
+// then it runs a round on every Notify (coalesced: a burst of events causes
+// one round) and every Interval, and commits the round's proposals one by
+// one. A proposal whose outcome is unknown is never specially handled: the
+// next round sees the committed table and, because every command is a CAS
+// on what the planner saw, re-proposing is safe.
+type LeaderLoop struct {
+	planner *Planner
+	prop    Proposer
+	src     Source
+	cfg     LoopConfig
+	log     *slog.Logger
+	kick    chan struct{}
+
+	mu    sync.Mutex
+	stats LoopStats
+}
+
+// NewLeaderLoop returns a loop around planner; the planner must not be used
+// by anyone else while Run runs.
+func NewLeaderLoop(planner *Planner, prop Proposer, src Source, cfg LoopConfig) *LeaderLoop {
+	if cfg.Interval <= 0 {
+		cfg.Interval = planner.cfg.RenewEvery
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &LeaderLoop{planner: planner, prop: prop, src: src, cfg: cfg, log: log, kick: make(chan struct{}, 1)}
+}
+
+// Notify asks for a round soon (membership or ledger change). It never
+// blocks; notifications before the round starts coalesce into one.
+func (l *LeaderLoop) Notify() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the counters so far. Safe for concurrent use.
+func (l *LeaderLoop) Stats() LoopStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+func (l *LeaderLoop) count(f func(*LoopStats)) {
+	l.mu.Lock()
+	f(&l.stats)
+	l.mu.Unlock()
+}
+
+// Run runs the loop until ctx ends, following leadership changes from
+// leaderCh (true: this node became leader; false: it lost leadership). It
+// returns ctx's error.
+func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
+	leading, established := false, false
+	defer l.planner.StepDown()
+	for {
+		timer := l.cfg.Clock.After(l.cfg.Interval)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case leader := <-leaderCh:
+			if leader != leading {
+				leading, established = leader, false
+				if !leader {
+					l.planner.StepDown()
+					l.log.Info("ownership: leadership lost")
+				}
+			}
+		case <-l.kick:
+		case <-timer:
+		}
+		if !leading {
+			continue
+		}
+		if !established {
+			if err := l.prop.Barrier(ctx); err != nil {
+				l.log.Warn("ownership: barrier failed; will retry", "err", err)
+				continue
+			}
+			l.planner.Establish(l.cfg.Clock.Now(), l.src.Input())
+			established = true
+			l.count(func(s *LoopStats) { s.Terms++ })
+			l.log.Info("ownership: leadership established")
+		}
+		if lost := l.round(ctx); lost {
+			// Re-establish (Barrier first) before planning again: the
+			// table may hold entries this node has not applied.
+			l.planner.StepDown()
+			established = false
+		}
+	}
+}
+
+// round runs the planner once and commits its proposals; it reports
+// whether leadership was lost meanwhile.
+func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
+	cmds, err := l.planner.Plan(l.cfg.Clock.Now(), l.src.Input())
+	l.count(func(s *LoopStats) { s.Rounds++ })
+	if err != nil {
+		l.log.Error("ownership: planner", "err", err)
+	}
+	accepted := 0
+	for _, c := range cmds {
+		err := l.prop.Propose(ctx, c)
+		l.count(func(s *LoopStats) { s.Proposed++ })
+		switch {
+		case err == nil:
+			accepted++
+			l.count(func(s *LoopStats) { s.Accepted++ })
+			l.log.Debug("ownership: committed", "cmd", ledger.KindOf(c).String())
+		case errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrNotLeader):
+			l.count(func(s *LoopStats) { s.LeadershipLost++ })
+			l.log.Warn("ownership: proposal outcome unknown", "cmd", ledger.KindOf(c).String(), "err", err)
+			return true
+		case ctx.Err() != nil:
+			return false
+		default:
+			l.count(func(s *LoopStats) { s.Rejected++ })
+			l.log.Debug("ownership: proposal rejected", "cmd", ledger.KindOf(c).String(), "err", err)
+		}
+	}
+	if accepted > 0 {
+		l.Notify() // the table changed: plan the next step right away
+	}
+	return false
+}

@@ -1,0 +1,136 @@
+package ownership
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// fakeRaft is a Proposer over a testLedger, with one injectable failure.
+type fakeRaft struct {
+	mu       sync.Mutex
+	l        *testLedger
+	members  []Member
+	barriers int
+	// loseNext makes the next Propose apply the command but report
+	// ErrLeadershipLost (outcome unknown, actually committed).
+	loseNext bool
+}
+
+var _ Proposer = (*fakeRaft)(nil)
+var _ Source = (*fakeRaft)(nil)
+
+func (f *fakeRaft) Barrier(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.barriers++
+	return nil
+}
+
+func (f *fakeRaft) Propose(ctx context.Context, c ledger.Command) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := f.l.apply(c)
+	if f.loseNext {
+		f.loseNext = false
+		return fmt.Errorf("raft: %w", ErrLeadershipLost)
+	}
+	return err
+}
+
+func (f *fakeRaft) Input() Input {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Input{Members: f.members, Shards: f.l.shards(), Nodes: f.l.nodes()}
+}
+
+func (f *fakeRaft) heartbeatAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.members {
+		f.l.heartbeat(m.ID, 1, false)
+	}
+}
+
+func (f *fakeRaft) owners() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for _, r := range f.l.shards() {
+		if r.State == ledger.ShardOwned && f.l.validRec(r) {
+			out[r.Owner]++
+		}
+	}
+	return out
+}
+
+func TestLeaderLoopGrantsAndSurvivesLeadershipLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := TestConfig()
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fakeRaft{l: newTestLedger(), loseNext: true}
+		for _, id := range []string{"n1", "n2", "n3"} {
+			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
+		}
+		f.heartbeatAll()
+		loop := NewLeaderLoop(p, f, f, LoopConfig{})
+		leaderCh := make(chan bool, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- loop.Run(ctx, leaderCh) }()
+		leaderCh <- true
+
+		// Heartbeat every RenewEvery until every shard is owned, with a
+		// virtual deadline.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			time.Sleep(cfg.RenewEvery)
+			f.heartbeatAll()
+			total := 0
+			for _, n := range f.owners() {
+				total += n
+			}
+			if total == cfg.Ring.Partitions {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not every shard owned after 10s (virtual): %v", f.owners())
+			}
+		}
+		st := loop.Stats()
+		if st.LeadershipLost != 1 || f.barriers < 2 || st.Terms < 2 {
+			t.Fatalf("leadership loss not handled by re-establishing: stats %+v barriers %d", st, f.barriers)
+		}
+		leaderCh <- false
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Fatalf("Run returned %v", err)
+		}
+	})
+}
+
+func TestLeaderLoopFollowerProposesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := NewPlanner(TestConfig())
+		f := &fakeRaft{l: newTestLedger(), members: []Member{{ID: "n1", Incarnation: 1, Health: 1}}}
+		f.heartbeatAll()
+		loop := NewLeaderLoop(p, f, f, LoopConfig{})
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		loop.Notify()
+		if err := loop.Run(ctx, make(chan bool)); err != context.DeadlineExceeded {
+			t.Fatalf("Run returned %v", err)
+		}
+		if st := loop.Stats(); st.Proposed != 0 || f.barriers != 0 {
+			t.Fatalf("a follower proposed: %+v", st)
+		}
+	})
+}

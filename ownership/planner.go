@@ -1,0 +1,455 @@
+package ownership
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/mutation"
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ring"
+)
+
+// Planner is the leader-side decision core: a pure state machine that turns
+// (membership view, committed table, now) into ledger proposals. It reads no
+// clock, starts no goroutines and does no I/O; the LeaderLoop (or the
+// simulator) feeds it. It is not safe for concurrent use.
+//
+// Where each decision is made:
+//   - Establish: what a new leader assumes about leases it cannot see.
+//   - observe:   lastSeen / revokeSeen bookkeeping from the committed table.
+//   - expiries:  when a node's liveness is expired (lease rule).
+//   - updateRing: who is in the placement ring (eligibility, hysteresis,
+//     stickiness).
+//   - placement: grants, takeovers and revokes (ring, churn budget).
+//
+// Rounds do one kind of change: if any node must be expired, a round
+// proposes only ExpireNode commands (grants depend on their outcome);
+// otherwise it proposes grants, takeovers and revokes, which touch disjoint
+// shards. Every proposal is a compare-and-set on what the planner saw, so a
+// proposal that loses a race, or is retried after ErrLeadershipLost, fails
+// harmlessly in the ledger.
+type Planner struct {
+	cfg     Config
+	leading bool
+
+	nodes   map[string]*nodeTrack
+	revokes map[uint32]revokeTrack
+	elig    map[string]*eligTrack
+
+	ringKey []string
+	ring    *ring.Ring
+
+	groupOf map[string]string // last gossiped group of each node (elections.go)
+}
+
+// nodeTrack is the leader's memory of one node record.
+type nodeTrack struct {
+	inc, liveness, seq uint64
+	// lastSeen is the leader's clock when it last observed a heartbeat of
+	// this node apply (or when it became leader: it honours leases it could
+	// not see by waiting them out in full).
+	lastSeen time.Time
+	// expired: the liveness epoch moved without a heartbeat (ExpireNode
+	// applied); the node holds no lease until it heartbeats again.
+	expired bool
+}
+
+type revokeTrack struct {
+	epoch uint64
+	seen  time.Time // leader's clock when it observed the Revoke
+}
+
+// eligTrack is the hysteresis state of one node.
+type eligTrack struct {
+	inRing   bool
+	since    time.Time // start of the current eligible streak (zero: none)
+	badSince time.Time // start of the current soft-ineligible streak
+}
+
+// NewPlanner returns a follower planner; call Establish when this node
+// becomes the control group's leader.
+func NewPlanner(cfg Config) (*Planner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Planner{cfg: cfg}, nil
+}
+
+// Config returns the planner's configuration.
+func (p *Planner) Config() Config { return p.cfg }
+
+// Leading reports whether Establish was called without a later StepDown.
+func (p *Planner) Leading() bool { return p.leading }
+
+// Establish starts a leadership term at now (the leader's monotonic clock),
+// after the leader's replica has applied every entry committed before its
+// term (a Raft Barrier). The new leader cannot know when the nodes last
+// heartbeated or when Revokes were seen, so it treats every node as seen,
+// and every Revoking shard as revoked, at now: it waits every lease out in
+// full before expiring or taking over. Nodes that own a validly owned shard
+// start in the placement ring (no movement on a leader change); other nodes
+// must be eligible for StableFor first.
+func (p *Planner) Establish(now time.Time, in Input) {
+	p.leading = true
+	p.nodes = make(map[string]*nodeTrack)
+	p.revokes = make(map[uint32]revokeTrack)
+	p.elig = make(map[string]*eligTrack)
+	p.ringKey, p.ring = nil, nil
+
+	seen, revoked := now, now
+	if mutation.On(mutation.IgnoreEstablish) {
+		seen, revoked = now.Add(-p.cfg.expireAfter()), now.Add(-p.cfg.takeoverAfter())
+	}
+	t := newTable(in.Shards, in.Nodes)
+	for _, id := range t.ids {
+		n := t.nodes[id]
+		p.nodes[id] = &nodeTrack{inc: n.Incarnation, liveness: n.Liveness, seq: n.Seq, lastSeen: seen}
+	}
+	for s, rec := range t.shards {
+		if rec.State == ledger.ShardRevoking {
+			p.revokes[s] = revokeTrack{epoch: rec.Epoch, seen: revoked}
+		}
+		if t.valid(rec) && p.elig[rec.Owner] == nil {
+			p.elig[rec.Owner] = &eligTrack{inRing: true, since: now}
+		}
+	}
+}
+
+// StepDown ends the leadership term and forgets all term state.
+func (p *Planner) StepDown() {
+	p.leading = false
+	p.nodes, p.revokes, p.elig = nil, nil, nil
+	p.ringKey, p.ring = nil, nil
+}
+
+// RingMembers returns the current placement ring members, sorted.
+func (p *Planner) RingMembers() []string { return slices.Clone(p.ringKey) }
+
+// Plan runs one round at now and returns the proposals, sorted (expiries by
+// node id, then shard changes by shard). It returns nil when not leading.
+// The error reports a placement ring that cannot be built (a configuration
+// problem such as more ring members than partitions); expiries are still
+// proposed in that case.
+func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
+	if !p.leading {
+		return nil, nil
+	}
+	t := newTable(in.Shards, in.Nodes)
+	t.groups = p.groupView(in, t)
+	p.observe(now, t)
+	if exp := p.expiries(now, t); len(exp) > 0 {
+		return exp, nil
+	}
+	p.updateRing(now, t, sortedMembers(in.Members))
+	if err := p.buildRing(t); err != nil {
+		return nil, err
+	}
+	return p.placement(now, t), nil
+}
+
+// observe updates lastSeen and revokeSeen from the committed table. It
+// diffs the table against what it saw last round, so observing later than
+// the apply only makes the waits longer (safe).
+func (p *Planner) observe(now time.Time, t table) {
+	for _, id := range t.ids {
+		n := t.nodes[id]
+		tr := p.nodes[id]
+		switch {
+		case tr == nil:
+			// Registered during this term: its first heartbeat just applied.
+			p.nodes[id] = &nodeTrack{inc: n.Incarnation, liveness: n.Liveness, seq: n.Seq, lastSeen: now}
+			continue
+		case n.Incarnation != tr.inc || n.Seq != tr.seq:
+			// A heartbeat applied (a renewal, a rejoin or a restart).
+			tr.lastSeen, tr.expired = now, false
+		case n.Liveness != tr.liveness:
+			// The liveness epoch moved without a heartbeat: ExpireNode.
+			tr.expired = true
+		}
+		tr.inc, tr.liveness, tr.seq = n.Incarnation, n.Liveness, n.Seq
+	}
+	for id := range p.nodes {
+		if _, ok := t.nodes[id]; !ok {
+			delete(p.nodes, id)
+		}
+	}
+	for s, rec := range t.shards {
+		if rec.State != ledger.ShardRevoking {
+			delete(p.revokes, s)
+			continue
+		}
+		if r, ok := p.revokes[s]; !ok || r.epoch != rec.Epoch {
+			p.revokes[s] = revokeTrack{epoch: rec.Epoch, seen: now}
+		}
+	}
+	for s := range p.revokes {
+		if _, ok := t.shards[s]; !ok {
+			delete(p.revokes, s)
+		}
+	}
+}
+
+// live reports whether the leader believes n holds a lease: it heartbeated
+// at its current liveness epoch less than Lease·(1+δ) ago.
+func (p *Planner) live(now time.Time, id string) bool {
+	tr := p.nodes[id]
+	return tr != nil && !tr.expired && now.Sub(tr.lastSeen) < p.expireAfter()
+}
+
+func (p *Planner) expireAfter() time.Duration {
+	if mutation.On(mutation.NoDriftMargin) {
+		return p.cfg.Lease
+	}
+	return p.cfg.expireAfter()
+}
+
+func (p *Planner) takeoverAfter() time.Duration {
+	if mutation.On(mutation.NoDriftMargin) {
+		return p.cfg.Lease + p.cfg.DrainTimeout
+	}
+	return p.cfg.takeoverAfter()
+}
+
+// expiries proposes ExpireNode for every node whose last heartbeat the
+// leader saw at least Lease·(1+δ) ago by its own clock — at least Lease of
+// real time, so the node's lease (≤ Lease real from its ask, which preceded
+// the apply) has ended. The CAS on Seq makes it fail if a heartbeat lands
+// first.
+func (p *Planner) expiries(now time.Time, t table) []ledger.Command {
+	var out []ledger.Command
+	for _, id := range t.ids {
+		tr := p.nodes[id]
+		if tr.expired {
+			continue
+		}
+		if now.Sub(tr.lastSeen) < p.expireAfter() && !mutation.On(mutation.SkipExpiryWait) {
+			continue
+		}
+		if mutation.On(mutation.SkipExpiryWait) && now.Sub(tr.lastSeen) < p.cfg.RenewEvery {
+			continue
+		}
+		n := t.nodes[id]
+		out = append(out, ledger.ExpireNode{Node: id, Incarnation: n.Incarnation, Liveness: n.Liveness, Seq: n.Seq, Now: now.UnixNano()})
+	}
+	return out
+}
+
+// updateRing decides who is in the placement ring.
+//
+// Hard signals remove a node at once: no node record, no lease (expired or
+// not seen for Lease·(1+δ)), draining (ledger or gossip), or a graceful
+// leave. Soft signals — gossip suspect/dead/missing, health below MinHealth —
+// remove it only after they have lasted StableFor, so a flapping node or a
+// brief false suspicion moves nothing. A node enters the ring after it has
+// been eligible for StableFor. A node that restarts (new incarnation) before
+// its liveness expires keeps heartbeating, so it never loses its place: its
+// old shards are invalid (new incarnation) and are granted straight back to
+// it (stickiness).
+func (p *Planner) updateRing(now time.Time, t table, members []Member) {
+	byID := make(map[string]Member, len(members))
+	for _, m := range members {
+		byID[m.ID] = m
+	}
+	for id := range p.elig {
+		if _, ok := t.nodes[id]; !ok {
+			delete(p.elig, id)
+		}
+	}
+	for _, id := range t.ids {
+		n := t.nodes[id]
+		m, known := byID[id]
+		e := p.elig[id]
+		if e == nil {
+			e = &eligTrack{}
+			p.elig[id] = e
+		}
+		hard := !p.live(now, id) || n.Draining || (known && (m.Draining || m.State == GossipLeft))
+		soft := !known || m.State == GossipSuspect || m.State == GossipDead || m.Health < p.cfg.MinHealth
+		switch {
+		case hard:
+			*e = eligTrack{}
+		case soft:
+			e.since = time.Time{}
+			if e.badSince.IsZero() {
+				e.badSince = now
+			}
+			if e.inRing && now.Sub(e.badSince) >= p.cfg.StableFor {
+				e.inRing = false
+			}
+		default:
+			e.badSince = time.Time{}
+			if e.since.IsZero() {
+				e.since = now
+			}
+			if !e.inRing && now.Sub(e.since) >= p.cfg.StableFor {
+				e.inRing = true
+			}
+		}
+	}
+}
+
+func (p *Planner) inRing(id string) bool {
+	e := p.elig[id]
+	return e != nil && e.inRing
+}
+
+func (p *Planner) buildRing(t table) error {
+	members := make([]string, 0, len(p.elig))
+	for id, e := range p.elig {
+		if e.inRing {
+			members = append(members, id)
+		}
+	}
+	slices.Sort(members)
+	if parts := p.cfg.Ring.Partitions; len(members) > parts {
+		// More eligible nodes than shards: the ring cannot place them all
+		// (every member needs a shard). Keep the current owners first, then
+		// the others by id, so that the surplus nodes are idle spares and
+		// nothing moves.
+		owners := map[string]bool{}
+		for _, rec := range t.shards {
+			if t.valid(rec) {
+				owners[rec.Owner] = true
+			}
+		}
+		slices.SortStableFunc(members, func(a, b string) int {
+			switch {
+			case owners[a] == owners[b]:
+				return 0
+			case owners[a]:
+				return -1
+			}
+			return 1
+		})
+		members = members[:parts]
+		slices.Sort(members)
+	}
+	if p.ring != nil && slices.Equal(members, p.ringKey) {
+		return nil
+	}
+	p.ringKey, p.ring = members, nil
+	if len(members) == 0 {
+		return nil
+	}
+	r, err := ring.New(p.cfg.Ring, members)
+	if err != nil {
+		p.ringKey = nil
+		return fmt.Errorf("ownership: placement ring over %d members: %w", len(members), err)
+	}
+	p.ring = r
+	return nil
+}
+
+func (p *Planner) target(s uint32) string {
+	if p.ring == nil {
+		return ""
+	}
+	return p.ring.Owner(s)
+}
+
+// placement proposes grants, takeovers and revokes, one pass over the
+// shards in order.
+func (p *Planner) placement(now time.Time, t table) []ledger.Command {
+	var grants []ledger.Command
+	type revoke struct {
+		prio int // 0: owner left the ring (drain, unhealthy, gone); 1: rebalance
+		cmd  ledger.Revoke
+	}
+	var revokes []revoke
+	inFlight := 0
+	ts := now.UnixNano()
+	for _, s := range t.groups.placed {
+		rec := t.shard(s)
+		valid := t.valid(rec)
+		if valid && rec.State == ledger.ShardRevoking {
+			inFlight++
+		}
+		target := p.placementTarget(t, rec, valid)
+		if target == "" {
+			continue // no eligible node: leave the shard as it is
+		}
+		to := t.nodes[target]
+		switch {
+		case !valid:
+			// Unowned, or the owner's incarnation/liveness moved on (it
+			// restarted or was expired): grant at once. The ledger re-checks
+			// validity, so a racing heartbeat cannot make this a second owner.
+			grants = append(grants, ledger.Grant{Shard: s, ExpectedEpoch: rec.Epoch, Owner: target,
+				OwnerIncarnation: to.Incarnation, OwnerLiveness: to.Liveness, Now: ts, Reason: grantReason(rec, t)})
+		case rec.State == ledger.ShardRevoking:
+			// Takeover: the owner never released. Its lease (from asks before
+			// the Revoke) ended by Lease after the Revoke committed and its
+			// drain by DrainTimeout after that; we saw the Revoke no earlier
+			// than it committed and wait (Lease+DrainTimeout)·(1+δ).
+			r, ok := p.revokes[s]
+			if !ok || r.epoch != rec.Epoch {
+				continue // observe always records it; defensive
+			}
+			if now.Sub(r.seen) < p.takeoverAfter() && !mutation.On(mutation.SkipTakeoverWait) {
+				continue
+			}
+			grants = append(grants, ledger.Grant{Shard: s, ExpectedEpoch: rec.Epoch, Owner: target,
+				OwnerIncarnation: to.Incarnation, OwnerLiveness: to.Liveness, Takeover: true, Now: ts,
+				Reason: "takeover from " + rec.Owner})
+		case rec.Owner != target:
+			prio, reason := 1, "rebalance to "+target
+			if !p.inRing(rec.Owner) {
+				prio, reason = 0, p.leaveReason(rec.Owner, t)
+			}
+			revokes = append(revokes, revoke{prio, ledger.Revoke{Shard: s, Epoch: rec.Epoch, Target: target, Now: ts, Reason: reason}})
+		}
+	}
+	// Churn budget: at most MaxMovesInFlight shards Revoking at once; owners
+	// that left the ring go first, then rebalancing, each in shard order.
+	slices.SortStableFunc(revokes, func(a, b revoke) int { return cmp.Compare(a.prio, b.prio) })
+	budget := max(p.cfg.MaxMovesInFlight-inFlight, 0)
+	out := grants
+	var rv []ledger.Command
+	for _, r := range revokes[:min(budget, len(revokes))] {
+		rv = append(rv, r.cmd)
+	}
+	slices.SortFunc(rv, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Revoke).Shard, b.(ledger.Revoke).Shard) })
+	out = append(out, rv...)
+	slices.SortStableFunc(out, func(a, b ledger.Command) int { return cmp.Compare(shardOf(a), shardOf(b)) })
+	return out
+}
+
+func shardOf(c ledger.Command) uint32 {
+	switch c := c.(type) {
+	case ledger.Grant:
+		return c.Shard
+	case ledger.Revoke:
+		return c.Shard
+	}
+	return 0
+}
+
+func grantReason(rec ledger.ShardRecord, t table) string {
+	switch {
+	case rec.State == ledger.ShardUnowned:
+		return "unowned"
+	case rec.Owner == "":
+		return "unowned"
+	}
+	n, ok := t.nodes[rec.Owner]
+	switch {
+	case !ok:
+		return "owner " + rec.Owner + " unknown"
+	case n.Incarnation != rec.OwnerIncarnation:
+		return "owner " + rec.Owner + " restarted"
+	default:
+		return "owner " + rec.Owner + " expired"
+	}
+}
+
+func (p *Planner) leaveReason(id string, t table) string {
+	if n, ok := t.nodes[id]; ok && n.Draining {
+		return "drain " + id
+	}
+	if tr := p.nodes[id]; tr != nil && tr.expired {
+		return id + " expired"
+	}
+	return id + " left the ring"
+}

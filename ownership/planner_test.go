@@ -1,0 +1,255 @@
+package ownership
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// plannerEnv is the world of one planner script: a gossip view, a committed
+// table and a planner. Times in scripts are offsets from t0.
+type plannerEnv struct {
+	cfg     Config
+	p       *Planner
+	members map[string]Member
+	ledger  *testLedger
+	// elections declared by the script, in declaration order.
+	elections []ledger.ElectionRecord
+}
+
+var t0 = time.Unix(1_000_000, 0)
+
+func newPlannerEnv(t testing.TB, cfg Config) *plannerEnv {
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &plannerEnv{cfg: cfg, p: p, members: map[string]Member{}, ledger: newTestLedger()}
+}
+
+func (e *plannerEnv) input() Input {
+	in := Input{Shards: e.ledger.shards(), Nodes: e.ledger.nodes(), Elections: e.elections}
+	for _, id := range sortedKeys(e.members) {
+		in.Members = append(in.Members, e.members[id])
+	}
+	return in
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func argStr(td *datadriven.TestData, key, def string) string {
+	for _, a := range td.CmdArgs {
+		if a.Key == key {
+			if len(a.Vals) == 0 {
+				return "true"
+			}
+			return a.Vals[0]
+		}
+	}
+	return def
+}
+
+func argDur(t testing.TB, td *datadriven.TestData, key string, def time.Duration) time.Duration {
+	s := argStr(td, key, "")
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("%s: %v", td.Pos, err)
+	}
+	return d
+}
+
+func argInt(t testing.TB, td *datadriven.TestData, key string, def int) int {
+	s := argStr(td, key, "")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%s: %v", td.Pos, err)
+	}
+	return v
+}
+
+func argFloat(t testing.TB, td *datadriven.TestData, key string, def float64) float64 {
+	s := argStr(td, key, "")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", td.Pos, err)
+	}
+	return v
+}
+
+func parseGossip(t testing.TB, s string) GossipState {
+	switch s {
+	case "alive":
+		return GossipAlive
+	case "suspect":
+		return GossipSuspect
+	case "dead":
+		return GossipDead
+	case "left":
+		return GossipLeft
+	}
+	t.Fatalf("unknown gossip state %q", s)
+	return 0
+}
+
+// TestPlannerScripts runs the planner scenario scripts in testdata/planner.
+//
+//	config [partitions=N] [k=N] [stable=D] [minhealth=F]   reset the world
+//	join id=N [inc=I] [health=F] [group=G]  gossip alive + first heartbeat
+//	declare group=G name=E           a group election (shard Partitions+k)
+//	member id=N [inc=I] [state=S] [health=F] [draining] [gone]
+//	heartbeat id=N [inc=I] [rejoin]  a committed heartbeat
+//	drain id=N [off]                 committed SetDraining
+//	release shard=S | transfer shard=S   the owner hands a Revoking shard over
+//	resign shard=S                   the owner releases with Avoid (resigns)
+//	establish t=D                    this node became leader at t0+D
+//	plan t=D [apply]                 run one round, print (and apply) proposals
+//	run from=D to=D [every=D] [hb=n1,n2]  rounds with heartbeats, applying; prints changes
+//	table                            print the committed shard table
+func TestPlannerScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata/planner", func(t *testing.T, path string) {
+		e := newPlannerEnv(t, TestConfig())
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			return e.run(t, td)
+		})
+	})
+}
+
+func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
+	switch td.Cmd {
+	case "config":
+		cfg := TestConfig()
+		cfg.Ring.Partitions = argInt(t, td, "partitions", cfg.Ring.Partitions)
+		cfg.MaxMovesInFlight = argInt(t, td, "k", cfg.MaxMovesInFlight)
+		cfg.StableFor = argDur(t, td, "stable", cfg.StableFor)
+		cfg.MinHealth = argFloat(t, td, "minhealth", cfg.MinHealth)
+		*e = *newPlannerEnv(t, cfg)
+		return ""
+	case "join":
+		id := argStr(td, "id", "")
+		inc := uint64(argInt(t, td, "inc", 1))
+		e.members[id] = Member{ID: id, Incarnation: inc, State: GossipAlive, Health: argFloat(t, td, "health", 1),
+			Group: argStr(td, "group", "")}
+		return e.ledger.heartbeat(id, inc, false)
+	case "member":
+		id := argStr(td, "id", "")
+		if td.HasArg("gone") {
+			delete(e.members, id)
+			return ""
+		}
+		m := e.members[id]
+		m.ID = id
+		m.Incarnation = uint64(argInt(t, td, "inc", int(max(m.Incarnation, 1))))
+		m.State = parseGossip(t, argStr(td, "state", m.State.String()))
+		m.Health = argFloat(t, td, "health", 1)
+		m.Draining = td.HasArg("draining")
+		e.members[id] = m
+		return ""
+	case "declare":
+		s := uint32(e.cfg.Ring.Partitions + len(e.elections))
+		e.elections = append(e.elections, ledger.ElectionRecord{Group: argStr(td, "group", ""), Name: argStr(td, "name", ""), Shard: s})
+		return fmt.Sprintf("s%d\n", s)
+	case "heartbeat":
+		id := argStr(td, "id", "")
+		inc := uint64(argInt(t, td, "inc", int(e.ledger.node[id].Incarnation)))
+		return e.ledger.heartbeat(id, inc, td.HasArg("rejoin"))
+	case "drain":
+		id := argStr(td, "id", "")
+		n := e.ledger.node[id]
+		n.Draining = !td.HasArg("off")
+		e.ledger.node[id] = n
+		return ""
+	case "resign":
+		return e.ledger.resign(uint32(argInt(t, td, "shard", 0)))
+	case "release", "transfer":
+		s := uint32(argInt(t, td, "shard", 0))
+		return e.ledger.handoff(s, td.Cmd == "transfer")
+	case "establish":
+		e.p.Establish(t0.Add(argDur(t, td, "t", 0)), e.input())
+		return ""
+	case "plan":
+		return e.plan(t, t0.Add(argDur(t, td, "t", 0)), td.HasArg("apply"), "")
+	case "run":
+		from, to := argDur(t, td, "from", 0), argDur(t, td, "to", 0)
+		every := argDur(t, td, "every", e.cfg.RenewEvery)
+		var hb []string
+		if s := argStr(td, "hb", ""); s != "" {
+			hb = strings.Split(s, ",")
+		}
+		var b strings.Builder
+		for d := from; d <= to; d += every {
+			for _, id := range hb {
+				e.ledger.heartbeat(id, e.ledger.node[id].Incarnation, false)
+			}
+			b.WriteString(e.plan(t, t0.Add(d), true, d.String()+": "))
+		}
+		return b.String()
+	case "table":
+		return e.ledger.table()
+	case "ring":
+		return strings.Join(e.p.RingMembers(), " ") + "\n"
+	}
+	t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
+	return ""
+}
+
+func (e *plannerEnv) plan(t *testing.T, now time.Time, apply bool, prefix string) string {
+	cmds, err := e.p.Plan(now, e.input())
+	var b strings.Builder
+	if err != nil {
+		fmt.Fprintf(&b, "%serror: %v\n", prefix, err)
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "%s%s", prefix, FormatCommand(c))
+		if apply {
+			if err := e.ledger.apply(c); err != nil {
+				fmt.Fprintf(&b, " REJECTED: %v", err)
+			}
+		}
+		b.WriteString("\n")
+	}
+	checkOneOwnerPerShard(t, cmds)
+	return b.String()
+}
+
+// checkOneOwnerPerShard fails if a round proposes two changes for a shard.
+func checkOneOwnerPerShard(t testing.TB, cmds []ledger.Command) {
+	t.Helper()
+	seen := map[uint32]bool{}
+	for _, c := range cmds {
+		var s uint32
+		switch c := c.(type) {
+		case ledger.Grant:
+			s = c.Shard
+		case ledger.Revoke:
+			s = c.Shard
+		default:
+			continue
+		}
+		if seen[s] {
+			t.Fatalf("two proposals for shard %d in one round: %v", s, cmds)
+		}
+		seen[s] = true
+	}
+}

@@ -1,0 +1,410 @@
+package ownership
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/mutation"
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// Tracker is the node-side lease and acting logic of docs/protocol.md: it
+// decides, from this node's own ledger replica, its own heartbeats and its
+// own monotonic clock, whether the node may act as owner of a shard right
+// now. It is pure (time is passed in, no goroutines, no I/O) and not safe
+// for concurrent use; node/ and the simulator drive this exact code.
+//
+// Driving it:
+//   - every RenewEvery: HeartbeatAsked(now) gives the Heartbeat to propose;
+//     report the outcome with HeartbeatAcked (committed and accepted, with
+//     its log index and the resulting node record), HeartbeatRejected or
+//     HeartbeatFailed (lost, or outcome unknown);
+//   - for every entry the replica applies: ObserveShard/ObserveNode for the
+//     records it changed, then Applied(index);
+//   - after any of these and at NextDeadline: Changes(now) for the acting
+//     set's transitions (start or cancel workers) and Handoffs(now) for the
+//     Release/Transfer commands to propose.
+type Tracker struct {
+	cfg Config
+	id  string
+	inc uint64
+
+	// liveness is the liveness epoch the current lease is for; leaseEnd is
+	// the local time the lease ends (zero: no lease).
+	liveness uint64
+	leaseEnd time.Time
+	// sendLiveness is what the next heartbeat carries: the current epoch
+	// after an ack, 0 ("rejoin at the current epoch") at start and after a
+	// rejection.
+	sendLiveness uint64
+	// fenced: a newer incarnation of this node is registered; this process
+	// must never act again.
+	fenced bool
+
+	nextToken uint64
+	asks      map[uint64]time.Time
+	pending   []ackedHeartbeat
+	applied   uint64
+
+	self      ledger.NodeRecord
+	selfKnown bool
+	nodes     map[string]ledger.NodeRecord
+	shards    map[uint32]*shardTrack
+	reported  map[uint32]Change
+}
+
+type ackedHeartbeat struct {
+	index    uint64
+	asked    time.Time
+	acked    time.Time
+	liveness uint64
+}
+
+type shardTrack struct {
+	rec ledger.ShardRecord
+	// For a Revoking record: when this node first saw the Revoke (local
+	// clock) and whether it was acting then (only then may it drain).
+	revokeSeen time.Time
+	drainOK    bool
+	drained    bool
+	handoffAt  time.Time
+}
+
+// Change is one transition of the acting set, reported by Changes.
+type Change struct {
+	Shard uint32
+	Epoch uint64
+	// Acting: the node acts on the shard from now on (start workers); false:
+	// it stopped (cancel the shard's workers now).
+	Acting bool
+	// Draining: the shard is Revoking; keep running workers only to finish,
+	// until Deadline.
+	Draining bool
+	// Deadline is the local time acting ends unless the lease is renewed
+	// (the lease end, or the drain deadline when Draining).
+	Deadline time.Time
+}
+
+// NewTracker returns the tracker of one process lifetime (incarnation) of
+// node id.
+func NewTracker(cfg Config, id string, incarnation uint64) (*Tracker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Tracker{
+		cfg: cfg, id: id, inc: incarnation,
+		asks:     make(map[uint64]time.Time),
+		nodes:    make(map[string]ledger.NodeRecord),
+		shards:   make(map[uint32]*shardTrack),
+		reported: make(map[uint32]Change),
+	}, nil
+}
+
+// ID returns the node id.
+func (t *Tracker) ID() string { return t.id }
+
+// Incarnation returns the process incarnation.
+func (t *Tracker) Incarnation() uint64 { return t.inc }
+
+// Liveness returns the liveness epoch of the current lease (0: none yet).
+func (t *Tracker) Liveness() uint64 { return t.liveness }
+
+// LeaseEnd returns the local time the current lease ends (zero: none).
+func (t *Tracker) LeaseEnd() time.Time { return t.leaseEnd }
+
+// Fenced reports whether a newer incarnation of this node was registered;
+// a fenced tracker never acts again.
+func (t *Tracker) Fenced() bool { return t.fenced }
+
+// HeartbeatAsked records that the node asks for a lease renewal at local
+// time now and returns the token to report the outcome with, and the
+// command to propose.
+func (t *Tracker) HeartbeatAsked(now time.Time) (token uint64, hb ledger.Heartbeat) {
+	t.nextToken++
+	t.asks[t.nextToken] = now
+	return t.nextToken, ledger.Heartbeat{Node: t.id, Incarnation: t.inc, Liveness: t.sendLiveness, Now: now.UnixNano()}
+}
+
+// HeartbeatAcked reports that the heartbeat of token was committed at log
+// index and accepted, leaving the node record rec. The lease is extended to
+// ask time + Lease·(1−δ) only once this node's replica has applied index
+// (Applied): only then has it seen every Revoke and ExpireNode committed
+// before the heartbeat.
+func (t *Tracker) HeartbeatAcked(token, index uint64, rec ledger.NodeRecord, now time.Time) {
+	asked, ok := t.asks[token]
+	delete(t.asks, token)
+	if !ok || rec.ID != t.id || rec.Incarnation != t.inc || t.fenced {
+		return
+	}
+	if rec.Liveness >= t.sendLiveness {
+		t.sendLiveness = rec.Liveness
+	}
+	t.pending = append(t.pending, ackedHeartbeat{index: index, asked: asked, acked: now, liveness: rec.Liveness})
+	t.flush()
+}
+
+// HeartbeatRejected reports that the heartbeat of token was committed and
+// rejected; rec is the current node record from the rejection. With a newer
+// incarnation registered the tracker is fenced for good; otherwise the node
+// was expired: it loses its lease and every shard granted under the old
+// epoch at once, and the next heartbeat rejoins at the current epoch.
+func (t *Tracker) HeartbeatRejected(token uint64, rec ledger.NodeRecord, now time.Time) {
+	delete(t.asks, token)
+	if rec.ID != t.id {
+		return
+	}
+	if rec.Incarnation > t.inc {
+		t.fenced = true
+		t.leaseEnd = time.Time{}
+		return
+	}
+	if rec.Incarnation == t.inc && rec.Liveness > t.liveness {
+		t.leaseEnd = time.Time{}
+		t.sendLiveness = 0
+	}
+}
+
+// HeartbeatFailed reports that the heartbeat of token was lost or its
+// outcome is unknown (ErrLeadershipLost): it extends nothing.
+func (t *Tracker) HeartbeatFailed(token uint64) { delete(t.asks, token) }
+
+// Applied reports that this node's replica has applied every entry up to
+// index; call it after the Observe calls for those entries.
+func (t *Tracker) Applied(index uint64) {
+	if index > t.applied {
+		t.applied = index
+	}
+	t.flush()
+}
+
+func (t *Tracker) flush() {
+	keep := t.pending[:0]
+	for _, a := range t.pending {
+		if a.index > t.applied && !mutation.On(mutation.SkipApplyWait) {
+			keep = append(keep, a)
+			continue
+		}
+		t.extend(a)
+	}
+	t.pending = keep
+}
+
+// extend applies one acknowledged and applied heartbeat: the lease runs to
+// ask + Lease·(1−δ) — the ask, not the ack, because the ledger may have
+// committed the heartbeat right after it was asked.
+func (t *Tracker) extend(a ackedHeartbeat) {
+	start, length := a.asked, t.cfg.nodeLease()
+	if mutation.On(mutation.RenewFromAck) {
+		start = a.acked
+	}
+	if mutation.On(mutation.NoDriftMargin) {
+		length = t.cfg.Lease
+	}
+	end := start.Add(length)
+	switch {
+	case a.liveness > t.liveness:
+		// A new liveness epoch: leases asked under the old one do not count.
+		t.liveness, t.leaseEnd = a.liveness, end
+	case a.liveness == t.liveness && end.After(t.leaseEnd):
+		t.leaseEnd = end
+	}
+}
+
+// ObserveNode reports a node record as this node's replica applied it.
+func (t *Tracker) ObserveNode(rec ledger.NodeRecord) {
+	t.nodes[rec.ID] = rec
+	if rec.ID == t.id {
+		t.self, t.selfKnown = rec, true
+	}
+}
+
+// ObserveShard reports a shard record as this node's replica applied it, at
+// local time now. A Revoke seen while acting opens the drain window of
+// DrainTimeout·(1−δ); a node never starts acting on a Revoking shard.
+func (t *Tracker) ObserveShard(now time.Time, rec ledger.ShardRecord) {
+	prev := t.shards[rec.Shard]
+	if rec.Owner != t.id {
+		delete(t.shards, rec.Shard)
+		return
+	}
+	st := &shardTrack{rec: rec}
+	if prev != nil && prev.rec.Epoch == rec.Epoch && prev.rec.State == rec.State {
+		st = prev
+		st.rec = rec
+	} else if rec.State == ledger.ShardRevoking {
+		if prev != nil && prev.rec.Epoch == rec.Epoch && prev.rec.State == ledger.ShardRevoking {
+			st = prev
+			st.rec = rec
+		} else {
+			st.revokeSeen = now
+			st.drainOK = prev != nil && t.acting(prev, now)
+		}
+	}
+	t.shards[rec.Shard] = st
+}
+
+// Drained reports that the application finished draining shard at epoch
+// (its workers returned): the node stops acting on it and hands it over.
+func (t *Tracker) Drained(shard uint32, epoch uint64) {
+	if st := t.shards[shard]; st != nil && st.rec.Epoch == epoch && st.rec.State == ledger.ShardRevoking {
+		st.drained = true
+	}
+}
+
+// Acting reports whether this node may act as owner of shard at local time
+// now (docs/protocol.md, node side, rule 4).
+func (t *Tracker) Acting(shard uint32, now time.Time) bool {
+	st := t.shards[shard]
+	return st != nil && t.acting(st, now)
+}
+
+// holds reports whether the replica shows the shard validly owned by this
+// process under the liveness epoch of its current lease.
+func (t *Tracker) holds(st *shardTrack) bool {
+	r := st.rec
+	return !t.fenced && r.Owner == t.id && r.OwnerIncarnation == t.inc && r.OwnerLiveness == t.liveness &&
+		t.selfKnown && Valid(r, t.self, true)
+}
+
+func (t *Tracker) acting(st *shardTrack, now time.Time) bool {
+	if !t.holds(st) || !now.Before(t.leaseEnd) {
+		return false
+	}
+	switch st.rec.State {
+	case ledger.ShardOwned:
+		return true
+	case ledger.ShardRevoking:
+		if !st.drainOK || st.drained {
+			return false
+		}
+		return now.Before(st.drainEnd(t.cfg)) || mutation.On(mutation.IgnoreDrainDeadline)
+	}
+	return false
+}
+
+func (st *shardTrack) drainEnd(cfg Config) time.Time { return st.revokeSeen.Add(cfg.nodeDrain()) }
+
+// deadline is when acting on st ends unless something changes.
+func (t *Tracker) deadline(st *shardTrack) time.Time {
+	d := t.leaseEnd
+	if st.rec.State == ledger.ShardRevoking && !mutation.On(mutation.IgnoreDrainDeadline) {
+		if e := st.drainEnd(t.cfg); e.Before(d) {
+			d = e
+		}
+	}
+	return d
+}
+
+// NextDeadline returns the earliest local time after now at which the
+// acting set can change without any input (a lease or drain deadline), or
+// the zero time if there is none. Call Changes and Handoffs then.
+func (t *Tracker) NextDeadline(now time.Time) time.Time {
+	var next time.Time
+	for _, st := range t.shards {
+		if !t.acting(st, now) {
+			continue
+		}
+		if d := t.deadline(st); next.IsZero() || d.Before(next) {
+			next = d
+		}
+	}
+	return next
+}
+
+// ActingShards returns the shards this node acts on at now, sorted.
+func (t *Tracker) ActingShards(now time.Time) []uint32 {
+	var out []uint32
+	for s, st := range t.shards {
+		if t.acting(st, now) {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Changes returns the transitions of the acting set since the last call,
+// sorted by shard: a stop before a start for the same shard.
+func (t *Tracker) Changes(now time.Time) []Change {
+	var out []Change
+	for s, st := range t.shards {
+		if !t.acting(st, now) {
+			continue
+		}
+		c := Change{Shard: s, Epoch: st.rec.Epoch, Acting: true,
+			Draining: st.rec.State == ledger.ShardRevoking, Deadline: t.deadline(st)}
+		old, had := t.reported[s]
+		switch {
+		case !had:
+			out = append(out, c)
+		case old.Epoch != c.Epoch:
+			out = append(out, Change{Shard: s, Epoch: old.Epoch}, c)
+		case old.Draining != c.Draining || !old.Deadline.Equal(c.Deadline):
+			out = append(out, c)
+		default:
+			continue
+		}
+		t.reported[s] = c
+	}
+	for s, old := range t.reported {
+		if st := t.shards[s]; st != nil && t.acting(st, now) {
+			continue
+		}
+		delete(t.reported, s)
+		out = append(out, Change{Shard: s, Epoch: old.Epoch})
+	}
+	slices.SortStableFunc(out, func(a, b Change) int {
+		if a.Shard != b.Shard {
+			if a.Shard < b.Shard {
+				return -1
+			}
+			return 1
+		}
+		if a.Acting == b.Acting {
+			return 0
+		}
+		if !a.Acting {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// Handoffs returns the Release or Transfer commands to propose at now for
+// Revoking shards this node no longer acts on (drained, drain deadline
+// passed, or never acting), sorted by shard. A shard is offered again after
+// RenewEvery if its record has not changed (the proposal was lost). The
+// shard goes to the Revoke's target with a Transfer when the replica knows
+// the target and it is not draining; otherwise it is Released.
+func (t *Tracker) Handoffs(now time.Time) []ledger.Command {
+	var shards []uint32
+	for s, st := range t.shards {
+		if st.rec.State != ledger.ShardRevoking || !t.holds(st) || t.acting(st, now) {
+			continue
+		}
+		if !st.handoffAt.IsZero() && now.Sub(st.handoffAt) < t.cfg.RenewEvery {
+			continue
+		}
+		shards = append(shards, s)
+	}
+	slices.Sort(shards)
+	out := make([]ledger.Command, 0, len(shards))
+	for _, s := range shards {
+		st := t.shards[s]
+		st.handoffAt = now
+		// Once the handoff is proposed, the successor may act as soon as it
+		// commits: this node must never act on the shard at this epoch
+		// again, even if a renewal would reopen its lease within the drain
+		// window (docs/protocol.md, node side, rule 5).
+		st.drained = !mutation.On(mutation.ResumeAfterHandoff)
+		r := st.rec
+		if to, ok := t.nodes[r.Target]; ok && r.Target != t.id && !to.Draining {
+			out = append(out, ledger.Transfer{Shard: s, Epoch: r.Epoch, From: t.id, To: r.Target,
+				ToIncarnation: to.Incarnation, ToLiveness: to.Liveness, Now: now.UnixNano(), Reason: "handoff"})
+			continue
+		}
+		out = append(out, ledger.Release{Shard: s, Epoch: r.Epoch, Owner: t.id, Now: now.UnixNano()})
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package ownership
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// GossipState is gossip's opinion of a member. Gossip is a hint: the planner
+// uses it for placement only, never to decide that a lease has ended.
+type GossipState uint8
+
+// Gossip states, in the same order as cluster.MemberState.
+const (
+	GossipAlive GossipState = iota
+	GossipSuspect
+	GossipDead
+	GossipLeft
+)
+
+// String names the state.
+func (s GossipState) String() string {
+	switch s {
+	case GossipAlive:
+		return "alive"
+	case GossipSuspect:
+		return "suspect"
+	case GossipDead:
+		return "dead"
+	case GossipLeft:
+		return "left"
+	}
+	return "unknown"
+}
+
+// Member is one node as the leader's gossip sees it (node/ builds it from
+// cluster.Member).
+type Member struct {
+	ID          string
+	Incarnation uint64
+	State       GossipState
+	// Health is the gossiped health score, 0..1.
+	Health float64
+	// Draining is the gossiped drain request (the ledger's
+	// NodeRecord.Draining counts too).
+	Draining bool
+	// Group is the node's group (node/ gossips it in the "tenure.group"
+	// tag): group-scoped election shards are placed only on eligible
+	// members of their group.
+	Group string
+}
+
+// Input is everything the planner looks at in one round: the leader's
+// gossip view and its committed ledger table. Order does not matter; the
+// planner sorts.
+type Input struct {
+	Members []Member
+	Shards  []ledger.ShardRecord
+	Nodes   []ledger.NodeRecord
+	// Elections are the declared group-scoped elections; their shards
+	// (≥ Partitions) are placed among their group's eligible members.
+	Elections []ledger.ElectionRecord
+}
+
+// table is a sorted, indexed copy of the committed records.
+type table struct {
+	shards map[uint32]ledger.ShardRecord
+	nodes  map[string]ledger.NodeRecord
+	ids    []string // node ids, sorted
+	groups groupView
+}
+
+func newTable(shards []ledger.ShardRecord, nodes []ledger.NodeRecord) table {
+	t := table{
+		shards: make(map[uint32]ledger.ShardRecord, len(shards)),
+		nodes:  make(map[string]ledger.NodeRecord, len(nodes)),
+	}
+	for _, s := range shards {
+		t.shards[s.Shard] = s
+	}
+	for _, n := range nodes {
+		t.nodes[n.ID] = n
+	}
+	t.ids = make([]string, 0, len(t.nodes))
+	for id := range t.nodes {
+		t.ids = append(t.ids, id)
+	}
+	slices.Sort(t.ids)
+	return t
+}
+
+func (t table) shard(s uint32) ledger.ShardRecord {
+	if r, ok := t.shards[s]; ok {
+		return r
+	}
+	return ledger.ShardRecord{Shard: s}
+}
+
+// Valid reports whether a shard's committed ownership is valid given its
+// owner's node record (docs/protocol.md): Owned or Revoking, and the owner
+// still has the incarnation and liveness epoch it was granted under.
+func Valid(rec ledger.ShardRecord, owner ledger.NodeRecord, ownerKnown bool) bool {
+	if rec.State != ledger.ShardOwned && rec.State != ledger.ShardRevoking {
+		return false
+	}
+	return ownerKnown && owner.ID == rec.Owner &&
+		owner.Incarnation == rec.OwnerIncarnation && owner.Liveness == rec.OwnerLiveness
+}
+
+func (t table) valid(rec ledger.ShardRecord) bool {
+	n, ok := t.nodes[rec.Owner]
+	return Valid(rec, n, ok)
+}
+
+// sortedMembers returns members sorted by id, keeping the highest
+// incarnation when an id appears twice.
+func sortedMembers(in []Member) []Member {
+	ms := slices.Clone(in)
+	slices.SortFunc(ms, func(a, b Member) int {
+		if c := cmp.Compare(a.ID, b.ID); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.Incarnation, a.Incarnation); c != 0 {
+			return c
+		}
+		// Same id and incarnation twice: keep the most pessimistic view so
+		// that the result does not depend on input order.
+		if c := cmp.Compare(b.State, a.State); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Health, b.Health); c != 0 {
+			return c
+		}
+		if a.Draining != b.Draining {
+			if a.Draining {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return slices.CompactFunc(ms, func(a, b Member) bool { return a.ID == b.ID })
+}

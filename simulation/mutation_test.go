@@ -1,0 +1,104 @@
+package simulation
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/mutation"
+)
+
+// mutationSeeds is how many seeds each mutation gets to be caught in.
+const mutationSeeds = 60
+
+// TestSimMutations turns off one safety rule at a time, in the real code,
+// and demands that the checkers catch it within mutationSeeds seeds. A
+// harness that cannot fail is worthless.
+func TestSimMutations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mutations take a while")
+	}
+	for _, m := range mutation.All() {
+		t.Run(m.String(), func(t *testing.T) {
+			restore := mutation.Set(m)
+			defer restore()
+			for seed := uint64(1); seed <= mutationSeeds; seed++ {
+				cfg := DefaultConfig(seed)
+				cfg.StopAtFirstViolation = true
+				cfg.Stress = true
+				if m == mutation.NoDriftMargin {
+					// Drift within the bound, in the direction that hurts.
+					cfg = driftConfig(seed, 1-cfg.Ownership.MaxDrift)
+				}
+				res, err := Run(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Failed() {
+					t.Logf("caught at seed %d: %s", seed, res.Violations[0])
+					return
+				}
+			}
+			t.Errorf("mutation %s not caught within %d seeds", m, mutationSeeds)
+		})
+	}
+}
+
+// driftConfig is the clock-drift scenario: the voters' clocks (so the
+// leader's) run fast at 1+MaxDrift, the two non-voters' (which own shards)
+// run slow at slowRate, and the non-voters are paused or isolated for
+// longer than a lease, again and again.
+func driftConfig(seed uint64, slowRate float64) Config {
+	cfg := DefaultConfig(seed)
+	fast := 1 + cfg.Ownership.MaxDrift
+	cfg.ClockRates = []float64{fast, fast, fast, slowRate, slowRate}
+	cfg.RandomFaults = false
+	cfg.StopAtFirstViolation = true
+	r := rand.New(rand.NewPCG(seed, 7))
+	for i := range 6 {
+		kind := []FaultKind{Pause, Isolate}[r.IntN(2)]
+		cfg.Faults = append(cfg.Faults, Fault{
+			At:   time.Duration(i)*700*time.Millisecond + 600*time.Millisecond + time.Duration(r.Int64N(int64(200*time.Millisecond))),
+			Kind: kind, Node: 3 + r.IntN(2),
+			Dur: cfg.Ownership.Lease + time.Duration(r.Int64N(int64(cfg.Ownership.Lease))),
+		})
+	}
+	return cfg
+}
+
+// TestSimDrift shows that the drift scenario is safe while clocks stay
+// within the bound, and that drift beyond the bound breaks S4 — and only
+// S4: the ledger's guarantees (S1–S3) do not depend on clocks.
+func TestSimDrift(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		cfg := driftConfig(seed, 1-DefaultConfig(seed).Ownership.MaxDrift)
+		res, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Failed() {
+			t.Fatalf("drift within the bound, seed %d: %v\n%s", seed, res.Violations, replayHint(seed, false))
+		}
+	}
+	caught := uint64(0)
+	for seed := uint64(1); seed <= 40 && caught == 0; seed++ {
+		cfg := driftConfig(seed, 0.6) // 40% slow: four times the bound
+		cfg.StopAtFirstViolation = false
+		res, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range res.Violations {
+			if v.Rule != "S4" && v.Rule[0] == 'S' {
+				t.Fatalf("drift beyond the bound broke %s, not only S4 (seed %d): %s", v.Rule, seed, v)
+			}
+			if v.Rule == "S4" && caught == 0 {
+				caught = seed
+				t.Logf("drift beyond the bound breaks S4 at seed %d: %s", seed, v)
+			}
+		}
+	}
+	if caught == 0 {
+		t.Fatal("drift beyond the bound never broke S4 in 40 seeds")
+	}
+}

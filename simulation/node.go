@@ -1,0 +1,468 @@
+package simulation
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
+)
+
+// node is one simulated process slot: a stable node id whose process can
+// crash and restart (a new generation, usually a new incarnation).
+type node struct {
+	idx   int
+	id    string
+	voter bool
+
+	up          bool
+	gen         uint64 // process generation; events of older ones are dropped
+	pausedUntil int64
+	inc         uint64
+
+	// Clock: local monotonic = mono0 + rate·(t − true0); wall = local + wallOffset.
+	mono0, true0 int64
+	rate         float64
+	wallOffset   int64
+
+	health        float64
+	draining      bool
+	drainProposed int64
+
+	tracker *ownership.Tracker
+	fsm     *ledger.FSM
+	app     *counterApp
+	user    map[string]ledger.StateMachine
+	applied uint64 // highest log index applied by the replica
+	syncing bool   // a sync event is scheduled
+
+	planner       *ownership.Planner
+	established   bool
+	roundAt       int64 // time of the next scheduled round (0: none)
+	roundInflight int
+
+	acting    map[uint32]uint64 // acting set as last computed (shard -> epoch)
+	wakeAt    int64
+	slowTill  int64 // replica applies slowly until then (slow disk)
+	pauseNext time.Duration
+
+	// workload
+	jobSeq   uint64
+	inflight map[string]int64 // job op key -> true time proposed
+	drainAt  map[uint32]int64 // Revoking shard -> true time its workers finish (-1: stuck)
+}
+
+// local returns the node's monotonic clock at true time t.
+func (n *node) local(t int64) int64 { return n.mono0 + int64(float64(t-n.true0)*n.rate) }
+
+func (n *node) localTime(t int64) time.Time { return time.Unix(0, n.local(t)) }
+
+// trueAfter converts a local duration into true time.
+func (n *node) trueAfter(d time.Duration) time.Duration {
+	return time.Duration(float64(d)/n.rate) + 1
+}
+
+func (n *node) setRate(t int64, rate float64) {
+	n.mono0, n.true0, n.rate = n.local(t), t, rate
+}
+
+func (s *Sim) addNode(voter bool) error {
+	i := len(s.nodes)
+	n := &node{idx: i, id: fmt.Sprintf("n%d", i+1), voter: voter, health: 1}
+	n.rate = 1 + (s.rng.Float64()*2-1)*s.cfg.ClockRateError
+	if s.cfg.Stress {
+		// Stress: every clock at the edge of the bound, fast or slow.
+		n.rate = 1 + float64(1-2*s.rng.IntN(2))*s.cfg.ClockRateError
+	}
+	if i < len(s.cfg.ClockRates) {
+		n.rate = s.cfg.ClockRates[i]
+	}
+	n.mono0 = s.rng.Int64N(int64(time.Hour))
+	n.wallOffset = s.rng.Int64N(int64(200*time.Millisecond)) - int64(100*time.Millisecond)
+	s.nodes = append(s.nodes, n)
+	if voter {
+		p, err := ownership.NewPlanner(s.cfg.Ownership)
+		if err != nil {
+			return err
+		}
+		n.planner = p
+	}
+	return nil
+}
+
+// onNode schedules fn for n's current process after d (true time). The
+// event is dropped if the process died meanwhile and deferred while it is
+// paused.
+func (s *Sim) onNode(n *node, d time.Duration, kind uint8, fn func()) {
+	gen := n.gen
+	var run func()
+	run = func() {
+		if !n.up || n.gen != gen {
+			return
+		}
+		if s.now < n.pausedUntil {
+			s.at(n.pausedUntil, kind, n.idx, run)
+			return
+		}
+		fn()
+	}
+	s.after(d, kind, n.idx, run)
+}
+
+func (s *Sim) running(n *node) bool { return n.up && s.now >= n.pausedUntil }
+
+// start starts a process on n: a fresh tracker and an empty replica that
+// catches up from the log (raft replays it on restart).
+func (s *Sim) start(n *node, sameIncarnation bool) {
+	n.up = true
+	n.gen++
+	if !sameIncarnation {
+		n.inc++
+	}
+	n.pausedUntil = 0
+	tr, err := ownership.NewTracker(s.cfg.Ownership, n.id, n.inc)
+	if err != nil {
+		panic(err) // config validated in New
+	}
+	n.tracker = tr
+	n.fsm, n.app, n.user = s.newReplica()
+	n.applied = 0
+	n.syncing = false
+	n.established = false
+	n.acting = map[uint32]uint64{}
+	n.inflight = map[string]int64{}
+	n.drainAt = map[uint32]int64{}
+	n.wakeAt = 0
+	n.roundAt = 0
+	n.roundInflight = 0
+	s.tracef("%s start inc=%d gen=%d", n.id, n.inc, n.gen)
+	s.scheduleSync(n, s.jitter(time.Millisecond, 5*time.Millisecond))
+	// First heartbeat soon, then every RenewEvery of the node's clock.
+	s.onNode(n, s.jitter(0, 20*time.Millisecond), evHeartbeat, func() { s.heartbeat(n) })
+	if s.cfg.Workload || len(s.cfg.Workers) > 0 {
+		s.onNode(n, s.jitter(50*time.Millisecond, 150*time.Millisecond), evWork, func() { s.work(n) })
+	}
+	s.gossip.changed(n)
+	s.raft.checkLeader()
+}
+
+// crash kills n's process.
+func (s *Sim) crash(n *node) {
+	if !n.up {
+		return
+	}
+	s.tracef("%s crash", n.id)
+	crashed := make([]uint32, 0, len(n.acting))
+	for sh := range n.acting {
+		crashed = append(crashed, sh)
+	}
+	slices.Sort(crashed)
+	for _, sh := range crashed {
+		s.check.stoppedActing(n, sh, n.acting[sh])
+		s.timeline(sh, "%s stops e%d (crash)", n.id, n.acting[sh])
+	}
+	n.up = false
+	n.gen++
+	n.tracker = nil
+	n.fsm = nil
+	n.acting = map[uint32]uint64{}
+	if n.planner != nil {
+		n.planner.StepDown()
+		n.established = false
+	}
+	s.gossip.changed(n)
+	s.raft.checkLeader()
+}
+
+func (s *Sim) newReplica() (*ledger.FSM, *counterApp, map[string]ledger.StateMachine) {
+	f, err := ledger.NewFSM(ledgerConfig())
+	if err != nil {
+		panic(err)
+	}
+	app := newCounterApp()
+	if err := f.RegisterStateMachine(appType, app); err != nil {
+		panic(err)
+	}
+	user := map[string]ledger.StateMachine{}
+	for _, typ := range sortedTypes(s.cfg.StateMachines) {
+		sm := s.cfg.StateMachines[typ]()
+		if err := f.RegisterStateMachine(typ, sm); err != nil {
+			panic(err) // validated in Config.Validate
+		}
+		user[typ] = sm
+	}
+	return f, app, user
+}
+
+func sortedTypes(m map[string]func() ledger.StateMachine) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// heartbeat asks for a lease renewal and reschedules itself.
+func (s *Sim) heartbeat(n *node) {
+	now := n.localTime(s.now)
+	tok, hb := n.tracker.HeartbeatAsked(now)
+	tr := n.tracker
+	s.raft.propose(n, hb, func(res ledger.Result, index uint64, err error) {
+		if tr != n.tracker {
+			return
+		}
+		at := n.localTime(s.now)
+		switch {
+		case err != nil:
+			tr.HeartbeatFailed(tok)
+		case res.Err == nil:
+			tr.HeartbeatAcked(tok, index, res.Node, at)
+		case errors.Is(res.Err, ledger.ErrStaleLiveness) || errors.Is(res.Err, ledger.ErrStaleIncarnation):
+			tr.HeartbeatRejected(tok, res.Node, at)
+		default:
+			tr.HeartbeatFailed(tok)
+		}
+		s.trackerChanged(n)
+	})
+	s.onNode(n, n.trueAfter(s.cfg.Ownership.RenewEvery), evHeartbeat, func() { s.heartbeat(n) })
+	if n.pauseNext > 0 {
+		n.pausedUntil = max(n.pausedUntil, s.now+int64(n.pauseNext))
+		n.pauseNext = 0
+		s.tracef("%s pauses right after its heartbeat until %v", n.id, time.Duration(n.pausedUntil))
+		s.raft.checkLeader()
+		s.gossip.changed(n)
+		end := n.pausedUntil
+		s.at(end, evFault, n.idx, func() {
+			s.raft.checkLeader()
+			s.gossip.changed(n)
+			s.scheduleSync(n, time.Millisecond)
+		})
+	}
+	// Reconcile the drain wish with the ledger (SetDraining is not a CAS:
+	// a delayed duplicate can flip it back), as node/ must.
+	if rec, ok := n.fsm.State().Node(n.id); ok && n.applied == uint64(len(s.raft.log)) &&
+		rec.Incarnation == n.inc && rec.Draining != n.draining && s.now-n.drainProposed > int64(time.Second) {
+		n.drainProposed = s.now
+		s.proposeDraining(n, n.draining)
+	}
+}
+
+// scheduleSync makes n's replica catch up with the log after d.
+func (s *Sim) scheduleSync(n *node, d time.Duration) {
+	if n.syncing || !n.up {
+		return
+	}
+	n.syncing = true
+	gen := n.gen
+	s.after(d, evApply, n.idx, func() {
+		if n.gen != gen || !n.up {
+			return
+		}
+		n.syncing = false
+		s.sync(n)
+	})
+}
+
+// sync applies committed entries to n's replica, a few at a time, feeding
+// the tracker after every entry (a real node can start or stop acting
+// between any two entries).
+func (s *Sim) sync(n *node) {
+	if !s.running(n) {
+		s.scheduleSync(n, time.Duration(max(n.pausedUntil-s.now, 0))+time.Millisecond)
+		return
+	}
+	if !s.raft.reaches(n) {
+		return // healed links or a new leader schedule another sync
+	}
+	if s.now < n.slowTill {
+		s.scheduleSync(n, time.Duration(n.slowTill-s.now))
+		return
+	}
+	budget := 1 + s.rng.IntN(16)
+	for n.applied < uint64(len(s.raft.log)) && budget > 0 {
+		budget--
+		n.applied++
+		e := s.raft.log[n.applied-1]
+		n.fsm.ApplyCommand(n.applied, e.cmd)
+		relevant := s.observe(n, e.cmd)
+		n.tracker.Applied(n.applied)
+		// Only entries about this node's records, any shard's ownership, or
+		// one of its own proposals can change what it acts on.
+		if relevant || e.from == n.idx {
+			s.trackerChanged(n)
+		}
+		if relevant && n.established && s.raft.leader == n.idx {
+			// The leader loop re-plans when the table changed (coalesced).
+			s.kickRound(n, 10*time.Millisecond)
+		}
+		if !n.up || s.stop {
+			return
+		}
+	}
+	if n.applied < uint64(len(s.raft.log)) {
+		s.scheduleSync(n, s.jitter(100*time.Microsecond, 3*time.Millisecond))
+		return
+	}
+	if n.planner != nil && s.raft.leader == n.idx && !n.established {
+		s.raft.establish(n)
+		s.kickRound(n, s.jitter(0, 2*time.Millisecond))
+	}
+}
+
+// observe feeds the records an entry touched to the tracker and reports
+// whether the entry was about ownership or liveness.
+func (s *Sim) observe(n *node, c ledger.Command) bool {
+	st := n.fsm.State()
+	now := n.localTime(s.now)
+	shard := func(id uint32) {
+		if r, ok := st.Shard(id); ok {
+			n.tracker.ObserveShard(now, r)
+		}
+	}
+	nodeRec := func(id string) {
+		if r, ok := st.Node(id); ok {
+			n.tracker.ObserveNode(r)
+		}
+	}
+	switch c := c.(type) {
+	case ledger.Heartbeat:
+		nodeRec(c.Node)
+		return c.Node == n.id
+	case ledger.ExpireNode:
+		nodeRec(c.Node)
+		return c.Node == n.id
+	case ledger.SetDraining:
+		nodeRec(c.Node)
+		return c.Node == n.id
+	case ledger.Grant:
+		shard(c.Shard)
+	case ledger.Revoke:
+		shard(c.Shard)
+	case ledger.Release:
+		shard(c.Shard)
+	case ledger.Transfer:
+		shard(c.Shard)
+	default:
+		return false
+	}
+	return true
+}
+
+// trackerChanged runs after any tracker input: it recomputes the acting
+// set (checking S4 for every shard the node starts acting on), proposes
+// handoffs and schedules a wake-up at the next lease or drain deadline.
+func (s *Sim) trackerChanged(n *node) {
+	if n.tracker == nil {
+		return
+	}
+	local := n.localTime(s.now)
+	acting := n.tracker.ActingShards(local)
+	next := make(map[uint32]uint64, len(acting))
+	st := n.fsm.State()
+	for _, sh := range acting {
+		rec, _ := st.Shard(sh)
+		next[sh] = rec.Epoch
+		if e, ok := n.acting[sh]; !ok || e != rec.Epoch {
+			s.check.startedActing(n, sh, rec)
+			s.timeline(sh, "%s acts e%d", n.id, rec.Epoch)
+		}
+	}
+	stopped := make([]uint32, 0, len(n.acting))
+	for sh := range n.acting {
+		if _, ok := next[sh]; !ok {
+			stopped = append(stopped, sh)
+		}
+	}
+	slices.Sort(stopped) // map order must not reach the trace or the RNG
+	for _, sh := range stopped {
+		e := n.acting[sh]
+		{
+			s.check.stoppedActing(n, sh, e)
+			s.timeline(sh, "%s stops e%d", n.id, e)
+			if s.cfg.Workload && s.chance(0.3) {
+				// A worker that has not noticed its cancellation yet sends
+				// one more command under its old epoch: fencing (S2) must
+				// reject it once the shard moved on.
+				s.raft.propose(n, ledger.App{Shard: sh, Epoch: e, Type: appType, Payload: []byte{2}, Now: s.wall(n)}, nil)
+			}
+		}
+	}
+	n.acting = next
+	n.tracker.Changes(local) // consumed: the simulated workers follow the acting set
+	for _, c := range n.tracker.Handoffs(local) {
+		s.res.Handoffs++
+		s.raft.propose(n, c, nil)
+	}
+	if d := n.tracker.NextDeadline(local); !d.IsZero() {
+		at := s.now + int64(n.trueAfter(time.Duration(d.UnixNano()-local.UnixNano())))
+		if n.wakeAt == 0 || at < n.wakeAt || n.wakeAt < s.now {
+			n.wakeAt = at
+			s.onNode(n, time.Duration(at-s.now), evWake, func() {
+				if n.wakeAt == at {
+					n.wakeAt = 0
+				}
+				s.trackerChanged(n)
+			})
+		}
+	}
+}
+
+func (s *Sim) timeline(shard uint32, format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	s.tracef("s%d: %s", shard, line)
+	if slices.Contains(s.cfg.Watch, shard) {
+		s.res.Timeline = append(s.res.Timeline, fmt.Sprintf("%v s%d %s", time.Duration(s.now).Round(time.Millisecond), shard, line))
+	}
+}
+
+// kickRound schedules a planner round on the leader n soon (coalesced).
+func (s *Sim) kickRound(n *node, d time.Duration) {
+	at := s.now + int64(d)
+	if n.roundAt != 0 && n.roundAt >= s.now && n.roundAt <= at {
+		return
+	}
+	n.roundAt = at
+	s.onNode(n, d, evRound, func() {
+		if n.roundAt == at {
+			n.roundAt = 0
+		}
+		s.round(n)
+	})
+}
+
+// round runs the real planner on the leader, as ownership.LeaderLoop does.
+func (s *Sim) round(n *node) {
+	if s.raft.leader != n.idx || !n.established {
+		return
+	}
+	if n.roundInflight > 0 {
+		// As in ownership.LeaderLoop, a round starts only after the last
+		// one's proposals returned.
+		s.kickRound(n, 5*time.Millisecond)
+		return
+	}
+	st := n.fsm.State()
+	in := ownership.Input{Members: s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()}
+	cmds, err := n.planner.Plan(n.localTime(s.now), in)
+	if err != nil {
+		s.tracef("%s planner: %v", n.id, err)
+	}
+	for _, c := range cmds {
+		s.tracef("%s proposes %s", n.id, ownership.FormatCommand(c))
+		switch c := c.(type) {
+		case ledger.ExpireNode:
+			s.res.Expiries++
+		case ledger.Grant:
+			if c.Takeover {
+				s.res.Takeovers++
+			}
+		}
+		n.roundInflight++
+		s.raft.propose(n, c, func(ledger.Result, uint64, error) { n.roundInflight-- })
+	}
+	// Timer-driven rounds every 100 ms of the leader's clock.
+	s.kickRound(n, n.trueAfter(100*time.Millisecond))
+}

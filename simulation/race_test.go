@@ -1,0 +1,5 @@
+//go:build race
+
+package simulation
+
+func init() { raceEnabled = true }

@@ -1,0 +1,256 @@
+package simulation
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
+)
+
+// raftModel is the control group as a linearizable log: one leader at a
+// time among the voters, commits after a delay, leader elections when the
+// leader dies, pauses or loses its quorum, and proposals in flight at a
+// leader change that are either lost or committed anyway — the proposer
+// learns only "leadership lost" (unknown outcome) in both cases.
+type raftModel struct {
+	s         *Sim
+	log       []entry
+	ref       *ledger.FSM // reference replica, applied at commit time
+	leader    int         // node index, -1 none
+	term      uint64
+	pending   []*proposal
+	electing  bool
+	elections int
+}
+
+type entry struct {
+	cmd  ledger.Command
+	from int
+}
+
+type proposal struct {
+	cmd  ledger.Command
+	from *node
+	gen  uint64
+	term uint64
+	done func(res ledger.Result, index uint64, err error)
+}
+
+func newRaft(s *Sim) *raftModel {
+	f, _, _ := s.newReplica()
+	return &raftModel{s: s, ref: f, leader: -1}
+}
+
+// link reports whether messages from a reach b.
+func (r *raftModel) link(a, b int) bool { return a == b || r.s.gossip.cut[a][b] == 0 }
+
+// reaches reports whether n receives entries from the leader.
+func (r *raftModel) reaches(n *node) bool {
+	return r.leader >= 0 && r.link(r.leader, n.idx)
+}
+
+// quorum reports whether voter v is up, running and connected both ways
+// with a majority of the voters.
+func (r *raftModel) quorum(v int) bool {
+	n := r.s.nodes[v]
+	if !n.voter || !r.s.running(n) {
+		return false
+	}
+	votes, total := 0, 0
+	for _, m := range r.s.nodes {
+		if !m.voter {
+			continue
+		}
+		total++
+		if m.idx == v || (m.up && r.s.now >= m.pausedUntil && r.link(v, m.idx) && r.link(m.idx, v)) {
+			votes++
+		}
+	}
+	return votes*2 > total
+}
+
+// checkLeader starts an election (after an election timeout) when the
+// leader is gone or has lost its quorum.
+func (r *raftModel) checkLeader() {
+	if r.electing || (r.leader >= 0 && r.quorum(r.leader)) {
+		return
+	}
+	r.electing = true
+	r.s.after(r.s.jitter(300*time.Millisecond, 700*time.Millisecond), evElection, -1, r.elect)
+}
+
+func (r *raftModel) elect() {
+	s := r.s
+	r.electing = false
+	if r.leader >= 0 && r.quorum(r.leader) {
+		return
+	}
+	var cands []int
+	for _, n := range s.nodes {
+		if n.voter && r.quorum(n.idx) {
+			cands = append(cands, n.idx)
+		}
+	}
+	old := r.leader
+	if old >= 0 {
+		s.nodes[old].planner.StepDown()
+		s.nodes[old].established = false
+	}
+	r.leader = -1
+	r.term++
+	// In-flight proposals of the old term: each is lost or committed anyway
+	// by the next leader; their proposers only learn "leadership lost".
+	pend := r.pending
+	r.pending = nil
+	for _, p := range pend {
+		committed := s.chance(0.5) && len(cands) > 0
+		if committed {
+			r.commit(p.cmd, p.from.idx)
+		}
+		s.tracef("raft: in-flight %s from %s %s", ownership.FormatCommand(p.cmd), p.from.id, map[bool]string{true: "committed anyway", false: "lost"}[committed])
+		if p.done != nil {
+			done := p.done
+			s.onNodeGen(p.from, p.gen, s.jitter(time.Millisecond, 50*time.Millisecond), evDeliver, func() {
+				done(ledger.Result{}, 0, ownership.ErrLeadershipLost)
+			})
+		}
+	}
+	if len(cands) == 0 {
+		r.checkLeader()
+		return
+	}
+	r.leader = cands[s.rng.IntN(len(cands))]
+	r.elections++
+	s.tracef("raft: %s leads term %d", s.nodes[r.leader].id, r.term)
+	for _, n := range s.nodes {
+		if n.up {
+			s.scheduleSync(n, s.jitter(time.Millisecond, 10*time.Millisecond))
+		}
+	}
+}
+
+// establish makes the leader's planner start its term; called once the
+// leader's replica has applied the whole log (the Barrier).
+func (r *raftModel) establish(n *node) {
+	st := n.fsm.State()
+	n.planner.Establish(n.localTime(r.s.now), ownership.Input{Members: r.s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()})
+	n.established = true
+	r.s.tracef("%s establishes leadership (applied %d)", n.id, n.applied)
+}
+
+// propose sends cmd from n to the leader; done (may be nil) receives the
+// result on n, or ErrLeadershipLost when the outcome is unknown.
+func (r *raftModel) propose(n *node, cmd ledger.Command, done func(ledger.Result, uint64, error)) {
+	s := r.s
+	fail := func(d time.Duration) {
+		if done != nil {
+			s.onNode(n, d, evDeliver, func() { done(ledger.Result{}, 0, ownership.ErrLeadershipLost) })
+		}
+	}
+	if r.leader < 0 || !r.link(n.idx, r.leader) {
+		fail(s.jitter(5*time.Millisecond, 100*time.Millisecond))
+		return
+	}
+	if s.chance(0.01) {
+		// A duplicate of the proposal arrives much later (a client retry
+		// after an unknown outcome, or a delayed network duplicate): it must
+		// fail its compare-and-set.
+		s.after(s.jitter(50*time.Millisecond, time.Second), evCommit, n.idx, func() {
+			if r.leader >= 0 {
+				r.commit(cmd, n.idx)
+			}
+		})
+	}
+	p := &proposal{cmd: cmd, from: n, gen: n.gen, term: r.term, done: done}
+	r.pending = append(r.pending, p)
+	// Network to the leader, replication to a quorum, fsync.
+	d := s.jitter(500*time.Microsecond, 3*time.Millisecond)
+	if s.chance(0.05) {
+		d += s.jitter(5*time.Millisecond, 40*time.Millisecond) // slow fsync
+	}
+	var try func()
+	try = func() {
+		if p.term != r.term {
+			return // the election committed or lost it
+		}
+		if !r.quorum(r.leader) {
+			// No quorum: it waits, until the leader regains its quorum or
+			// an election resolves it.
+			s.after(20*time.Millisecond, evCommit, n.idx, try)
+			return
+		}
+		for i, q := range r.pending {
+			if q == p {
+				r.pending = append(r.pending[:i], r.pending[i+1:]...)
+				break
+			}
+		}
+		res, index := r.commit(cmd, n.idx)
+		if done == nil {
+			return
+		}
+		if !r.link(r.leader, n.idx) {
+			fail(s.jitter(100*time.Millisecond, 300*time.Millisecond)) // response lost: timeout
+			return
+		}
+		back := s.jitter(200*time.Microsecond, 2*time.Millisecond)
+		if s.chance(0.05) {
+			back += s.jitter(10*time.Millisecond, 200*time.Millisecond) // slow response
+		}
+		s.onNodeGen(n, p.gen, back, evDeliver, func() {
+			s.check.ack(index, cmd)
+			done(res, index, nil)
+		})
+	}
+	s.after(d, evCommit, n.idx, try)
+}
+
+// commit appends cmd to the log and applies it to the reference replica,
+// running the ledger checkers around it.
+func (r *raftModel) commit(cmd ledger.Command, from int) (ledger.Result, uint64) {
+	s := r.s
+	r.log = append(r.log, entry{cmd: cmd, from: from})
+	index := uint64(len(r.log))
+	s.res.Commits++
+	pre := s.check.beforeCommit(cmd)
+	res := r.ref.ApplyCommand(index, cmd)
+	s.check.afterCommit(index, cmd, res, pre)
+	line := ownership.FormatCommand(cmd)
+	_, _ = s.hash.WriteString(line)
+	if res.Err != nil {
+		_, _ = s.hash.WriteString(" rejected")
+	}
+	if s.cfg.Trace != nil {
+		verdict := "ok"
+		if res.Err != nil {
+			verdict = res.Err.Error()
+		}
+		s.tracef("commit #%d from %s: %s -> %s", index, s.nodes[from].id, line, verdict)
+	}
+	for _, n := range s.nodes {
+		if n.up && !n.syncing {
+			s.scheduleSync(n, s.applyDelay())
+		}
+	}
+	return res, index
+}
+
+func (s *Sim) applyDelay() time.Duration {
+	if s.chance(0.02) {
+		return s.jitter(10*time.Millisecond, 80*time.Millisecond)
+	}
+	return s.jitter(100*time.Microsecond, 3*time.Millisecond)
+}
+
+// onNodeGen is onNode for a specific process generation.
+func (s *Sim) onNodeGen(n *node, gen uint64, d time.Duration, kind uint8, fn func()) {
+	if n.gen != gen {
+		return
+	}
+	s.onNode(n, d, kind, fn)
+}
+
+func (r *raftModel) String() string {
+	return fmt.Sprintf("raft term %d leader %d log %d", r.term, r.leader, len(r.log))
+}

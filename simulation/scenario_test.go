@@ -1,0 +1,110 @@
+package simulation
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+)
+
+// TestSimScripts runs the named scenarios in testdata/scenarios.
+//
+//	sim [seed=N] [nodes=N] [voters=N] [duration=D] [faults-until=D] [watch=S,S] [workload=false]
+//	fault at=D kind=K node=nI|leader|owner:S [dur=D] [value=F]
+//	run      run to the end; print violations, leader changes and the timeline
+func TestSimScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
+		var cfg Config
+		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+			arg := func(key, def string) string {
+				for _, a := range td.CmdArgs {
+					if a.Key == key && len(a.Vals) > 0 {
+						return a.Vals[0]
+					}
+				}
+				return def
+			}
+			dur := func(key, def string) time.Duration {
+				d, err := time.ParseDuration(arg(key, def))
+				if err != nil {
+					t.Fatalf("%s: %v", td.Pos, err)
+				}
+				return d
+			}
+			num := func(key, def string) int {
+				v, err := strconv.Atoi(arg(key, def))
+				if err != nil {
+					t.Fatalf("%s: %v", td.Pos, err)
+				}
+				return v
+			}
+			switch td.Cmd {
+			case "sim":
+				cfg = DefaultConfig(uint64(num("seed", "1")))
+				cfg.RandomFaults = false
+				cfg.Nodes = num("nodes", "5")
+				cfg.Voters = num("voters", "3")
+				cfg.Duration = dur("duration", "13s")
+				cfg.FaultsUntil = dur("faults-until", "5s")
+				cfg.Workload = arg("workload", "true") == "true"
+				cfg.Faults = []Fault{}
+				cfg.Watch = nil
+				for _, w := range strings.Split(arg("watch", ""), ",") {
+					if w != "" {
+						v, _ := strconv.Atoi(w)
+						cfg.Watch = append(cfg.Watch, uint32(v))
+					}
+				}
+				return ""
+			case "fault":
+				kind, err := ParseFaultKind(arg("kind", ""))
+				if err != nil {
+					t.Fatalf("%s: %v", td.Pos, err)
+				}
+				f := Fault{At: dur("at", "0s"), Kind: kind, Dur: dur("dur", "0s")}
+				f.Value, _ = strconv.ParseFloat(arg("value", "0"), 64)
+				switch who := arg("node", "n1"); {
+				case who == "leader":
+					f.Node = LeaderNode
+				case strings.HasPrefix(who, "owner:"):
+					v, _ := strconv.Atoi(strings.TrimPrefix(who, "owner:"))
+					f.Node, f.Shard = OwnerOf, uint32(v)
+				default:
+					v, err := strconv.Atoi(strings.TrimPrefix(who, "n"))
+					if err != nil {
+						t.Fatalf("%s: bad node %q", td.Pos, who)
+					}
+					f.Node = v - 1
+				}
+				cfg.Faults = append(cfg.Faults, f)
+				return ""
+			case "run":
+				res, err := Run(cfg)
+				if err != nil {
+					t.Fatalf("%s: %v", td.Pos, err)
+				}
+				var b strings.Builder
+				if len(res.Violations) == 0 {
+					b.WriteString("violations: none\n")
+				}
+				for _, v := range res.Violations {
+					fmt.Fprintf(&b, "violation: %s\n", v)
+				}
+				fmt.Fprintf(&b, "leader elections: %d, expiries proposed: %d, takeovers: %d, handoffs: %d\n",
+					res.LeaderChanges, res.Expiries, res.Takeovers, res.Handoffs)
+				for _, l := range res.Timeline {
+					b.WriteString(l + "\n")
+				}
+				if res.Failed() {
+					t.Errorf("%s: scenario violated a guarantee\n%s", td.Pos, replayHint(cfg.Seed, false))
+				}
+				return b.String()
+			}
+			t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
+			return ""
+		})
+	})
+}

@@ -1,0 +1,331 @@
+package tier2
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/node"
+)
+
+// Violation is one broken guarantee.
+type Violation struct {
+	// Check names the guarantee: S1, S2, S3, S4, L1, or app (App.Check).
+	Check string
+	// At is the virtual time since the run started.
+	At  time.Duration
+	Msg string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("%s at %v: %s", v.Check, v.At, v.Msg) }
+
+// Term is one acting interval: a node process ran the application's
+// worker on a shard from Begin to End (virtual time since the start).
+// BeginSeq and EndSeq order every recorded begin and end across all nodes
+// as they happened; S4 is checked on them.
+type Term struct {
+	Node        string
+	Incarnation uint64
+	Token       node.Token
+	Begin, End  time.Duration
+	// Open reports that the worker was still running when the run ended.
+	Open             bool
+	BeginSeq, EndSeq uint64
+}
+
+// The recorder and checkers. Tier 1's checkers (simulation/checker.go) are
+// unexported and read the simulator's own model of Raft (a single
+// reference log), so tier 2 checks the same guarantees from what it can
+// observe of real components: every replica's apply stream
+// (node.Transports.OnApply), the workers' lifetimes and the clients'
+// acknowledgements.
+
+type replicaKey struct {
+	node string
+	inc  uint64
+}
+
+type entryKey struct {
+	index uint64
+	k     int // position within a batch entry
+}
+
+type shardEpoch struct {
+	shard uint32
+	epoch uint64
+}
+
+// replica is what one node process applied.
+type replica struct {
+	last   uint64
+	k      int
+	epochs map[uint32]uint64
+	// apps[index] lists digests of the App commands applied at index.
+	apps map[uint64][]uint64
+}
+
+type ack struct {
+	node   string
+	index  uint64
+	typ    string
+	digest uint64
+	at     time.Duration
+}
+
+type recorder struct {
+	start time.Time
+
+	mu          sync.Mutex
+	seq         uint64
+	terms       []*Term
+	replicas    map[replicaKey]*replica
+	log         map[entryKey]uint64 // digest of the entry each replica must agree on
+	completions map[uint64]entryKey // job -> entry that completed it
+	owners      map[shardEpoch]string
+	acks        []ack
+	applies     uint64
+	violations  []Violation
+	stale       staleStats
+}
+
+type staleStats struct {
+	probes, rejected uint64
+}
+
+func newRecorder(start time.Time) *recorder {
+	return &recorder{start: start, replicas: map[replicaKey]*replica{}, log: map[entryKey]uint64{},
+		completions: map[uint64]entryKey{}, owners: map[shardEpoch]string{}}
+}
+
+func (r *recorder) now() time.Duration { return time.Since(r.start) }
+
+// violate records a violation; r.mu held.
+func (r *recorder) violate(check, format string, args ...any) {
+	r.violations = append(r.violations, Violation{Check: check, At: r.now(), Msg: fmt.Sprintf(format, args...)})
+}
+
+// Violate records a violation from outside the recorder.
+func (r *recorder) Violate(check, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.violate(check, format, args...)
+}
+
+func digest(parts ...[]byte) uint64 {
+	h := fnv.New64a()
+	for _, p := range parts {
+		_, _ = h.Write(p)
+		_, _ = h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+func appDigest(typ string, payload []byte) uint64 { return digest([]byte(typ), payload) }
+
+// fence returns the shard and epoch an owner's command is fenced by.
+func fence(c ledger.Command) (uint32, uint64, bool) {
+	switch c := c.(type) {
+	case ledger.App:
+		return c.Shard, c.Epoch, true
+	case ledger.JobStart:
+		return c.Shard, c.Epoch, true
+	case ledger.JobComplete:
+		return c.Shard, c.Epoch, true
+	case ledger.JobFail:
+		return c.Shard, c.Epoch, true
+	}
+	return 0, 0, false
+}
+
+// apply is node.Transports.OnApply: one command applied by one replica.
+func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, res ledger.Result) {
+	enc, err := ledger.Encode(c)
+	if err != nil {
+		enc = []byte(fmt.Sprintf("unencodable %T", c))
+	}
+	verdict := []byte{0}
+	if res.Err != nil {
+		verdict[0] = 1
+	}
+	d := digest(enc, verdict)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.applies++
+	rk := replicaKey{id, inc}
+	rp := r.replicas[rk]
+	if rp == nil {
+		rp = &replica{epochs: map[uint32]uint64{}, apps: map[uint64][]uint64{}}
+		r.replicas[rk] = rp
+	}
+	switch {
+	case index == rp.last:
+		rp.k++
+	case index < rp.last:
+		r.violate("S3", "%s#%d applied index %d after %d", id, inc, index, rp.last)
+		rp.last, rp.k = index, 0
+	default:
+		rp.last, rp.k = index, 0
+	}
+	ek := entryKey{index, rp.k}
+	// S3 (and determinism): a committed entry is the same command with the
+	// same verdict on every replica.
+	if old, ok := r.log[ek]; ok && old != d {
+		r.violate("S3", "%s#%d applied a different entry or verdict at index %d.%d (%s)", id, inc, index, rp.k, describe(c, res))
+	} else if !ok {
+		r.log[ek] = d
+	}
+	if a, ok := c.(ledger.App); ok && res.Err == nil {
+		rp.apps[index] = append(rp.apps[index], appDigest(a.Type, a.Payload))
+	}
+	if res.Err != nil {
+		return
+	}
+	// S2: an owner's command is accepted only at the shard's current epoch.
+	if s, e, ok := fence(c); ok {
+		if cur, known := rp.epochs[s]; known && cur != e {
+			r.violate("S2", "%s#%d accepted %s at index %d fenced by epoch %d while shard %d is at epoch %d", id, inc, describe(c, res), index, e, s, cur)
+		}
+	}
+	switch c := c.(type) {
+	case ledger.Grant, ledger.Revoke, ledger.Release, ledger.Transfer:
+		sh := res.Shard
+		// S1: a shard's epoch only increases; one owner per epoch.
+		if cur, known := rp.epochs[sh.Shard]; known && sh.Epoch < cur {
+			r.violate("S1", "%s#%d: shard %d epoch went back %d -> %d at index %d", id, inc, sh.Shard, cur, sh.Epoch, index)
+		}
+		rp.epochs[sh.Shard] = sh.Epoch
+		if sh.State != ledger.ShardUnowned {
+			k := shardEpoch{sh.Shard, sh.Epoch}
+			if o, ok := r.owners[k]; ok && o != sh.Owner {
+				r.violate("S1", "shard %d epoch %d owned by %s and %s (%s#%d, index %d)", sh.Shard, sh.Epoch, o, sh.Owner, id, inc, index)
+			} else if !ok {
+				r.owners[k] = sh.Owner
+			}
+		}
+	case ledger.JobComplete:
+		// S2: a job completes once.
+		if first, ok := r.completions[c.Job]; ok && first != ek {
+			r.violate("S2", "job %d completed twice: at index %d.%d and %d.%d", c.Job, first.index, first.k, index, rp.k)
+		} else if !ok {
+			r.completions[c.Job] = ek
+		}
+	}
+}
+
+func describe(c ledger.Command, res ledger.Result) string {
+	if res.Err != nil {
+		return fmt.Sprintf("%T (rejected: %v)", c, res.Err)
+	}
+	return fmt.Sprintf("%T", c)
+}
+
+// begin records that a node started acting on tok's shard.
+func (r *recorder) begin(id string, inc uint64, tok node.Token) *Term {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	t := &Term{Node: id, Incarnation: inc, Token: tok, Begin: r.now(), BeginSeq: r.seq, Open: true}
+	r.terms = append(r.terms, t)
+	return t
+}
+
+// end records that the worker of t returned.
+func (r *recorder) end(t *Term) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	t.End, t.EndSeq, t.Open = r.now(), r.seq, false
+}
+
+// acked records a command the cluster acknowledged as committed.
+func (r *recorder) acked(id string, a node.Applied, typ string, payload []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(r.acks, ack{node: id, index: a.Index, typ: typ, digest: appDigest(typ, payload), at: r.now()})
+}
+
+// checkS4 reports terms of one shard, run by different node processes,
+// that overlap: one began before the other ended, in the order the events
+// happened. Within a bubble every node reads the same clock, so clock
+// drift is not modelled; tier 1 covers it.
+func (r *recorder) checkS4() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	by := map[uint32][]*Term{}
+	for _, t := range r.terms {
+		by[t.Token.Shard] = append(by[t.Token.Shard], t)
+	}
+	shards := make([]uint32, 0, len(by))
+	for s := range by {
+		shards = append(shards, s)
+	}
+	slices.Sort(shards)
+	const inf = ^uint64(0)
+	for _, s := range shards {
+		ts := by[s]
+		slices.SortFunc(ts, func(a, b *Term) int { return cmp.Compare(a.BeginSeq, b.BeginSeq) })
+		for i, a := range ts {
+			aEnd := a.EndSeq
+			if a.Open {
+				aEnd = inf
+			}
+			for _, b := range ts[i+1:] {
+				if b.BeginSeq > aEnd {
+					break
+				}
+				if a.Node == b.Node && a.Incarnation == b.Incarnation {
+					continue
+				}
+				end := "still running"
+				if !a.Open {
+					end = fmt.Sprintf("until %v", a.End)
+				}
+				r.violate("S4", "shard %d: %s#%d acted (epoch %d, from %v, %s) when %s#%d began acting (epoch %d) at %v",
+					s, a.Node, a.Incarnation, a.Token.Epoch, a.Begin, end, b.Node, b.Incarnation, b.Token.Epoch, b.Begin)
+			}
+		}
+	}
+}
+
+// checkAcks reports acknowledged App commands missing from a live
+// replica: the replica has not reached the index, or applied something
+// else there (S3).
+func (r *recorder) checkAcks(live map[string]uint64, applied map[string]uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(live))
+	for id := range live {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, a := range r.acks {
+		seen := false
+		for _, rp := range r.replicas {
+			if slices.Contains(rp.apps[a.index], a.digest) {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			r.violate("S3", "command %s acknowledged to %s at index %d (at %v) was applied by no replica at that index", a.typ, a.node, a.index, a.at)
+		}
+		for _, id := range ids {
+			if applied[id] < a.index {
+				r.violate("S3", "live replica %s applied only up to %d, missing acknowledged index %d", id, applied[id], a.index)
+				continue
+			}
+			rp := r.replicas[replicaKey{id, live[id]}]
+			if rp == nil {
+				continue
+			}
+			if got, ok := rp.apps[a.index]; ok && !slices.Contains(got, a.digest) {
+				r.violate("S3", "live replica %s has a different command at acknowledged index %d", id, a.index)
+			}
+		}
+	}
+}

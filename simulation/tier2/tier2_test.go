@@ -1,0 +1,96 @@
+package tier2
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+)
+
+var (
+	seedFlag  = flag.Int64("tier2.seed", 0, "run only this seed of TestTier2 (replay)")
+	seedsFlag = flag.Int("tier2.seeds", 8, "how many random seeds TestTier2 runs")
+	verbose   = flag.Bool("tier2.v", false, "log every run's faults and numbers")
+)
+
+func replay(name string, seed int64) string {
+	return fmt.Sprintf("go test ./simulation/tier2 -run '%s' -tier2.seed=%d -tier2.v", name, seed)
+}
+
+func logResult(t *testing.T, res *Result, wall time.Duration) {
+	t.Helper()
+	if res == nil {
+		return
+	}
+	t.Logf("seed %d: %d nodes, %d faults, %d applies, %d acks, %d jobs, %d terms, stale %d/%d rejected, L1 %v, wall %v",
+		res.Scenario.Seed, res.Scenario.Nodes, len(res.Faults), res.Applies, res.Acks, res.JobsCompleted, len(res.Terms),
+		res.StaleRejected, res.StaleProbes, res.L1, wall.Round(time.Millisecond))
+	if *verbose || res.Failed() {
+		for _, f := range res.Faults {
+			t.Logf("  fault %s", f)
+		}
+	}
+}
+
+// TestTier2 runs a batch of random scenarios (-tier2.seeds, or the one
+// -tier2.seed).
+func TestTier2(t *testing.T) {
+	seeds := make([]int64, 0, *seedsFlag)
+	if *seedFlag != 0 {
+		seeds = append(seeds, *seedFlag)
+	} else {
+		for i := range *seedsFlag {
+			seeds = append(seeds, int64(1000+i))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			sc := Scenario{Name: "random", Seed: seed, Nodes: 3 + int(seed%2), RandomFaults: true,
+				Replay: replay("TestTier2", seed)}
+			start := time.Now()
+			res := Test(t, sc)
+			logResult(t, res, time.Since(start))
+		})
+	}
+}
+
+// named are the scripted scenarios of the issue.
+var named = []Scenario{
+	{Name: "owner-crash", Duration: 45 * time.Second, FaultsUntil: 25 * time.Second, Faults: []Fault{
+		{At: 5 * time.Second, Kind: Crash, Node: Shard0Owner, For: 5 * time.Second},
+		{At: 15 * time.Second, Kind: Crash, Node: Shard0Owner, For: 2 * time.Second},
+	}},
+	{Name: "leader-partition", Duration: 45 * time.Second, FaultsUntil: 25 * time.Second, Faults: []Fault{
+		{At: 5 * time.Second, Kind: Isolate, Node: Leader, For: 5 * time.Second},
+		{At: 14 * time.Second, Kind: OneWay, Node: Leader, To: 0, For: 4 * time.Second},
+		{At: 20 * time.Second, Kind: Isolate, Node: Leader, For: 2 * time.Second},
+	}},
+	{Name: "rolling-restart", Duration: 45 * time.Second, FaultsUntil: 28 * time.Second, Faults: []Fault{
+		{At: 5 * time.Second, Kind: Restart, Node: 0, For: time.Second},
+		{At: 12 * time.Second, Kind: Restart, Node: 1, For: time.Second},
+		{At: 19 * time.Second, Kind: Restart, Node: 2, For: time.Second},
+	}},
+	{Name: "drain-during-leader-change", Duration: 45 * time.Second, FaultsUntil: 25 * time.Second, Faults: []Fault{
+		{At: 5 * time.Second, Kind: DrainLeaderChange, Node: 0, For: 5 * time.Second},
+		{At: 13 * time.Second, Kind: DrainLeaderChange, Node: 1, For: 5 * time.Second},
+		{At: 20 * time.Second, Kind: DrainIsolate, Node: 2, For: 4 * time.Second},
+	}},
+}
+
+// TestTier2Named runs the scripted scenarios.
+func TestTier2Named(t *testing.T) {
+	for i, sc := range named {
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			sc.Seed = 2000 + int64(i)
+			if *seedFlag != 0 {
+				sc.Seed = *seedFlag
+			}
+			sc.Replay = replay("TestTier2Named/"+sc.Name, sc.Seed)
+			start := time.Now()
+			res := Test(t, sc)
+			logResult(t, res, time.Since(start))
+		})
+	}
+}
