@@ -164,7 +164,9 @@ func (w *witness) run(ctx context.Context) {
 			cancel()
 			return
 		case <-t.C:
-			w.flush(ctx)
+			// A flush in flight when ctx ends must not fail and drop its
+			// batch: the client's timeout bounds it instead.
+			w.flush(context.WithoutCancel(ctx))
 		}
 	}
 }
