@@ -101,13 +101,13 @@ func (f Fault) validate(nodes int) error {
 		return fmt.Errorf("unknown Kind %d", int(f.Kind))
 	}
 	if f.Node < Shard0Owner || f.Node >= nodes {
-		return fmt.Errorf("Node %d: want 0..%d, Leader or Shard0Owner", f.Node, nodes-1)
+		return fmt.Errorf("fault node %d: want 0..%d, Leader or Shard0Owner", f.Node, nodes-1)
 	}
 	if f.Kind == OneWay && (f.To < 0 || f.To >= nodes) {
-		return fmt.Errorf("To %d: want 0..%d", f.To, nodes-1)
+		return fmt.Errorf("fault to %d: want 0..%d", f.To, nodes-1)
 	}
 	if f.For < 0 || f.Loss < 0 || f.Loss > 1 || f.Delay < 0 {
-		return fmt.Errorf("For %v, Delay %v, Loss %v: want For, Delay ≥ 0 and Loss in [0,1]", f.For, f.Delay, f.Loss)
+		return fmt.Errorf("fault for %v, delay %v, loss %v: want For, Delay ≥ 0 and Loss in [0,1]", f.For, f.Delay, f.Loss)
 	}
 	return nil
 }

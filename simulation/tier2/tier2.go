@@ -124,14 +124,14 @@ func (sc Scenario) Validate() error {
 	sc = sc.withDefaults()
 	var errs []error
 	if sc.Nodes < 1 || sc.Nodes > 250 {
-		errs = append(errs, fmt.Errorf("Nodes %d: want 1..250", sc.Nodes))
+		errs = append(errs, fmt.Errorf("scenario nodes %d: want 1..250", sc.Nodes))
 	}
 	if sc.FaultsUntil+sc.L1Bound > sc.Duration {
-		errs = append(errs, fmt.Errorf("FaultsUntil %v + L1Bound %v > Duration %v: no time left to judge liveness", sc.FaultsUntil, sc.L1Bound, sc.Duration))
+		errs = append(errs, fmt.Errorf("scenario faults until %v + L1 bound %v > Duration %v: no time left to judge liveness", sc.FaultsUntil, sc.L1Bound, sc.Duration))
 	}
 	for i, f := range sc.Faults {
 		if err := f.validate(sc.Nodes); err != nil {
-			errs = append(errs, fmt.Errorf("Faults[%d]: %w", i, err))
+			errs = append(errs, fmt.Errorf("fault %d: %w", i, err))
 		}
 	}
 	if len(errs) > 0 {
