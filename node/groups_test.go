@@ -53,8 +53,12 @@ func TestClusterGroupElections(t *testing.T) {
 	}
 	leaderA, leaderB := waitLeader("a", 0, ""), waitLeader("b", 0, "")
 	// The committed owner of each group's shard is a member of the group
-	// (checked from every node's replica).
+	// (checked from every node's replica, once it has applied the grants:
+	// replicas lag the leader).
 	for _, n := range tc.nodes {
+		if !waitTrue(ctx, func() bool { return n.Shard(sa).Owner != "" && n.Shard(sb).Owner != "" }) {
+			t.Fatalf("%s: replica never saw both groups' shards granted", n.ID())
+		}
 		if a, b := n.Shard(sa).Owner, n.Shard(sb).Owner; groupOf[a] != "a" || groupOf[b] != "b" {
 			t.Fatalf("%s: group a's shard owned by %q, group b's by %q", n.ID(), a, b)
 		}
