@@ -71,42 +71,44 @@ func (n *Node) runTerm(ctx context.Context, tok Token, fn WorkFunc) (finished bo
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	ended := false
 	for {
 		ch := n.watch()
-		if !ended {
-			cur, until, terr := n.actingToken(tok.Shard, time.Now())
-			if terr != nil || cur != tok {
-				cancel(ErrLostOwnership)
-				ended = true
-			} else {
-				if !timer.Stop() {
-					select {
-					case <-timer.C:
-					default:
-					}
-				}
-				timer.Reset(time.Until(until))
+		cur, until, terr := n.actingToken(tok.Shard, time.Now())
+		if terr != nil || cur != tok {
+			cancel(ErrLostOwnership)
+			break
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
 			}
 		}
+		timer.Reset(time.Until(until))
 		select {
 		case ferr := <-done:
 			switch {
-			case ended || ctx.Err() != nil:
+			case ctx.Err() != nil:
 				return false, nil
 			case ferr != nil:
 				return false, fmt.Errorf("shard %d at epoch %d: %w", tok.Shard, tok.Epoch, ferr)
 			}
 			return true, nil
 		case <-ch:
+			continue
 		case <-timer.C:
+			continue
 		case <-n.done:
 			cancel(ErrClosed)
-			ended = true
 		case <-ctx.Done():
-			ended = true
 		}
+		break
 	}
+	// The term is over and fn's context is cancelled: wait for fn alone
+	// (n.done and ctx.Done stay ready once closed; selecting on them
+	// again would spin a core for as long as fn takes to wind down).
+	<-done
+	return false, nil
 }
 
 // RunPerShard runs fn once per shard this node acts on, each in its own

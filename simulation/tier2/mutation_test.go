@@ -1,0 +1,92 @@
+package tier2
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/mutation"
+	"github.com/tenurehq/tenure/node"
+)
+
+// TestTier2Mutations shows that tier 2 can fail: with one safety rule of
+// the real code switched off (internal/mutation), a scenario built to
+// exercise that rule must report a violation of the guarantee the rule
+// protects within a few seeds. The switches are process-wide, so this test
+// does not run in parallel with the others.
+func TestTier2Mutations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mutation runs are skipped with -short")
+	}
+	cases := []struct {
+		sw    mutation.Switch
+		want  string // the guarantee a violation must name
+		fault Fault
+	}{
+		// The leader expires an owner cut off from everyone without
+		// waiting out its lease: the successor acts while the old owner
+		// still does.
+		{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: Shard0Owner, For: 6 * time.Second}},
+		// The leader takes over a revoked shard without waiting out lease
+		// and drain timeout, while its draining owner's worker is still
+		// finishing (within the drain timeout): the successor overlaps it.
+		{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}},
+	}
+	const seeds = 3
+	for _, c := range cases {
+		t.Run(c.sw.String(), func(t *testing.T) {
+			scenario := func(seed int64) Scenario {
+				return Scenario{Name: "mutation-" + c.sw.String(), Seed: seed, Nodes: 4,
+					Duration: 30 * time.Second, FaultsUntil: 15 * time.Second, Faults: []Fault{c.fault},
+					App: App{Worker: slowDrain}}
+			}
+			// The control: the scenario is clean with every rule on.
+			if res := runQuiet(t, scenario(1)); res.Failed() {
+				t.Fatalf("scenario fails without the mutation (seed 1): %v", res.Violations)
+			}
+			restore := mutation.Set(c.sw)
+			defer restore()
+			var seen []string
+			for seed := int64(1); seed <= seeds; seed++ {
+				res := runQuiet(t, scenario(seed))
+				for _, v := range res.Violations {
+					if v.Check == c.want {
+						t.Logf("%s caught with seed %d: %s", c.sw, seed, v)
+						return
+					}
+					seen = append(seen, v.String())
+				}
+			}
+			t.Fatalf("mutation %s not caught as %s within %d seeds; other violations: %s",
+				c.sw, c.want, seeds, strings.Join(seen, "; "))
+		})
+	}
+}
+
+// slowDrain is a worker that needs 400 ms to wind down once its term ends
+// — well within the fast profile's 1 s drain timeout, so the real rules
+// keep it from overlapping its successor.
+func slowDrain(ctx context.Context, env *Env, _ node.Token) error {
+	<-ctx.Done()
+	_ = env.Sleep(context.WithoutCancel(ctx), 400*time.Millisecond)
+	return nil
+}
+
+// runQuiet runs sc in its own bubble and returns the result without
+// reporting its violations as test errors.
+func runQuiet(t *testing.T, sc Scenario) *Result {
+	t.Helper()
+	var res *Result
+	synctest.Test(t, func(t *testing.T) {
+		var err error
+		if res, err = Run(context.Background(), sc); err != nil {
+			t.Fatalf("scenario %q seed %d: %v", sc.Name, sc.Seed, err)
+		}
+	})
+	if res == nil {
+		t.Fatalf("scenario %q seed %d produced no result", sc.Name, sc.Seed)
+	}
+	return res
+}
