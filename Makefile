@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test test-docker lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -22,6 +22,11 @@ SIMSEEDS ?= 2000
 test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
+
+# Five agent containers (FROM scratch) on private Docker networks: kill,
+# pause, partition and restart an owner; a witness checks zero overlap.
+test-docker:
+	TENURE_DOCKER_TESTS=1 $(GO) test -count=1 -timeout 20m -run '^TestDockerChaos$$' -v ./cmd/tenure/
 
 lint:
 	$(GO) vet ./...

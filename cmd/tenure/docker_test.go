@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDockerChaos runs a 5-node cluster as containers built FROM scratch
+// around the static binary, each on two private Docker networks: "cluster"
+// carries gossip and Raft, "witness" carries the demo workload's ticks to a
+// witness in this test and the test's API calls. It then kills (SIGKILL),
+// freezes (docker pause, longer than the lease), partitions (disconnects
+// from the cluster network) and gracefully restarts the acting owner of a
+// shard in turn, and checks after each fault that the shard has a new
+// acting owner and, over the whole run, that the witness saw no two
+// containers act on one shard at once and no epoch go back.
+//
+// It needs a working Docker engine (`docker info`) and runs only when
+// TENURE_DOCKER_TESTS=1 (make test-docker, and .ci/run, set it).
+func TestDockerChaos(t *testing.T) {
+	if os.Getenv("TENURE_DOCKER_TESTS") != "1" {
+		t.Skip("set TENURE_DOCKER_TESTS=1 to run the Docker chaos test (make test-docker)")
+	}
+	if testing.Short() {
+		t.Skip("Docker chaos test: skipped under -short")
+	}
+	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		t.Fatalf("TENURE_DOCKER_TESTS=1 but no Docker engine answers: %v\n%s", err, out)
+	}
+	const (
+		nodes      = 5
+		partitions = 32
+		lease      = time.Second // the fast profile
+	)
+	dk := newDockerEnv(t)
+	image := dk.buildImage()
+	seed := rand.Uint64()
+	t.Logf("seed %d (fault targets and waits; not a replay of the containers' scheduling)", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	clusterNet, clusterPrefix := dk.network("cluster")
+	witnessNet, witnessGW := dk.networkGateway("witness")
+
+	// The witness listens on every host address; containers reach it at
+	// the witness network's gateway.
+	wit := newWitnessChecker()
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: wit, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	witnessURL := fmt.Sprintf("http://%s:%d/", witnessGW, ln.Addr().(*net.TCPAddr).Port)
+
+	ids := make([]string, nodes)
+	clusterIP := map[string]string{}
+	for i := range nodes {
+		ids[i] = fmt.Sprintf("n%d", i+1)
+		clusterIP[ids[i]] = fmt.Sprintf("%s.%d", clusterPrefix, 10+i)
+	}
+	seeds := strings.Join([]string{clusterIP["n1"] + ":7946", clusterIP["n2"] + ":7946", clusterIP["n3"] + ":7946"}, ",")
+	apiAddr := map[string]string{}
+	for _, id := range ids {
+		name := dk.name(id)
+		dk.run("create", "--name", name, "--hostname", id, "--network", clusterNet, "--ip", clusterIP[id],
+			"--stop-timeout", "30", image, "agent",
+			"--node-id", id, "--data-dir", "/data", "--profile", "fast", "--partitions", fmt.Sprint(partitions),
+			"--bootstrap-expect", "3", "--seeds", seeds,
+			"--gossip-addr", "0.0.0.0:7946", "--gossip-advertise", clusterIP[id]+":7946",
+			"--raft-addr", "0.0.0.0:7947", "--raft-advertise", clusterIP[id]+":7947",
+			"--http-addr", "0.0.0.0:7948", "--witness", witnessURL, "--tick", "10ms", "--log-format", "json")
+		dk.run("network", "connect", witnessNet, name)
+		dk.run("start", name)
+		apiAddr[id] = dk.ipOn(name, witnessNet) + ":7948"
+	}
+	live := map[string]bool{}
+	for _, id := range ids {
+		live[id] = true
+	}
+	dc := &demoCluster{}
+	for _, id := range ids {
+		dc.agents = append(dc.agents, &demoAgent{id: id, http: apiAddr[id]})
+	}
+	start := time.Now()
+	owners := waitOneActingOwner(t, dc, live, partitions, "", 120*time.Second)
+	t.Logf("5 containers: every shard has one acting owner after %v", time.Since(start).Round(time.Millisecond))
+
+	// failover applies one fault to the acting owner of a random shard and
+	// waits for another node to act on it; heal undoes the fault and waits
+	// until the healed node acts on shards again.
+	failover := func(what string, fault, heal func(name string)) {
+		t.Helper()
+		shard := uint32(rng.IntN(partitions))
+		victim := owners[shard]
+		faultAt := time.Now()
+		fault(dk.name(victim))
+		delete(live, victim)
+		var next string
+		deadline := time.Now().Add(60 * time.Second)
+		for next == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %s: shard %d has no new acting owner after 60s", what, victim, shard)
+			}
+			if o, err := actingOwners(dc, live); err == nil && len(o[shard]) == 1 {
+				next = o[shard][0]
+				break
+			}
+			<-time.After(20 * time.Millisecond)
+		}
+		moved := time.Since(faultAt)
+		if first := firstTickAfter(wit, shard, victim, faultAt); !first.IsZero() {
+			moved = first.Sub(faultAt)
+		}
+		t.Logf("%s %s: shard %d acted on by %s after %v", what, victim, shard, next, moved.Round(time.Millisecond))
+		heal(dk.name(victim))
+		live[victim] = true
+		waitFor(t, 120*time.Second, victim+" to act on shards again", func() bool {
+			o, err := actingOwners(dc, live)
+			if err != nil {
+				return false
+			}
+			for _, ids := range o {
+				if len(ids) == 1 && ids[0] == victim {
+					return true
+				}
+			}
+			return false
+		})
+		owners = waitOneActingOwner(t, dc, live, partitions, "", 120*time.Second)
+	}
+
+	failover("docker kill (SIGKILL)", func(name string) { dk.run("kill", "--signal", "KILL", name) },
+		func(name string) { dk.run("start", name) })
+	var pausedAt time.Time
+	failover("docker pause (5 lease periods)", func(name string) { dk.run("pause", name); pausedAt = time.Now() },
+		func(name string) {
+			// The fault's length, not a wait for a condition: the frozen
+			// process must wake long after its lease ended.
+			<-time.After(time.Until(pausedAt.Add(5 * lease)))
+			dk.run("unpause", name)
+		})
+	failover("partition (cluster network cut)", func(name string) { dk.run("network", "disconnect", clusterNet, name) },
+		func(name string) {
+			id := strings.TrimPrefix(name, dk.prefix)
+			dk.run("network", "connect", "--ip", clusterIP[id], clusterNet, name)
+		})
+	failover("docker restart (SIGTERM: drain, leave, start)", func(name string) { dk.run("restart", "--time", "30", name) },
+		func(string) {})
+
+	// Let the witness see the final placement, then judge the whole run.
+	seen := wit.check(1).Ticks
+	waitFor(t, 30*time.Second, "more witness ticks", func() bool { return wit.check(1).Ticks > seen+partitions*3 })
+	r := wit.check(20)
+	t.Logf("witness: %d ticks on %d shards, %d violations", r.Ticks, r.Shards, len(r.Violations))
+	if r.Shards != partitions {
+		t.Errorf("witness saw %d shards, want %d", r.Shards, partitions)
+	}
+	for _, v := range r.Violations {
+		t.Errorf("seed %d: %s", seed, v)
+	}
+	if t.Failed() {
+		for _, id := range ids {
+			t.Logf("--- %s log (tail):\n%s", id, dk.logs(dk.name(id), 30))
+		}
+	}
+}
+
+// dockerEnv names and cleans up one test's images, networks and
+// containers.
+type dockerEnv struct {
+	t      *testing.T
+	prefix string
+}
+
+func newDockerEnv(t *testing.T) *dockerEnv {
+	d := &dockerEnv{t: t, prefix: fmt.Sprintf("tenure-test-%d-", os.Getpid())}
+	t.Cleanup(d.cleanup)
+	return d
+}
+
+func (d *dockerEnv) name(id string) string { return d.prefix + id }
+
+// run runs one docker command and fails the test on error.
+func (d *dockerEnv) run(args ...string) string {
+	d.t.Helper()
+	out, err := d.try(args...)
+	if err != nil {
+		d.t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+func (d *dockerEnv) try(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// buildImage builds the static binary and the FROM-scratch image of the
+// repository's Dockerfile around it.
+func (d *dockerEnv) buildImage() string {
+	d.t.Helper()
+	dir := d.t.TempDir()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		d.t.Fatalf("no go binary on PATH: %v", err)
+	}
+	cmd := exec.Command(gobin, "build", "-trimpath", "-o", filepath.Join(dir, "bin", "tenure"), ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		d.t.Fatalf("static build: %v\n%s", err, out)
+	}
+	dockerfile, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), dockerfile, 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	image := strings.TrimSuffix(d.prefix, "-") + ":test"
+	d.run("build", "-q", "-t", image, dir)
+	return image
+}
+
+// network creates a bridge network with a fixed /24 (so a reconnected
+// container gets its address back) and returns its name and the /24's
+// first three octets.
+func (d *dockerEnv) network(role string) (name, prefix string) {
+	d.t.Helper()
+	name = d.prefix + role
+	for range 20 {
+		prefix = fmt.Sprintf("10.%d.%d", 100+rand.IntN(100), rand.IntN(250))
+		if _, err := d.try("network", "create", "--driver", "bridge", "--subnet", prefix+".0/24", name); err == nil {
+			return name, prefix
+		}
+	}
+	d.t.Fatalf("could not create network %s with a free subnet", name)
+	return "", ""
+}
+
+// networkGateway creates a bridge network and returns its name and the
+// host's address on it.
+func (d *dockerEnv) networkGateway(role string) (name, gateway string) {
+	d.t.Helper()
+	name, prefix := d.network(role)
+	gw := d.run("network", "inspect", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}", name)
+	if gw == "" {
+		gw = prefix + ".1"
+	}
+	return name, gw
+}
+
+// ipOn returns a container's address on a network.
+func (d *dockerEnv) ipOn(container, network string) string {
+	d.t.Helper()
+	ip := d.run("inspect", "-f", fmt.Sprintf("{{(index .NetworkSettings.Networks %q).IPAddress}}", network), container)
+	if net.ParseIP(ip) == nil {
+		d.t.Fatalf("container %s has no address on %s: %q", container, network, ip)
+	}
+	return ip
+}
+
+func (d *dockerEnv) logs(container string, lines int) string {
+	out, err := exec.Command("docker", "logs", "--tail", fmt.Sprint(lines), container).CombinedOutput()
+	if err != nil {
+		return err.Error()
+	}
+	return string(out)
+}
+
+// cleanup removes every container, network and image the test created.
+func (d *dockerEnv) cleanup() {
+	var errs []error
+	if out, err := d.try("ps", "-aq", "--filter", "name="+d.prefix); err == nil && out != "" {
+		if _, err := d.try(append([]string{"rm", "-f", "-v"}, strings.Fields(out)...)...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if out, err := d.try("network", "ls", "-q", "--filter", "name="+d.prefix); err == nil && out != "" {
+		if _, err := d.try(append([]string{"network", "rm"}, strings.Fields(out)...)...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := d.try("image", "rm", "-f", strings.TrimSuffix(d.prefix, "-")+":test"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		d.t.Logf("docker cleanup: %v", err)
+	}
+}
