@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -323,7 +324,9 @@ func (b *Batcher) dispatch(batch []batchReq) {
 			w.bytes(r.body)
 		}
 	}
-	res, err := b.a.Apply(b.ctx, w.b)
+	ctx, cancel := entryContext(b.ctx, live)
+	res, err := b.a.Apply(ctx, w.b)
+	cancel()
 	for i, r := range live {
 		switch {
 		case err != nil:
@@ -337,5 +340,51 @@ func (b *Batcher) dispatch(batch []batchReq) {
 		default:
 			r.done <- batchResp{r: res.Results[i]}
 		}
+	}
+}
+
+// entryContext bounds the commit of one entry by its commands' contexts:
+// it carries the latest of their deadlines (when every one has a deadline)
+// and ends once every command's context has ended. Without it an entry
+// forwarded to a leader that vanished without closing its connections
+// (a dead host sends no RST) would hold its in-flight slot until Close,
+// and every later command — node heartbeats included — would queue behind
+// it. Ending the commit early is safe: every caller has already given up
+// and treats the outcome as unknown.
+func entryContext(parent context.Context, live []batchReq) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	all := true
+	for _, r := range live {
+		d, ok := r.ctx.Deadline()
+		if !ok {
+			all = false
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	ctx, cancel := context.WithCancel(parent)
+	if all {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
+		parentCancel := cancel
+		cancel = func() { cancelDeadline(); parentCancel() }
+	}
+	var remaining atomic.Int64
+	remaining.Store(int64(len(live)))
+	stops := make([]func() bool, len(live))
+	for i, r := range live {
+		stops[i] = context.AfterFunc(r.ctx, func() {
+			if remaining.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -293,4 +294,62 @@ func TestBatcherApplyEncoded(t *testing.T) {
 	if _, err := b.ApplyEncoded(ctx, []byte{1}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("malformed: %v", err)
 	}
+}
+
+// stuckApplier hangs its first entry until the entry's context ends, as a
+// commit forwarded to a leader whose host vanished does; later entries
+// commit at once.
+type stuckApplier struct {
+	calls       atomic.Int64
+	hadDeadline atomic.Bool
+}
+
+func (a *stuckApplier) Apply(ctx context.Context, data []byte) (Result, error) {
+	if a.calls.Add(1) == 1 {
+		_, ok := ctx.Deadline()
+		a.hadDeadline.Store(ok)
+		<-ctx.Done()
+		return Result{}, ctx.Err()
+	}
+	return Result{Index: uint64(a.calls.Load())}, nil
+}
+
+// An entry whose every caller gave up releases its in-flight slot: the
+// next command is not stuck behind it.
+func TestBatcherReleasesAbandonedEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &stuckApplier{}
+		b, err := NewBatcher(a, BatcherConfig{MaxInFlight: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := b.Apply(ctx, Heartbeat{Node: "a"}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stuck entry: %v, want DeadlineExceeded", err)
+		}
+		if !a.hadDeadline.Load() {
+			t.Error("the entry's context carried no deadline although its only command had one")
+		}
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel2()
+		r, err := b.Apply(ctx2, Heartbeat{Node: "a"})
+		if err != nil || r.Index != 2 {
+			t.Fatalf("next command after an abandoned entry: %+v, %v", r, err)
+		}
+		// A caller without a deadline that cancels also releases the slot.
+		ctx3, cancel3 := context.WithCancel(context.Background())
+		a.calls.Store(0)
+		done := make(chan error, 1)
+		go func() { _, err := b.Apply(ctx3, Heartbeat{Node: "a"}); done <- err }()
+		synctest.Wait()
+		cancel3()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled caller: %v", err)
+		}
+		if r, err := b.Apply(ctx2, Heartbeat{Node: "a"}); err != nil || r.Index != 2 {
+			t.Fatalf("next command after a cancelled entry: %+v, %v", r, err)
+		}
+	})
 }
