@@ -325,6 +325,12 @@ type ControlGroup struct {
 
 	events *eventQueue
 
+	// leaderChange is closed (and replaced) whenever Raft observes a
+	// leader change; forwarded commands watch it (see applyRemote).
+	leaderMu     sync.Mutex
+	leaderChange chan struct{}
+	observer     *raft.Observer
+
 	closing   chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -413,6 +419,14 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft = r
+	g.leaderChange = make(chan struct{})
+	obs := make(chan raft.Observation, 16)
+	g.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(g.observer)
+	g.goLoop(func() { g.leaderWatchLoop(obs) })
 	g.mux.start()
 
 	if peers != nil {
@@ -429,6 +443,58 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	}
 	log.Info("cluster: control group started", "addr", g.addr, "existing_state", hasState)
 	return g, nil
+}
+
+// leaderWatchLoop turns Raft's leader observations into closes of
+// leaderChange. The observer never blocks Raft: an observation dropped on
+// a full channel only delays a forwarded command's cancellation to its
+// own deadline.
+func (g *ControlGroup) leaderWatchLoop(obs <-chan raft.Observation) {
+	defer g.raft.DeregisterObserver(g.observer)
+	for {
+		select {
+		case <-obs:
+			g.leaderMu.Lock()
+			close(g.leaderChange)
+			g.leaderChange = make(chan struct{})
+			g.leaderMu.Unlock()
+		case <-g.closing:
+			return
+		}
+	}
+}
+
+// leaderChanged returns a channel closed at the next leader change.
+func (g *ControlGroup) leaderChanged() <-chan struct{} {
+	g.leaderMu.Lock()
+	defer g.leaderMu.Unlock()
+	return g.leaderChange
+}
+
+// whileLeader returns a context that ends with ctx or as soon as this
+// node sees a leader other than addr (or none). A command forwarded to a
+// leader that died without closing its connections (a host gone, no TCP
+// reset) would otherwise wait for its whole deadline — or forever without
+// one — while a new leader is already serving.
+func (g *ControlGroup) whileLeader(ctx context.Context, addr string) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for {
+			ch := g.leaderChanged()
+			if _, cur := g.Leader(); cur != addr {
+				cancel(fmt.Errorf("leader changed from %s to %q", addr, cur))
+				return
+			}
+			select {
+			case <-ch:
+			case <-wctx.Done():
+				return
+			case <-g.closing:
+				return
+			}
+		}
+	}()
+	return wctx, func() { cancel(nil) }
 }
 
 func (g *ControlGroup) goLoop(f func()) {
@@ -665,13 +731,18 @@ func marshalResponse(resp any) ([]byte, error) {
 func (g *ControlGroup) applyRemote(ctx context.Context, addr string, cmd []byte) (Applied, error) {
 	args := wire.ApplyArgs{Cmd: cmd, Timeout: timeoutFrom(ctx)}
 	var reply wire.ApplyReply
-	err := g.pool.call(ctx, addr, "Control.Apply", &args, &reply)
+	cctx, cancel := g.whileLeader(ctx, addr)
+	defer cancel()
+	err := g.pool.call(cctx, addr, "Control.Apply", &args, &reply)
 	switch {
 	case err == nil:
 	case isDialErr(err):
-		return Applied{}, err
+		return Applied{}, err // never sent: Apply retries (with the new leader)
 	case ctx.Err() != nil:
 		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrTimeout, addr, ctx.Err())
+	case cctx.Err() != nil:
+		// The request may have reached the old leader: outcome unknown.
+		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrLeadershipLost, addr, context.Cause(cctx))
 	default:
 		return Applied{}, fmt.Errorf("%w: forwarding to %s: %v", ErrLeadershipLost, addr, err)
 	}

@@ -461,3 +461,36 @@ func TestControlJoinerInstallsSnapshot(t *testing.T) {
 		h.waitApplied(10*time.Second, want)
 	})
 }
+
+// A leader that vanishes without closing its connections (a dead host: no
+// TCP reset) must not hold a follower's forwarded command until the
+// command's deadline: once the follower sees another leader (or none), the
+// forward ends with ErrLeadershipLost (outcome unknown) and the next
+// command reaches the new leader.
+func TestControlForwardAbandonsSilentLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 11)
+		defer h.closeAll()
+		for i := 1; i <= 5; i++ {
+			h.start(fmt.Sprintf("n%d", i))
+		}
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V n4:N n5:N")
+		h.apply(h.nodes["n4"], "before", 10*time.Second)
+		old := h.waitLeader(10 * time.Second)
+		via := h.nodes["n4"]      // a non-voter with an open stream to the leader
+		h.mem.Blackhole(old.addr) // the leader's host dies: no resets
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := via.g.Apply(ctx, []byte("during"))
+		took := time.Since(start)
+		if err != nil && !errors.Is(err, ErrLeadershipLost) {
+			t.Fatalf("forward to a silent leader: %v, want success or ErrLeadershipLost", err)
+		}
+		if took > 20*time.Second {
+			t.Fatalf("forward to a silent leader took %v (deadline 1m): it waited for the dead leader", took)
+		}
+		t.Logf("forward via %s ended after %v: %v", via.id, took, err)
+		h.apply(via, "after", 20*time.Second)
+	})
+}

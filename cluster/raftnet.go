@@ -44,6 +44,7 @@ type RaftMemNetwork struct {
 	defLink    Link
 	cut        map[linkKey]bool
 	conns      map[*pipeConn]linkKey
+	holes      map[string]bool
 	timeout    time.Duration
 }
 
@@ -56,6 +57,7 @@ func NewRaftMemNetwork(seed int64) *RaftMemNetwork {
 		links:      map[linkKey]Link{},
 		cut:        map[linkKey]bool{},
 		conns:      map[*pipeConn]linkKey{},
+		holes:      map[string]bool{},
 		timeout:    time.Second,
 	}
 }
@@ -129,6 +131,23 @@ func (n *RaftMemNetwork) Heal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.cut = map[linkKey]bool{}
+	n.holes = map[string]bool{}
+}
+
+// Blackhole makes addr's host vanish the way a dead or frozen machine
+// does: Raft messages to and from it are lost, bytes written on open RPC
+// streams to or from it disappear, dials to it hang until their deadline,
+// and nothing is closed (no TCP reset). Heal ends it.
+func (n *RaftMemNetwork) Blackhole(addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.holes[addr] = true
+}
+
+func (n *RaftMemNetwork) inHole(a, b string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.holes[a] || n.holes[b]
 }
 
 // HealLink removes the cut from → to.
@@ -159,6 +178,9 @@ func (n *RaftMemNetwork) addrsLocked() []string {
 func (n *RaftMemNetwork) route(from, to string) (time.Duration, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.holes[from] || n.holes[to] {
+		return 0, fmt.Errorf("memnet: message %s -> %s lost (blackhole)", from, to)
+	}
 	if n.cut[linkKey{from, to}] {
 		return 0, fmt.Errorf("memnet: link %s -> %s is cut", from, to)
 	}
@@ -421,6 +443,10 @@ func (l *memStreamLayer) Close() error {
 func (l *memStreamLayer) Addr() net.Addr { return stringAddr(l.addr) }
 
 func (l *memStreamLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	if l.net.inHole(l.addr, addr) {
+		<-ctx.Done() // a SYN nobody answers
+		return nil, fmt.Errorf("memnet: dial %s: %w", addr, ctx.Err())
+	}
 	d, err := l.net.route(l.addr, addr)
 	if err != nil {
 		return nil, err
@@ -458,6 +484,14 @@ type pipeConn struct {
 	net           *RaftMemNetwork
 	peer          *pipeConn
 	local, remote string
+}
+
+// Write discards what is written while either end is in a blackhole.
+func (c *pipeConn) Write(p []byte) (int, error) {
+	if c.net.inHole(c.local, c.remote) {
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *pipeConn) LocalAddr() net.Addr  { return stringAddr(c.local) }
