@@ -45,9 +45,15 @@ const (
 	// mid-handoff); the control group takes them over after the drain
 	// timeout.
 	DrainIsolate
+	// Freeze: the node's host stops answering without closing anything —
+	// a dead or frozen machine as its peers see it: gossip is cut, Raft
+	// messages and bytes on open RPC streams vanish, dials hang (no TCP
+	// reset, unlike Isolate). The process itself keeps running, as with
+	// Isolate.
+	Freeze
 )
 
-var faultNames = [...]string{"", "crash", "restart", "isolate", "one-way", "degrade", "drain", "drain-leader-change", "drain-isolate"}
+var faultNames = [...]string{"", "crash", "restart", "isolate", "one-way", "degrade", "drain", "drain-leader-change", "drain-isolate", "freeze"}
 
 // String names the kind.
 func (k FaultKind) String() string {
@@ -97,7 +103,7 @@ func (f Fault) String() string {
 }
 
 func (f Fault) validate(nodes int) error {
-	if f.Kind < Crash || f.Kind > DrainIsolate {
+	if f.Kind < Crash || f.Kind > Freeze {
 		return fmt.Errorf("unknown Kind %d", int(f.Kind))
 	}
 	if f.Node < Shard0Owner || f.Node >= nodes {
@@ -130,10 +136,14 @@ func (h *harness) randomFaults(from, until time.Duration) []Fault {
 			f.Kind, f.Node = Crash, Leader
 		case r < 36:
 			f.Kind = Restart
-		case r < 50:
+		case r < 44:
 			f.Kind = Isolate
-		case r < 58:
+		case r < 50:
+			f.Kind = Freeze
+		case r < 54:
 			f.Kind, f.Node = Isolate, Leader
+		case r < 58:
+			f.Kind, f.Node = Freeze, Leader
 		case r < 70:
 			f.Kind = OneWay
 			f.To = (f.Node + 1 + h.intn(max(h.sc.Nodes-1, 1))) % h.sc.Nodes
@@ -229,6 +239,11 @@ func (h *harness) apply(f *Fault) {
 		h.restart(s)
 	case Isolate:
 		h.isolate(s)
+		h.sleep(f.For)
+		h.heal()
+	case Freeze:
+		h.tr.Gossip.Partition([]string{s.gossip})
+		h.tr.Raft.Blackhole(s.raft)
 		h.sleep(f.For)
 		h.heal()
 	case OneWay:

@@ -66,6 +66,11 @@ var named = []Scenario{
 		{At: 14 * time.Second, Kind: OneWay, Node: Leader, To: 0, For: 4 * time.Second},
 		{At: 20 * time.Second, Kind: Isolate, Node: Leader, For: 2 * time.Second},
 	}},
+	{Name: "leader-freeze", Duration: 45 * time.Second, FaultsUntil: 25 * time.Second, Faults: []Fault{
+		{At: 5 * time.Second, Kind: Freeze, Node: Leader, For: 6 * time.Second},
+		{At: 14 * time.Second, Kind: Freeze, Node: Shard0Owner, For: 4 * time.Second},
+		{At: 20 * time.Second, Kind: Freeze, Node: Leader, For: 2 * time.Second},
+	}},
 	{Name: "rolling-restart", Duration: 45 * time.Second, FaultsUntil: 28 * time.Second, Faults: []Fault{
 		{At: 5 * time.Second, Kind: Restart, Node: 0, For: time.Second},
 		{At: 12 * time.Second, Kind: Restart, Node: 1, For: time.Second},
