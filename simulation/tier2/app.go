@@ -206,7 +206,7 @@ func (d *defaultApp) worker(ctx context.Context, env *Env, tok node.Token) error
 func (d *defaultApp) check(nodes []*node.Node) error {
 	d.h.rec.mu.Lock()
 	var want []uint64
-	for _, a := range d.h.rec.acks {
+	for _, a := range d.h.rec.acks[:d.h.rec.ackCutoff] {
 		if a.typ == logType {
 			want = append(want, a.digest)
 		}

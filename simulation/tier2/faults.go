@@ -51,9 +51,13 @@ const (
 	// reset, unlike Isolate). The process itself keeps running, as with
 	// Isolate.
 	Freeze
+	// Unhealthy: the node reports a health score below the minimum
+	// (node.SetHealth) for For, so its shards are handed over, then
+	// recovers.
+	Unhealthy
 )
 
-var faultNames = [...]string{"", "crash", "restart", "isolate", "one-way", "degrade", "drain", "drain-leader-change", "drain-isolate", "freeze"}
+var faultNames = [...]string{"", "crash", "restart", "isolate", "one-way", "degrade", "drain", "drain-leader-change", "drain-isolate", "freeze", "unhealthy"}
 
 // String names the kind.
 func (k FaultKind) String() string {
@@ -103,7 +107,7 @@ func (f Fault) String() string {
 }
 
 func (f Fault) validate(nodes int) error {
-	if f.Kind < Crash || f.Kind > Freeze {
+	if f.Kind < Crash || f.Kind > Unhealthy {
 		return fmt.Errorf("unknown Kind %d", int(f.Kind))
 	}
 	if f.Node < Shard0Owner || f.Node >= nodes {
@@ -151,8 +155,10 @@ func (h *harness) randomFaults(from, until time.Duration) []Fault {
 			f.Kind = Degrade
 			f.Delay = h.between(0, 40*time.Millisecond)
 			f.Loss = h.float() * 0.2
-		case r < 90:
+		case r < 86:
 			f.Kind = Drain
+		case r < 90:
+			f.Kind = Unhealthy
 		case r < 95:
 			f.Kind = DrainIsolate
 		default:
@@ -241,6 +247,16 @@ func (h *harness) apply(f *Fault) {
 		h.isolate(s)
 		h.sleep(f.For)
 		h.heal()
+	case Unhealthy:
+		h.mu.Lock()
+		n := s.n
+		h.mu.Unlock()
+		if n == nil {
+			return
+		}
+		_ = n.SetHealth(0.2, map[string]string{"fault": "unhealthy"})
+		h.sleep(f.For)
+		_ = n.SetHealth(1, nil)
 	case Freeze:
 		h.tr.Gossip.Partition([]string{s.gossip})
 		h.tr.Raft.Blackhole(s.raft)

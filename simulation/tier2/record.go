@@ -87,6 +87,7 @@ type recorder struct {
 	completions map[uint64]entryKey // job -> entry that completed it
 	owners      map[shardEpoch]string
 	acks        []ack
+	ackCutoff   int // acks judged by the final checks: acks[:ackCutoff]
 	applies     uint64
 	violations  []Violation
 	stale       staleStats
@@ -303,7 +304,7 @@ func (r *recorder) checkAcks(live map[string]uint64, applied map[string]uint64) 
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for _, a := range r.acks {
+	for _, a := range r.acks[:r.ackCutoff] {
 		seen := false
 		for _, rp := range r.replicas {
 			if slices.Contains(rp.apps[a.index], a.digest) {

@@ -71,6 +71,10 @@ var named = []Scenario{
 		{At: 14 * time.Second, Kind: Freeze, Node: Shard0Owner, For: 4 * time.Second},
 		{At: 20 * time.Second, Kind: Freeze, Node: Leader, For: 2 * time.Second},
 	}},
+	{Name: "health-drop", Duration: 45 * time.Second, FaultsUntil: 25 * time.Second, Faults: []Fault{
+		{At: 5 * time.Second, Kind: Unhealthy, Node: Shard0Owner, For: 8 * time.Second},
+		{At: 15 * time.Second, Kind: Unhealthy, Node: Leader, For: 5 * time.Second},
+	}},
 	{Name: "rolling-restart", Duration: 45 * time.Second, FaultsUntil: 28 * time.Second, Faults: []Fault{
 		{At: 5 * time.Second, Kind: Restart, Node: 0, For: time.Second},
 		{At: 12 * time.Second, Kind: Restart, Node: 1, For: time.Second},
@@ -97,5 +101,36 @@ func TestTier2Named(t *testing.T) {
 			res := Test(t, sc)
 			logResult(t, res, time.Since(start))
 		})
+	}
+}
+
+// TestTier2HealthDrop: a node whose health score drops below the minimum
+// gives up every shard (within gossip + StableFor + a handoff, 4 s here)
+// and takes shards again after it recovers — with S1–S4 intact.
+func TestTier2HealthDrop(t *testing.T) {
+	const at, dur, within = 5 * time.Second, 10 * time.Second, 4 * time.Second
+	sc := Scenario{Name: "health-drop-check", Seed: 3001, Nodes: 3, Duration: 40 * time.Second, FaultsUntil: 20 * time.Second,
+		Faults: []Fault{{At: at, Kind: Unhealthy, Node: Shard0Owner, For: dur}},
+		Replay: replay("TestTier2HealthDrop", 3001)}
+	res := Test(t, sc)
+	if res == nil || len(res.Faults) != 1 || res.Faults[0].Resolved == "" {
+		t.Fatalf("the fault did not run: %+v", res)
+	}
+	victim := res.Faults[0].Resolved
+	after := false
+	for _, term := range res.Terms {
+		if term.Node != victim {
+			continue
+		}
+		if term.Begin < at+dur && (term.Open || term.End > at+within) {
+			t.Errorf("seed %d: unhealthy %s acted on shard %d from %v to %v (open %v); health dropped at %v",
+				sc.Seed, victim, term.Token.Shard, term.Begin, term.End, term.Open, at)
+		}
+		if term.Begin >= at+dur {
+			after = true
+		}
+	}
+	if !after {
+		t.Errorf("seed %d: %s never acted again after its health recovered at %v", sc.Seed, victim, at+dur)
 	}
 }
