@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test test-docker lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test tier3 test-docker lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -22,6 +22,12 @@ SIMSEEDS ?= 2000
 test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
+	$(MAKE) tier3
+
+# Tier 3: tier-2 scenarios compiled for wasip1 and replayed under wazero,
+# byte-identical per seed. Its own module (simulation/tier3/go.mod).
+tier3:
+	cd simulation/tier3 && $(GO) test -count=1 -timeout 30m -v ./...
 
 # Five agent containers (FROM scratch) on private Docker networks: kill,
 # pause, partition and restart an owner; a witness checks zero overlap.
@@ -33,6 +39,7 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
+	cd simulation/tier3 && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # Each fuzz target runs for FUZZTIME (go test allows one -fuzz per package run).
 fuzz:
@@ -75,6 +82,7 @@ docker: build
 
 tidy:
 	$(GO) mod tidy
+	cd simulation/tier3 && $(GO) mod tidy
 
 clean:
 	rm -rf bin

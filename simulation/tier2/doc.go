@@ -10,10 +10,12 @@
 // production) and the faults. Test runs one scenario in its own bubble;
 // Run runs one inside the caller's bubble.
 //
-// Runs are not byte-identical: the Go scheduler interleaves the real
-// goroutines differently from run to run, so a seed reproduces a run's
-// fault schedule and the networks' random decisions, not its exact
-// history. Every failure prints the seed anyway; rerun it a few times.
+// Natively, runs are not byte-identical: the Go scheduler interleaves the
+// real goroutines differently from run to run, so a seed reproduces a
+// run's fault schedule and the networks' random decisions, not its exact
+// history. Every failure prints the seed anyway. Compiled for wasip1 and
+// run under wazero (simulation/tier3), a seed replays byte-identically;
+// Result.Trace digests the history to show it.
 // Within a bubble all nodes read one clock, so clock drift is not
 // modelled here (tier 1, package simulation, models it).
 //

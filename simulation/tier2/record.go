@@ -2,6 +2,7 @@ package tier2
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -91,6 +92,16 @@ type recorder struct {
 	applies     uint64
 	violations  []Violation
 	stale       staleStats
+	// trace digests every recorded event in the order it happened, with
+	// its virtual time: equal traces mean equal histories (tier 3 compares
+	// them across runs of one seed).
+	trace uint64
+}
+
+// note folds one event into the trace. Call with r.mu held.
+func (r *recorder) note(kind string, parts ...any) {
+	r.trace = digest(binary.BigEndian.AppendUint64(nil, r.trace), []byte(kind), fmt.Append(nil, parts...),
+		binary.BigEndian.AppendUint64(nil, uint64(r.now())))
 }
 
 type staleStats struct {
@@ -156,6 +167,7 @@ func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, 
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.note("apply", id, inc, index, d)
 	r.applies++
 	rk := replicaKey{id, inc}
 	rp := r.replicas[rk]
@@ -232,6 +244,7 @@ func (r *recorder) begin(id string, inc uint64, tok node.Token) *Term {
 	r.seq++
 	t := &Term{Node: id, Incarnation: inc, Token: tok, Begin: r.now(), BeginSeq: r.seq, Open: true}
 	r.terms = append(r.terms, t)
+	r.note("begin", id, inc, tok.Shard, tok.Epoch)
 	return t
 }
 
@@ -241,6 +254,7 @@ func (r *recorder) end(t *Term) {
 	defer r.mu.Unlock()
 	r.seq++
 	t.End, t.EndSeq, t.Open = r.now(), r.seq, false
+	r.note("end", t.Node, t.Incarnation, t.Token.Shard, t.Token.Epoch)
 }
 
 // acked records a command the cluster acknowledged as committed.
@@ -248,6 +262,7 @@ func (r *recorder) acked(id string, a node.Applied, typ string, payload []byte) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.acks = append(r.acks, ack{node: id, index: a.Index, typ: typ, digest: appDigest(typ, payload), at: r.now()})
+	r.note("ack", id, a.Index, typ)
 }
 
 // checkS4 reports terms of one shard, run by different node processes,

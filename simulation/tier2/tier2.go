@@ -88,6 +88,12 @@ type Result struct {
 	// L1 is how long after FaultsUntil every shard had an acting owner
 	// (-1 if never within L1Bound).
 	L1 time.Duration
+	// Trace digests the whole recorded history (every apply on every
+	// replica, every worker begin and end, every acknowledgement, with
+	// virtual times) in the order it happened. Runs under the Go scheduler
+	// differ; under tier 3 (wasip1, fixed randomness) a seed's Trace is
+	// the same every time.
+	Trace uint64
 }
 
 // Failed reports whether any guarantee was violated.
@@ -333,6 +339,7 @@ func (h *harness) run(parent context.Context) (*Result, error) {
 	res.Faults = h.faults
 	res.Applies, res.Acks, res.JobsCompleted = h.rec.applies, uint64(len(h.rec.acks)), uint64(len(h.rec.completions))
 	res.StaleProbes, res.StaleRejected = h.rec.stale.probes, h.rec.stale.rejected
+	res.Trace = h.rec.trace
 	return res, nil
 }
 

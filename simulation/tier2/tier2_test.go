@@ -25,6 +25,7 @@ func logResult(t *testing.T, res *Result, wall time.Duration) {
 	t.Logf("seed %d: %d nodes, %d faults, %d applies, %d acks, %d jobs, %d terms, stale %d/%d rejected, L1 %v, wall %v",
 		res.Scenario.Seed, res.Scenario.Nodes, len(res.Faults), res.Applies, res.Acks, res.JobsCompleted, len(res.Terms),
 		res.StaleRejected, res.StaleProbes, res.L1, wall.Round(time.Millisecond))
+	t.Logf("trace %s seed=%d %016x", res.Scenario.Name, res.Scenario.Seed, res.Trace)
 	if *verbose || res.Failed() {
 		for _, f := range res.Faults {
 			t.Logf("  fault %s", f)
