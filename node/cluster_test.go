@@ -11,8 +11,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,6 +42,27 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
+// lockedLog collects the nodes' logs for a failing test.
+type lockedLog struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+// tail returns the last n lines.
+func (l *lockedLog) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(string(l.b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // testCluster is n nodes on loopback.
 type testCluster struct {
 	t     *testing.T
@@ -55,6 +78,12 @@ func newCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster {
 	}
 	ports := freePorts(t, 2*n)
 	tc := &testCluster{t: t, nodes: make([]*Node, n)}
+	logs := &lockedLog{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node logs (last 150 lines):\n%s", logs.tail(150))
+		}
+	})
 	var seeds []string
 	for i := range n {
 		seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", ports[2*i]))
@@ -69,6 +98,7 @@ func newCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster {
 		cfg.GossipAddr = seeds[i]
 		cfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
 		cfg.Seeds = slices.Clone(seeds)
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", cfg.NodeID)
 		if mod != nil {
 			mod(i, &cfg)
 		}
@@ -91,8 +121,38 @@ func newCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster {
 		}
 	}
 	t.Cleanup(tc.closeAll)
+	t.Cleanup(func() { // runs before closeAll: the nodes' views at the failure
+		if !t.Failed() {
+			return
+		}
+		for _, n := range tc.nodes {
+			if n == nil {
+				continue
+			}
+			var st strings.Builder
+			for _, sh := range n.Shards() {
+				fmt.Fprintf(&st, "\n  shard %d epoch %d owner %s %s valid=%v acting=%v target=%q", sh.Shard, sh.Epoch, sh.Owner, sh.State, sh.Valid, sh.Acting, sh.Target)
+			}
+			t.Logf("%s's view at the failure:%s", n.ID(), st.String())
+		}
+	})
+	// Start from the converged placement. At first every shard goes to
+	// the first eligible node; the ring rebalances once the others have
+	// been eligible for StableFor. A test that reads an owner before that
+	// (WaitLeader, Owner) would race the rebalancing.
+	ctx := tc.ctx()
+	if !waitTrue(ctx, func() bool {
+		for _, nd := range tc.nodes {
+			if len(nd.Owned()) == 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the placement never reached every node")
+	}
 	for _, nd := range tc.nodes {
-		if err := nd.WaitSettled(tc.ctx()); err != nil {
+		if err := nd.WaitSettled(ctx); err != nil {
 			t.Fatalf("%s: not settled: %v", nd.ID(), err)
 		}
 	}
@@ -242,6 +302,7 @@ func TestClusterWorkerCancelledBeforeLeaseEnds(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var spans []span
+	started := map[string]bool{} // nodes whose worker has started
 	workCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -251,6 +312,9 @@ func TestClusterWorkerCancelledBeforeLeaseEnds(t *testing.T) {
 			defer wg.Done()
 			_ = n.Election("cron").Run(workCtx, func(ctx context.Context, tok Token) error {
 				s := span{node: n.ID(), start: time.Now()}
+				mu.Lock()
+				started[n.ID()] = true
+				mu.Unlock()
 				<-ctx.Done()
 				s.end = time.Now()
 				s.leaseEnd = n.be.lease().leaseEnd
@@ -267,10 +331,14 @@ func TestClusterWorkerCancelledBeforeLeaseEnds(t *testing.T) {
 	}
 	// Partition the leader from the control group: its renewals fail.
 	leader.be.(*netBackend).dropHeartbeats.Store(true)
+	// Wait for the successor's worker itself, not just IsLeader: the
+	// worker starts a moment after the node begins to act.
 	var successor string
 	if !waitTrue(ctx, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, n := range tc.others(leaderID) {
-			if n.Election("cron").IsLeader() {
+			if started[n.ID()] {
 				successor = n.ID()
 				return true
 			}
