@@ -42,6 +42,8 @@ type Planner struct {
 	ring    *ring.Ring
 
 	groupOf map[string]string // last gossiped group of each node (elections.go)
+
+	establishedAt time.Time // when this term's Establish ran
 }
 
 // nodeTrack is the leader's memory of one node record.
@@ -93,6 +95,7 @@ func (p *Planner) Leading() bool { return p.leading }
 // must be eligible for StableFor first.
 func (p *Planner) Establish(now time.Time, in Input) {
 	p.leading = true
+	p.establishedAt = now
 	p.nodes = make(map[string]*nodeTrack)
 	p.revokes = make(map[uint32]revokeTrack)
 	p.elig = make(map[string]*eligTrack)
@@ -290,6 +293,21 @@ func (p *Planner) updateRing(now time.Time, t table, members []Member) {
 	}
 }
 
+// joining reports whether, early in this term (within 2·StableFor of
+// Establish), some node is eligible but not yet in the ring. Only grants
+// of never-owned shards wait for it, so a failover never does.
+func (p *Planner) joining(now time.Time) bool {
+	if now.Sub(p.establishedAt) >= 2*p.cfg.StableFor {
+		return false
+	}
+	for _, e := range p.elig {
+		if !e.inRing && !e.since.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *Planner) inRing(id string) bool {
 	e := p.elig[id]
 	return e != nil && e.inRing
@@ -371,6 +389,13 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 			continue // no eligible node: leave the shard as it is
 		}
 		to := t.nodes[target]
+		if rec.Epoch == 0 && p.joining(now) {
+			// Never owned (a cold start, a new election): hold it while
+			// nodes that are eligible are still waiting out StableFor, so
+			// it is placed once on the ring they make rather than granted
+			// to the first node and moved again moments later.
+			continue
+		}
 		switch {
 		case !valid:
 			// Unowned, or the owner's incarnation/liveness moved on (it

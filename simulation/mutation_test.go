@@ -26,9 +26,13 @@ func TestSimMutations(t *testing.T) {
 				cfg := DefaultConfig(seed)
 				cfg.StopAtFirstViolation = true
 				cfg.Stress = true
-				if m == mutation.NoDriftMargin {
+				switch m {
+				case mutation.NoDriftMargin:
 					// Drift within the bound, in the direction that hurts.
 					cfg = driftConfig(seed, 1-cfg.Ownership.MaxDrift)
+				case mutation.IgnoreEstablish:
+					// Leader changes while owners hold leases.
+					cfg = leaderChangeConfig(seed)
 				}
 				res, err := Run(cfg)
 				if err != nil {
@@ -42,6 +46,40 @@ func TestSimMutations(t *testing.T) {
 			t.Errorf("mutation %s not caught within %d seeds", m, mutationSeeds)
 		})
 	}
+}
+
+// TestSimLeaderChangeClean is leaderChangeConfig's control: with every
+// rule on, repeated leader changes break nothing.
+func TestSimLeaderChangeClean(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		res, err := Run(leaderChangeConfig(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Failed() {
+			t.Fatalf("leader changes, seed %d: %v\n%s", seed, res.Violations, replayHint(seed, false))
+		}
+	}
+}
+
+// leaderChangeConfig isolates the control-group leader again and again,
+// each time while the owners hold leases the next leader cannot have
+// seen: the scenario for the rule that a new leader waits them out.
+func leaderChangeConfig(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.RandomFaults = false
+	cfg.StopAtFirstViolation = true
+	cfg.FaultsUntil = 12 * time.Second
+	cfg.Duration = 20 * time.Second
+	r := rand.New(rand.NewPCG(seed, 11))
+	for i := range 4 {
+		cfg.Faults = append(cfg.Faults, Fault{
+			At:   time.Duration(i)*2500*time.Millisecond + 2*time.Second + time.Duration(r.Int64N(int64(400*time.Millisecond))),
+			Kind: Isolate, Node: LeaderNode,
+			Dur: time.Second + time.Duration(r.Int64N(int64(time.Second))),
+		})
+	}
+	return cfg
 }
 
 // driftConfig is the clock-drift scenario: the voters' clocks (so the
