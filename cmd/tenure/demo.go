@@ -43,6 +43,7 @@ type demoAgent struct {
 
 // demoCluster is a running demo: agents plus a witness checker.
 type demoCluster struct {
+	exe     string // the tenure binary the agents run
 	dir     string
 	agents  []*demoAgent
 	witness *witnessChecker
@@ -138,7 +139,7 @@ func runDemo(ctx context.Context, m *Main, args []string) error {
 // startDemo starts the witness and the agents. On error the returned
 // cluster (if not nil) holds what was started, for stop.
 func startDemo(exe, dir string, nodes, partitions int, profile string) (*demoCluster, error) {
-	dc := &demoCluster{dir: dir, witness: newWitnessChecker()}
+	dc := &demoCluster{exe: exe, dir: dir, witness: newWitnessChecker()}
 	wl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo: witness listener: %w", err)
@@ -239,13 +240,14 @@ func (dc *demoCluster) printIntro(w io.Writer, profile string, partitions int) {
 		fmt.Fprintf(w, "  %-3s pid %-7d http %-21s gossip %-21s log %s\n", a.id, a.cmd.Process.Pid, a.http, a.gossip, a.logPath)
 	}
 	victim, drained := dc.agents[len(dc.agents)-1], dc.agents[len(dc.agents)-2]
+	cli := cliPath(dc.exe)
 	fmt.Fprintf(w, "\ntry:\n")
-	fmt.Fprintf(w, "  tenure status --addr %s           # control group, health, members\n", a0.http)
-	fmt.Fprintf(w, "  tenure shards --addr %s           # who owns what, at which epoch\n", a0.http)
+	fmt.Fprintf(w, "  %s status --addr %s           # control group, health, members\n", cli, a0.http)
+	fmt.Fprintf(w, "  %s shards --addr %s           # who owns what, at which epoch\n", cli, a0.http)
 	fmt.Fprintf(w, "  kill -9 %d                          # crash %s: its shards fail over\n", victim.cmd.Process.Pid, victim.id)
-	fmt.Fprintf(w, "  tenure drain --addr %s            # hand %s's shards over with zero overlap\n", drained.http, drained.id)
-	fmt.Fprintf(w, "  tenure jobs enqueue --addr %s --type demo --key order-1\n", a0.http)
-	fmt.Fprintf(w, "  tenure moves --addr %s            # recent moves and why\n", a0.http)
+	fmt.Fprintf(w, "  %s drain --addr %s            # hand %s's shards over with zero overlap\n", cli, drained.http, drained.id)
+	fmt.Fprintf(w, "  %s jobs enqueue --addr %s --type demo --key order-1\n", cli, a0.http)
+	fmt.Fprintf(w, "  %s moves --addr %s            # recent moves and why\n", cli, a0.http)
 	fmt.Fprintf(w, "\nevery agent reports its work to a witness at %s; its verdict (no two owners at once) prints at exit: %sreport\n", dc.wurl, dc.wurl)
 	fmt.Fprintf(w, "Ctrl-C stops the cluster.\n")
 }
@@ -333,4 +335,20 @@ func tail(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// cliPath is how the user can call exe from the current directory: a
+// relative path below it (bin/tenure after make demo), else exe itself.
+func cliPath(exe string) string {
+	wd, err := os.Getwd()
+	if err != nil || exe == "" {
+		return "tenure"
+	}
+	if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+		if !strings.ContainsRune(rel, filepath.Separator) {
+			rel = "." + string(filepath.Separator) + rel
+		}
+		return rel
+	}
+	return exe
 }

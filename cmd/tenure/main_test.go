@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,5 +49,22 @@ func TestBenchUnknown(t *testing.T) {
 func TestNoArgs(t *testing.T) {
 	if _, _, err := run(t); err == nil {
 		t.Fatal("no command: want error")
+	}
+}
+
+func TestCLIPath(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ exe, want string }{
+		{filepath.Join(wd, "bin", "tenure"), filepath.Join("bin", "tenure")},
+		{filepath.Join(wd, "tenure"), "." + string(filepath.Separator) + "tenure"},
+		{"/elsewhere/tenure", "/elsewhere/tenure"},
+		{"", "tenure"},
+	} {
+		if got := cliPath(c.exe); got != c.want {
+			t.Errorf("cliPath(%q) = %q, want %q", c.exe, got, c.want)
+		}
 	}
 }
