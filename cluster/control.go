@@ -50,6 +50,10 @@ var (
 	ErrBadIdentity = errors.New("cluster: invalid identity")
 	// ErrBadRequest: a malformed RPC request.
 	ErrBadRequest = errors.New("cluster: malformed rpc request")
+	// ErrUnauthorized: the leader refused a forwarded command or removal
+	// because the sender's proven identity may not do it (see
+	// ControlConfig.Authorize). Not submitted; never worth retrying.
+	ErrUnauthorized = errors.New("cluster: not authorized")
 )
 
 // FSMError is returned by Apply when the FSM's Apply returned an error value
@@ -132,6 +136,24 @@ type ControlConfig struct {
 	// StreamLayer carries Raft and RPC (multiplexed by a first byte); nil =
 	// plain TCP on BindAddr. Wrap it with NewTLSStreamLayer for TLS.
 	StreamLayer StreamLayer
+	// Authenticate, if set, proves who is on the other end of every
+	// accepted connection before any Raft or RPC byte is read (mutual TLS:
+	// TLSAuthenticator). Raft messages must then carry the proven id and
+	// forwarded commands pass Authorize. nil trusts every peer: only for
+	// loopback clusters, tests and an explicit insecure mode.
+	Authenticate func(ctx context.Context, c net.Conn) (Peer, error)
+	// Authorize, with Authenticate, decides on the leader whether the proven
+	// peer may have cmd (a forwarded Apply) proposed; an error refuses it
+	// with ErrUnauthorized. It runs after the leader has applied everything
+	// committed when the request arrived. nil allows every command.
+	Authorize func(p Peer, cmd []byte) error
+	// MaxRPCMessage bounds one RPC message in bytes (DefaultMaxRPCMessage
+	// if 0); RPCIdleTimeout and RPCMessageTimeout bound the time between
+	// requests and within one (defaults if 0).
+	MaxRPCMessage     int
+	RPCIdleTimeout    time.Duration
+	RPCMessageTimeout time.Duration
+
 	// Transport, if set, carries Raft instead of the StreamLayer (which then
 	// carries only RPC): RaftMemNetwork.Transport in tests and simulation.
 	// It requires a StreamLayer whose address equals its LocalAddr.
@@ -271,6 +293,10 @@ func (c ControlConfig) Validate() error {
 		return bad("ReconcileInterval %v, BootstrapInterval %v, RPCTimeout %v must be > 0",
 			c.ReconcileInterval, c.BootstrapInterval, c.RPCTimeout)
 	}
+	if c.MaxRPCMessage < 0 || (c.MaxRPCMessage > 0 && c.MaxRPCMessage < 64<<10) || c.RPCIdleTimeout < 0 || c.RPCMessageTimeout < 0 {
+		return bad("MaxRPCMessage %d (0 or ≥ 64 KiB), RPCIdleTimeout %v and RPCMessageTimeout %v (≥ 0)",
+			c.MaxRPCMessage, c.RPCIdleTimeout, c.RPCMessageTimeout)
+	}
 	if c.DeadVoterTimeout < 0 || (c.DeadVoterTimeout > 0 && c.DeadVoterTimeout < 2*c.ElectionTimeout) {
 		return bad("DeadVoterTimeout = %v, want 0 (off) or ≥ 2×ElectionTimeout (%v)", c.DeadVoterTimeout, 2*c.ElectionTimeout)
 	}
@@ -343,6 +369,15 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxRPCMessage == 0 {
+		cfg.MaxRPCMessage = DefaultMaxRPCMessage
+	}
+	if cfg.RPCIdleTimeout == 0 {
+		cfg.RPCIdleTimeout = DefaultRPCIdleTimeout
+	}
+	if cfg.RPCMessageTimeout == 0 {
+		cfg.RPCMessageTimeout = DefaultRPCMessageTimeout
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -369,13 +404,30 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		}
 		stream = s
 	}
-	srv := rpc.NewServer()
-	if err := srv.RegisterName("Control", &controlRPC{g: g}); err != nil {
+	if cfg.Authenticate != nil {
+		stream = &checkedDialer{StreamLayer: stream, check: g.checkDialed}
+	}
+	if err := rpc.NewServer().RegisterName("Control", &controlRPC{g: g}); err != nil {
 		_ = stream.Close()
 		return nil, fmt.Errorf("cluster: register rpc: %w", err)
 	}
-	g.mux = newMux(stream, srv, cfg.Transport == nil, log)
-	g.pool = newRPCPool(stream)
+	g.mux = newMux(stream, muxOptions{
+		server: func(p Peer, authenticated bool) *rpc.Server {
+			// One server per connection, so each call knows its peer.
+			srv := rpc.NewServer()
+			_ = srv.RegisterName("Control", &controlRPC{g: g, peer: p, authenticated: authenticated})
+			return srv
+		},
+		authenticate: cfg.Authenticate,
+		leader: func() string {
+			_, id := g.raft.LeaderWithID()
+			return string(id)
+		},
+		maxMessage:  cfg.MaxRPCMessage,
+		idleTimeout: cfg.RPCIdleTimeout,
+		msgTimeout:  cfg.RPCMessageTimeout,
+	}, cfg.Transport == nil, log)
+	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()
 
 	hlog := hclog.New(&hclog.LoggerOptions{

@@ -119,25 +119,49 @@ func (l *tlsStreamLayer) Dial(ctx context.Context, addr string) (net.Conn, error
 }
 
 // mux accepts connections on a StreamLayer and hands each to Raft or to the
-// RPC server by its first byte. Unknown bytes close the connection.
+// RPC server by its first byte. Unknown bytes close the connection. With
+// authenticate set, a connection must first prove its peer (auth.go).
 type mux struct {
 	stream StreamLayer
-	rpc    *rpc.Server
+	opts   muxOptions
 	raft   *raftStream // nil when Raft has its own transport
 	log    *slog.Logger
 	wg     sync.WaitGroup
+	refuse logLimiter
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
 }
 
-func newMux(stream StreamLayer, srv *rpc.Server, withRaft bool, log *slog.Logger) *mux {
-	m := &mux{stream: stream, rpc: srv, log: log, conns: map[net.Conn]struct{}{}}
+// muxOptions configures a mux.
+type muxOptions struct {
+	// server returns the RPC server for one connection's proven peer
+	// (authenticated false without authenticate).
+	server func(p Peer, authenticated bool) *rpc.Server
+	// authenticate proves the peer of an accepted connection; nil trusts all.
+	authenticate func(context.Context, net.Conn) (Peer, error)
+	// leader names the server this node follows (the Raft guard's TimeoutNow check).
+	leader func() string
+	// RPC limits (auth.go).
+	maxMessage              int
+	idleTimeout, msgTimeout time.Duration
+}
+
+func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger) *mux {
+	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{}}
+	m.refuse.every = time.Second
 	if withRaft {
 		m.raft = &raftStream{stream: stream, accept: make(chan net.Conn), closed: make(chan struct{})}
 	}
 	return m
+}
+
+// refused logs a refused connection, at most once a second.
+func (m *mux) refused(c net.Conn, err error) {
+	if m.refuse.allow() {
+		m.log.Warn("cluster: refused a connection (further refusals within 1s not logged)", "remote", c.RemoteAddr().String(), "err", err)
+	}
 }
 
 func (m *mux) start() {
@@ -191,6 +215,22 @@ func (m *mux) untrack(c net.Conn) {
 }
 
 func (m *mux) handle(c net.Conn) {
+	var peer Peer
+	authenticated := m.opts.authenticate != nil
+	if authenticated {
+		_ = c.SetDeadline(time.Now().Add(authTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), authTimeout)
+		p, err := m.opts.authenticate(ctx, c)
+		cancel()
+		if err != nil {
+			m.refused(c, err)
+			m.untrack(c)
+			_ = c.Close()
+			return
+		}
+		_ = c.SetDeadline(time.Time{})
+		peer = p
+	}
 	var b [1]byte
 	_ = c.SetReadDeadline(time.Now().Add(protoReadTimeout))
 	if _, err := io.ReadFull(c, b[:]); err != nil {
@@ -203,13 +243,19 @@ func (m *mux) handle(c net.Conn) {
 	case b[0] == protoRPC:
 		// Returns when the connection ends and closes it. Replies to a peer
 		// that stopped reading fail after rpcWriteTimeout instead of
-		// blocking the connection's sender forever.
-		m.rpc.ServeConn(&writeDeadlineConn{Conn: c, timeout: rpcWriteTimeout})
+		// blocking the connection's sender forever; requests are bounded in
+		// size and time.
+		lc := newGobLimitConn(c, m.opts.maxMessage, m.opts.idleTimeout, m.opts.msgTimeout)
+		m.opts.server(peer, authenticated).ServeConn(&writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout})
 		m.untrack(c)
 	case b[0] == protoRaft && m.raft != nil:
 		// Raft owns it now; it stays tracked (until raft closes it) so
 		// close() can end raft's blocked reads.
-		tc := &trackedConn{Conn: c, untrack: func() { m.untrack(c) }}
+		var rc net.Conn = c
+		if authenticated {
+			rc = guardRaft(c, peer, m.opts.leader, func(err error) { m.refused(c, err) })
+		}
+		tc := &trackedConn{Conn: rc, untrack: func() { m.untrack(c) }}
 		select {
 		case m.raft.accept <- tc:
 		case <-m.raft.closed:
@@ -303,10 +349,11 @@ func (r *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 // rpcPool keeps one net/rpc client per remote address; net/rpc multiplexes
 // concurrent calls on it.
 type rpcPool struct {
-	stream StreamLayer
-	mu     sync.Mutex
-	conns  map[string]*pooledClient
-	closed bool
+	stream     StreamLayer
+	maxMessage int
+	mu         sync.Mutex
+	conns      map[string]*pooledClient
+	closed     bool
 }
 
 type pooledClient struct {
@@ -314,8 +361,8 @@ type pooledClient struct {
 	closedByUs atomic.Bool // set before we Close it: ErrShutdown then may follow a sent request
 }
 
-func newRPCPool(stream StreamLayer) *rpcPool {
-	return &rpcPool{stream: stream, conns: map[string]*pooledClient{}}
+func newRPCPool(stream StreamLayer, maxMessage int) *rpcPool {
+	return &rpcPool{stream: stream, maxMessage: maxMessage, conns: map[string]*pooledClient{}}
 }
 
 // errDial marks a call that never reached the peer: safe to retry.
@@ -347,7 +394,8 @@ func (p *rpcPool) client(ctx context.Context, addr string) (*pooledClient, error
 		return nil, &errDial{err}
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
-	c := &pooledClient{Client: rpc.NewClient(&writeDeadlineConn{Conn: conn, timeout: rpcWriteTimeout})}
+	lc := newGobLimitConn(conn, p.maxMessage, 0, DefaultRPCMessageTimeout)
+	c := &pooledClient{Client: rpc.NewClient(&writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

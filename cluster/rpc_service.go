@@ -33,6 +33,8 @@ func removeErr(r wire.RemoveReply) error {
 		return fmt.Errorf("%w: %s", ErrTimeout, r.Msg)
 	case wire.CodeLeadershipLost:
 		return fmt.Errorf("%w: %s", ErrLeadershipLost, r.Msg)
+	case wire.CodeUnauthorized:
+		return fmt.Errorf("%w: %s", ErrUnauthorized, r.Msg)
 	}
 	return fmt.Errorf("cluster: remote: %s", r.Msg)
 }
@@ -54,6 +56,8 @@ func applyResult(r wire.ApplyReply, addr string) (Applied, error) {
 		return Applied{}, fmt.Errorf("%w: %s", ErrBadRequest, r.Msg)
 	case wire.CodeBadResponse:
 		return Applied{Index: r.Index}, fmt.Errorf("%w: %s: %s", ErrBadResponse, addr, r.Msg)
+	case wire.CodeUnauthorized:
+		return Applied{}, fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, r.Msg)
 	}
 	// An error after submission (e.g. an unmarshalable response) — the
 	// command was committed, but report it.
@@ -83,6 +87,8 @@ func codeOf(err error) wire.ReplyCode {
 		return wire.CodeBadRequest
 	case errors.Is(err, ErrBadResponse):
 		return wire.CodeBadResponse
+	case errors.Is(err, ErrUnauthorized):
+		return wire.CodeUnauthorized
 	}
 	return wire.CodeError
 }
@@ -90,9 +96,32 @@ func codeOf(err error) wire.ReplyCode {
 // maxRPCTimeout caps a caller-supplied timeout.
 const maxRPCTimeout = 5 * time.Minute
 
-// controlRPC is the net/rpc receiver. Every method validates its input and
-// never panics on it.
-type controlRPC struct{ g *ControlGroup }
+// controlRPC is the net/rpc receiver of one connection. Every method
+// validates its input and never panics on it. peer is who the connection
+// proved to be (when authenticated).
+type controlRPC struct {
+	g             *ControlGroup
+	peer          Peer
+	authenticated bool
+}
+
+// authorize checks a forwarded command against the proven peer, on the
+// leader, once the leader has applied every entry committed when the
+// request arrived: a member can only know of a grant that is committed, so
+// the check sees every grant the sender may rightly claim.
+func (s *controlRPC) authorize(ctx context.Context, cmd []byte) error {
+	g := s.g
+	if !s.authenticated || g.cfg.Authorize == nil {
+		return nil
+	}
+	if err := g.waitApplied(ctx, g.raft.CommitIndex()); err != nil {
+		return err
+	}
+	if err := g.cfg.Authorize(s.peer, cmd); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	return nil
+}
 
 func (s *controlRPC) ctx(d time.Duration) (context.Context, context.CancelFunc) {
 	switch {
@@ -123,6 +152,13 @@ func (s *controlRPC) Apply(args *wire.ApplyArgs, reply *wire.ApplyReply) error {
 	}
 	ctx, cancel := s.ctx(args.Timeout)
 	defer cancel()
+	if err := s.authorize(ctx, args.Cmd); err != nil {
+		reply.Code, reply.Msg = codeOf(err), err.Error()
+		if reply.Code == wire.CodeUnauthorized {
+			g.log.Warn("cluster: refused a forwarded command", "peer", s.peer.String(), "err", err)
+		}
+		return nil
+	}
 	res, err := g.applyLocal(ctx, args.Cmd)
 	reply.Index, reply.Response = res.Index, res.Response
 	reply.Code = codeOf(err)
@@ -151,6 +187,12 @@ func (s *controlRPC) Remove(args *wire.RemoveArgs, reply *wire.RemoveReply) erro
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad server id"
 		return nil
 	}
+	if s.authenticated && !s.peer.Operator && args.ID != s.peer.ID {
+		reply.Code = wire.CodeUnauthorized
+		reply.Msg = fmt.Sprintf("%s may remove only itself, not %q (removing another server needs an operator certificate)", s.peer, args.ID)
+		g.log.Warn("cluster: refused a removal", "peer", s.peer.String(), "server", args.ID)
+		return nil
+	}
 	if g.raft.State() != raft.Leader {
 		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
 		return nil
@@ -161,6 +203,25 @@ func (s *controlRPC) Remove(args *wire.RemoveArgs, reply *wire.RemoveReply) erro
 	reply.Code = codeOf(err)
 	if err != nil {
 		reply.Msg = err.Error()
+	}
+	return nil
+}
+
+// waitApplied waits until the FSM has applied index (or ctx ends).
+func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
+	if g.raft.AppliedIndex() >= index {
+		return nil
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for g.raft.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting to apply index %d: %w", ErrTimeout, index, ctx.Err())
+		case <-g.closing:
+			return ErrControlClosed
+		case <-t.C:
+		}
 	}
 	return nil
 }

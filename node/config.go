@@ -168,6 +168,23 @@ type Config struct {
 
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
+
+	// TLSCAFile, TLSCertFile and TLSKeyFile are PEM files: the cluster's CA
+	// bundle and this node's certificate and key (`tenure tls init`). The
+	// certificate must name this node (NodeID). With them, the control-group
+	// port speaks only mutual TLS: every peer proves its node id, which
+	// must match the id it claims, and may propose only commands about
+	// itself (docs/security.md). The files are re-read when they change, so
+	// certificates rotate without a restart. Required when RaftAddr or
+	// RaftAdvertise is not a loopback address, unless Insecure.
+	TLSCAFile   string
+	TLSCertFile string
+	TLSKeyFile  string
+	// Insecure lets a node listen off loopback without TLS on the control
+	// group and without a gossip key: anyone who reaches its ports can join
+	// and commit any command. Only for networks where every reachable
+	// process is trusted; the node logs a warning at start.
+	Insecure bool
 }
 
 // DefaultConfig returns the default configuration with the node's identity
@@ -276,6 +293,7 @@ func (c Config) Validate() error {
 	if c.Transports != nil {
 		errs = append(errs, c.Transports.validate(c)...)
 	}
+	c.validateTLS(bad)
 	if c.Network == nil {
 		if c.DataDir == "" && c.Transports == nil {
 			bad("DataDir empty: a node needs a directory for its identity and log (or set Network for in-memory tests)")

@@ -77,6 +77,9 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		cc.Logger = d.cfg.Logger.With("component", "control")
 	}
 	d.cfg.Transports.attachRaft(&cc, d.cfg)
+	if err := controlSecurity(&cc, d.cfg, d.fsm, cc.Logger); err != nil {
+		return nil, err
+	}
 	g, err := cluster.NewControlGroup(cc, cluster.AdaptPeers[*cluster.Subscription](d.members))
 	if err != nil {
 		return nil, fmt.Errorf("node: control group: %w", err)
@@ -103,6 +106,8 @@ func (c *clusterControl) Apply(ctx context.Context, cmd []byte) (ledger.Result, 
 		return ledger.Result{}, fmt.Errorf("%w: %w", ownership.ErrLeadershipLost, err)
 	case errors.Is(err, cluster.ErrNotLeader):
 		return ledger.Result{}, fmt.Errorf("%w: %w", ownership.ErrNotLeader, err)
+	case errors.Is(err, cluster.ErrUnauthorized):
+		return ledger.Result{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	default:
 		return ledger.Result{}, err
 	}

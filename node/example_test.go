@@ -352,6 +352,7 @@ func ExampleConfig_Validate() {
 	// true
 	// NodeID "node a": contains ' ' (want printable characters without spaces or '/') (set $HOSTNAME or Config.NodeID)
 	// Profile "turbo": want "fast", "default" or "safe"
+	// RaftAddr "0.0.0.0:7947" / RaftAdvertise "10.0.0.7:7947" is not loopback and no TLS certificate is set: peers must prove who they are (set TLSCAFile, TLSCertFile and TLSKeyFile — `tenure tls init` writes them — or Insecure to run without)
 }
 
 // Subscribing to ownership events.

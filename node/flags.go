@@ -29,6 +29,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RaftAdvertise, "raft-advertise", c.RaftAdvertise, "control-group address peers use (required with a wildcard raft-addr)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP API address to advertise (the node does not listen on it)")
 	fs.Var((*keyFlag)(&c.EncryptionKey), "encrypt-key", "base64 gossip encryption key (16, 24 or 32 bytes)")
+	fs.StringVar(&c.TLSCAFile, "tls-ca", c.TLSCAFile, "PEM file of the cluster CA: with tls-cert and tls-key the control-group port speaks only mutual TLS")
+	fs.StringVar(&c.TLSCertFile, "tls-cert", c.TLSCertFile, "PEM file of this node's certificate (must name node-id)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key", c.TLSKeyFile, "PEM file of this node's private key")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow a non-loopback control-group port without TLS (anyone who reaches it can commit any command)")
 	fs.DurationVar(&c.JobTimeout, "job-timeout", c.JobTimeout, "how long one job attempt may run")
 }
 

@@ -49,6 +49,9 @@ var (
 	// ErrUnsupported: the operation needs a feature the running cluster
 	// does not provide.
 	ErrUnsupported = errors.New("node: unsupported")
+	// ErrUnauthorized: the control group refused a command because this
+	// node's certificate does not allow it (docs/security.md). Not retried.
+	ErrUnauthorized = errors.New("node: not authorized")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.

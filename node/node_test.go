@@ -63,6 +63,7 @@ func TestConfigValidateNamesBadValues(t *testing.T) {
 	base.DataDir = "/tmp/x"
 	base.Seeds = []string{"10.0.0.1:7946"}
 	base.RaftAdvertise = "10.0.0.2:7947"
+	base.TLSCAFile, base.TLSCertFile, base.TLSKeyFile = "/tls/ca.pem", "/tls/n1.pem", "/tls/n1-key.pem"
 	if err := base.Validate(); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
 	}
@@ -590,7 +591,8 @@ func TestRegisterFlags(t *testing.T) {
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	err := fs.Parse([]string{"-node-id", "n7", "-seeds", "a:1, b:2", "-profile", "fast",
-		"-encrypt-key", "MDEyMzQ1Njc4OWFiY2RlZg==", "-job-timeout", "3s", "-data-dir", "/d", "-raft-advertise", "10.0.0.1:7947"})
+		"-encrypt-key", "MDEyMzQ1Njc4OWFiY2RlZg==", "-job-timeout", "3s", "-data-dir", "/d", "-raft-advertise", "10.0.0.1:7947",
+		"-tls-ca", "/t/ca.pem", "-tls-cert", "/t/n7.pem", "-tls-key", "/t/n7-key.pem"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -656,6 +656,8 @@ func mapControlErr(err error) error {
 		return fmt.Errorf("%w: outcome unknown: %w", ErrNoQuorum, err)
 	case errors.Is(err, ledger.ErrClosed):
 		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case errors.Is(err, ErrUnauthorized):
+		return err
 	}
 	return fmt.Errorf("%w: %w", ErrNoQuorum, err)
 }

@@ -63,6 +63,12 @@ type agentConfig struct {
 	Tags            map[string]string
 	LogFormat       string // auto, text, json
 	LogLevel        string // debug, info, warn, error
+	// Mutual TLS on the Raft/RPC port (node.Config.TLS*).
+	TLSCA   string
+	TLSCert string
+	TLSKey  string
+	// Insecure allows a non-loopback Raft port without TLS.
+	Insecure bool
 }
 
 // defaultAgentConfig returns the defaults before file, env and flags.
@@ -193,6 +199,10 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.Var(tagsValue{&c.Tags}, "tags", "comma-separated key=value labels gossiped with the node")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: auto (text on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
+	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "PEM file of the cluster's CA (bundle): with --tls-cert and --tls-key the Raft/RPC port speaks only mutual TLS (`tenure tls init`); required off loopback unless --insecure")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM file of this node's certificate (its node id in the certificate must equal --node-id); re-read when it changes")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM file of this node's private key; re-read when it changes")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow a non-loopback Raft/RPC port without TLS: anyone who reaches it can commit any command (logged loudly)")
 }
 
 // envName is the environment variable of a flag: TENURE_DATA_DIR.

@@ -165,6 +165,16 @@ func startDemo(exe, dir string, nodes, partitions int, profile string) (*demoClu
 			exited:  make(chan struct{}),
 		})
 	}
+	// The demo runs as a deployment should: mutual TLS on the Raft/RPC port.
+	tlsDir := filepath.Join(dir, "tls")
+	ids := make([]string, 0, len(dc.agents))
+	for _, a := range dc.agents {
+		ids = append(ids, a.id)
+	}
+	quiet := &Main{Stdout: io.Discard, Stderr: io.Discard}
+	if err := quiet.Run(context.Background(), []string{"tls", "init", "--dir", tlsDir, "--nodes", strings.Join(ids, ","), "--force"}); err != nil {
+		return dc, fmt.Errorf("demo: certificates: %w", err)
+	}
 	seeds := make([]string, 0, 3)
 	for _, a := range dc.agents[:3] {
 		seeds = append(seeds, a.gossip)
@@ -179,7 +189,9 @@ func startDemo(exe, dir string, nodes, partitions int, profile string) (*demoClu
 			"--gossip-addr", a.gossip, "--raft-addr", a.raft, "--http-addr", a.http,
 			"--seeds", strings.Join(seeds, ","), "--bootstrap-expect", "3",
 			"--profile", profile, "--partitions", strconv.Itoa(partitions),
-			"--witness", dc.wurl, "--log-format", "json", "--drain-timeout", "3s")
+			"--witness", dc.wurl, "--log-format", "json", "--drain-timeout", "3s",
+			"--tls-ca", filepath.Join(tlsDir, "ca.pem"), "--tls-cert", filepath.Join(tlsDir, a.id+".pem"),
+			"--tls-key", filepath.Join(tlsDir, a.id+"-key.pem"))
 		a.cmd.Stdout, a.cmd.Stderr = logf, logf
 		// Identity comes from the flags; keep the user's HOSTNAME out.
 		a.cmd.Env = append(os.Environ(), "HOSTNAME=", "CLUSTER_NAME=", "TENURE_CONFIG=")

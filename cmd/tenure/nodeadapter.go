@@ -66,6 +66,10 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 		Tags:            c.Tags,
 		JobTimeout:      c.JobTimeout,
 		Logger:          log,
+		TLSCAFile:       c.TLSCA,
+		TLSCertFile:     c.TLSCert,
+		TLSKeyFile:      c.TLSKey,
+		Insecure:        c.Insecure,
 	}
 	return cfg, cfg.Validate()
 }

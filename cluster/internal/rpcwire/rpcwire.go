@@ -22,6 +22,7 @@ const (
 	CodeQuorumRisk               // removal refused
 	CodeUnknownServer            // removal of an id not in the configuration
 	CodeBadResponse              // committed; the FSM response could not be marshalled
+	CodeUnauthorized             // the caller may not do this; not submitted
 )
 
 // ApplyArgs is the request of Control.Apply.

@@ -1,0 +1,224 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// The trust boundary of the Raft/RPC port (docs/security.md). With
+// ControlConfig.Authenticate set, every accepted connection must prove who
+// is on the other end (mutual TLS: the node id in the peer's certificate)
+// before one byte of Raft or RPC is read from it; then
+//
+//   - every Raft message must carry the proven id in its header (a member
+//     cannot speak for another), a TimeoutNow must come from the current
+//     leader, and an InstallSnapshot's configuration must decode (see
+//     raftguard.go);
+//   - every forwarded command is checked by ControlConfig.Authorize against
+//     the proven id before it reaches Raft, and Remove of another server
+//     needs an operator;
+//   - every RPC message is bounded in size (MaxRPCMessage) and in time
+//     (RPCIdleTimeout between requests, RPCMessageTimeout within one).
+//
+// Without Authenticate (loopback clusters, tests, Insecure) every peer is
+// trusted as before and no command is authorized.
+
+// Peer is who is on the other end of a connection, as the stream layer
+// proved it.
+type Peer struct {
+	// ID is the peer's node id (or operator name when Operator).
+	ID string
+	// Operator is set for an operator's certificate: such a peer may run
+	// operator actions (remove another server) but is not a member.
+	Operator bool
+}
+
+func (p Peer) String() string {
+	if p.Operator {
+		return "operator " + p.ID
+	}
+	return "node " + p.ID
+}
+
+// Defaults of the RPC limits.
+const (
+	// DefaultMaxRPCMessage bounds one RPC message (request or reply). A
+	// forwarded command is at most a batch of ledger.DefaultBatchMaxBytes
+	// (1 MiB); the headroom is for a reply that carries job records.
+	DefaultMaxRPCMessage = 8 << 20
+	// DefaultRPCIdleTimeout closes an RPC connection on which no request
+	// started for this long (pooled connections are redialled).
+	DefaultRPCIdleTimeout = 10 * time.Minute
+	// DefaultRPCMessageTimeout bounds reading one message once its first
+	// byte arrived: a peer that trickles bytes is cut off.
+	DefaultRPCMessageTimeout = 30 * time.Second
+	// authTimeout bounds a TLS handshake on an accepted connection.
+	authTimeout = 10 * time.Second
+)
+
+// ErrMessageTooLarge: an RPC or Raft message over its size limit. The
+// connection is closed.
+var ErrMessageTooLarge = errors.New("cluster: message too large")
+
+// TLSAuthenticator returns a ControlConfig.Authenticate for a StreamLayer
+// made with NewTLSStreamLayer: it completes the handshake (which verifies
+// the peer's certificate chain with the server config) and hands the
+// verified connection state to peerOf, which names the peer from its
+// certificate.
+func TLSAuthenticator(peerOf func(tls.ConnectionState) (Peer, error)) func(context.Context, net.Conn) (Peer, error) {
+	return func(ctx context.Context, c net.Conn) (Peer, error) {
+		tc, ok := c.(*tls.Conn)
+		if !ok {
+			return Peer{}, fmt.Errorf("cluster: connection from %s is not TLS", c.RemoteAddr())
+		}
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return Peer{}, fmt.Errorf("cluster: TLS handshake with %s: %w", c.RemoteAddr(), err)
+		}
+		p, err := peerOf(tc.ConnectionState())
+		if err != nil {
+			return Peer{}, fmt.Errorf("cluster: peer %s: %w", c.RemoteAddr(), err)
+		}
+		return p, nil
+	}
+}
+
+// gobLimitConn bounds every gob message read from a connection and the time
+// it may take: gob frames each message with its length (an unsigned gob
+// integer), so the reader checks that length before gob allocates for it.
+// The bytes pass through unchanged: the wire format is plain net/rpc gob.
+type gobLimitConn struct {
+	net.Conn
+	max        int
+	idle, msg  time.Duration
+	remaining  int
+	hdr        [9]byte
+	hdrPending []byte // header bytes read but not yet returned
+}
+
+func newGobLimitConn(c net.Conn, max int, idle, msg time.Duration) *gobLimitConn {
+	return &gobLimitConn{Conn: c, max: max, idle: idle, msg: msg}
+}
+
+func (c *gobLimitConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(c.hdrPending) > 0 {
+		n := copy(p, c.hdrPending)
+		c.hdrPending = c.hdrPending[n:]
+		return n, nil
+	}
+	if c.remaining == 0 {
+		if err := c.readHeader(); err != nil {
+			return 0, err
+		}
+		n := copy(p, c.hdrPending)
+		c.hdrPending = c.hdrPending[n:]
+		return n, nil
+	}
+	if len(p) > c.remaining {
+		p = p[:c.remaining]
+	}
+	n, err := c.Conn.Read(p)
+	c.remaining -= n
+	return n, err
+}
+
+// readHeader reads the next message's length prefix: one byte < 0x80 is the
+// length itself; otherwise the byte is the negated count of big-endian
+// length bytes that follow.
+func (c *gobLimitConn) readHeader() error {
+	if c.idle > 0 {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	}
+	if _, err := io.ReadFull(c.Conn, c.hdr[:1]); err != nil {
+		return err
+	}
+	if c.msg > 0 {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.msg))
+	}
+	b := c.hdr[0]
+	n := 1
+	var length uint64
+	if b < 0x80 {
+		length = uint64(b)
+	} else {
+		k := int(-int8(b))
+		if k < 1 || k > 8 {
+			return fmt.Errorf("%w: bad gob length prefix %#x", ErrMessageTooLarge, b)
+		}
+		if _, err := io.ReadFull(c.Conn, c.hdr[1:1+k]); err != nil {
+			return err
+		}
+		for _, x := range c.hdr[1 : 1+k] {
+			length = length<<8 | uint64(x)
+		}
+		n += k
+	}
+	if length > uint64(c.max) {
+		return fmt.Errorf("%w: %d-byte message from %s, limit %d", ErrMessageTooLarge, length, c.Conn.RemoteAddr(), c.max)
+	}
+	c.remaining = int(length)
+	c.hdrPending = c.hdr[:n]
+	return nil
+}
+
+// logLimiter lets one log line through per interval: refused connections
+// from a scanner or an attacker must not flood the log.
+type logLimiter struct {
+	every time.Duration
+	last  atomic.Int64
+}
+
+func (l *logLimiter) allow() bool {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	return now-last >= int64(l.every) && l.last.CompareAndSwap(last, now)
+}
+
+// checkedDialer verifies, on every connection this node dials, that the
+// server is the node gossip says listens at that address: a member's
+// certificate cannot stand in for another member's Raft address.
+type checkedDialer struct {
+	StreamLayer
+	check func(ctx context.Context, addr string, c net.Conn) error
+}
+
+func (d *checkedDialer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := d.StreamLayer.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.check(ctx, addr, c); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkDialed proves the server at addr and compares it with the member
+// gossip places there (none known: any node certificate of the cluster).
+func (g *ControlGroup) checkDialed(ctx context.Context, addr string, c net.Conn) error {
+	p, err := g.cfg.Authenticate(ctx, c)
+	if err != nil {
+		return err
+	}
+	if p.Operator {
+		return fmt.Errorf("cluster: server at %s presented an operator certificate (%s), not a node's", addr, p.ID)
+	}
+	if g.peers == nil {
+		return nil
+	}
+	for _, m := range g.peers.Members() {
+		if m.State == StateAlive && m.RaftAddr == addr && m.ID != p.ID {
+			return fmt.Errorf("cluster: server at %s is %s, but %q is the member gossip places there", addr, p, m.ID)
+		}
+	}
+	return nil
+}

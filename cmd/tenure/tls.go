@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/pki"
+)
+
+// `tenure tls` writes the certificates mutual TLS on the Raft/RPC port
+// needs, as `consul tls ca create` / `cert create` do.
+
+const (
+	tlsCADays   = 3650
+	tlsCertDays = 825
+)
+
+func init() {
+	register("tls", "create a cluster CA and node/operator certificates (init, cert)", runTLS)
+}
+
+func runTLS(_ context.Context, m *Main, args []string) error {
+	if len(args) == 0 || (args[0] != "init" && args[0] != "cert") {
+		fmt.Fprintln(m.Stderr, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force]")
+		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--operator] [--hosts h1,h2] [--force]")
+		return errors.New("tls: want a subcommand: init or cert")
+	}
+	sub := args[0]
+	fset := flag.NewFlagSet("tls "+sub, flag.ContinueOnError)
+	fset.SetOutput(m.Stderr)
+	dir := fset.String("dir", "", "directory for the CA and certificates")
+	var nodes, hosts []string
+	fset.Var(listValue{&hosts}, "hosts", "extra DNS names or IPs for node certificates")
+	force := fset.Bool("force", false, "overwrite existing files")
+	days := fset.Int("cert-days", tlsCertDays, "validity of issued certificates in days")
+	cluster := "tenure"
+	var node *string
+	var operator *bool
+	if sub == "init" {
+		fset.Var(listValue{&nodes}, "nodes", "comma-separated node ids to issue certificates for")
+		fset.StringVar(&cluster, "cluster", cluster, "cluster name in the CA's subject")
+	} else {
+		node = fset.String("node", "", "node id (or operator name with --operator)")
+		operator = fset.Bool("operator", false, "issue an operator (client) certificate")
+	}
+	if err := fset.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("tls %s: unexpected arguments %q", sub, strings.Join(fset.Args(), " "))
+	}
+	if *dir == "" {
+		return fmt.Errorf("tls %s: --dir is required", sub)
+	}
+	if *days < 1 || *days > 100*365 {
+		return fmt.Errorf("tls %s: --cert-days %d: want 1..36500", sub, *days)
+	}
+	validFor := time.Duration(*days) * 24 * time.Hour
+	caCert, caKey := filepath.Join(*dir, "ca.pem"), filepath.Join(*dir, "ca-key.pem")
+	var ids []pki.Identity
+	if sub == "init" {
+		if len(nodes) == 0 {
+			return errors.New("tls init: --nodes is required (e.g. --nodes n1,n2,n3)")
+		}
+		for _, n := range nodes {
+			ids = append(ids, pki.Identity{Name: n, Role: pki.RoleNode})
+		}
+		ids = append(ids, pki.Identity{Name: "operator", Role: pki.RoleOperator})
+		var files []string
+		for _, id := range ids {
+			files = append(files, certPath(*dir, id), keyPath(*dir, id))
+		}
+		if err := refuseOverwrite(append([]string{caCert, caKey}, files...), *force); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(*dir, 0o700); err != nil {
+			return fmt.Errorf("tls init: %w", err)
+		}
+		c, k, err := pki.NewCA(cluster, tlsCADays*24*time.Hour)
+		if err != nil {
+			return err
+		}
+		if err := writeFiles(m, caCert, c, caKey, k); err != nil {
+			return err
+		}
+	} else {
+		role := pki.RoleNode
+		if *operator {
+			role = pki.RoleOperator
+		}
+		ids = []pki.Identity{{Name: *node, Role: role}}
+		if err := refuseOverwrite([]string{certPath(*dir, ids[0]), keyPath(*dir, ids[0])}, *force); err != nil {
+			return err
+		}
+	}
+	cb, err := os.ReadFile(caCert)
+	if err != nil {
+		return fmt.Errorf("tls %s: CA certificate: %w", sub, err)
+	}
+	kb, err := os.ReadFile(caKey)
+	if err != nil {
+		return fmt.Errorf("tls %s: CA key: %w", sub, err)
+	}
+	for _, id := range ids {
+		h := append([]string{"localhost", "127.0.0.1", "::1"}, hosts...)
+		if id.Role == pki.RoleNode {
+			h = append(h, id.Name)
+		}
+		c, k, err := pki.Issue(cb, kb, id, h, validFor)
+		if err != nil {
+			return fmt.Errorf("tls %s: %s: %w", sub, id.Name, err)
+		}
+		if err := writeFiles(m, certPath(*dir, id), c, keyPath(*dir, id), k); err != nil {
+			return err
+		}
+		if id.Role == pki.RoleNode {
+			fmt.Fprintf(m.Stdout, "  %s: --tls-ca %s --tls-cert %s --tls-key %s\n", id.Name, caCert, certPath(*dir, id), keyPath(*dir, id))
+		}
+	}
+	return nil
+}
+
+func certPath(dir string, id pki.Identity) string { return filepath.Join(dir, id.Name+".pem") }
+func keyPath(dir string, id pki.Identity) string  { return filepath.Join(dir, id.Name+"-key.pem") }
+
+func refuseOverwrite(files []string, force bool) error {
+	if force {
+		return nil
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err == nil {
+			return fmt.Errorf("tls: %s exists (use --force to overwrite)", f)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("tls: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeFiles(m *Main, certFile string, cert []byte, keyFile string, key []byte) error {
+	if err := os.WriteFile(certFile, cert, 0o644); err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	fmt.Fprintf(m.Stdout, "wrote %s and %s\n", certFile, keyFile)
+	return nil
+}

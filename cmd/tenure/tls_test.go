@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tenurehq/tenure/internal/pki"
+)
+
+// tls init writes a CA and certificates that load with the right
+// identities, refuses to overwrite, and tls cert adds one.
+func TestTLSCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	var out, errb bytes.Buffer
+	m := &Main{Stdout: &out, Stderr: &errb}
+	ctx := context.Background()
+	if err := m.Run(ctx, []string{"tls", "init", "--dir", dir, "--nodes", "n1,n2"}); err != nil {
+		t.Fatalf("init: %v\n%s", err, errb.String())
+	}
+	for _, id := range []pki.Identity{{Name: "n1", Role: pki.RoleNode}, {Name: "n2", Role: pki.RoleNode}, {Name: "operator", Role: pki.RoleOperator}} {
+		st, err := os.Stat(filepath.Join(dir, id.Name+"-key.pem"))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s key: %v %v", id.Name, st, err)
+		}
+		r, err := pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, id.Name+".pem"), Key: filepath.Join(dir, id.Name+"-key.pem")}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Identity(); got != id {
+			t.Errorf("identity %+v, want %+v", got, id)
+		}
+	}
+	if err := m.Run(ctx, []string{"tls", "init", "--dir", dir, "--nodes", "n1"}); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("second init: %v, want refusal to overwrite", err)
+	}
+	if err := m.Run(ctx, []string{"tls", "cert", "--dir", dir, "--node", "n3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "n3.pem")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{{"tls"}, {"tls", "init"}, {"tls", "init", "--dir", dir}, {"tls", "cert", "--dir", dir, "--node", "a b"}} {
+		if err := m.Run(ctx, bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// tlsConfigured reports whether c names TLS files (all three, checked by
+// Validate).
+func (c Config) tlsConfigured() bool {
+	return c.TLSCAFile != "" || c.TLSCertFile != "" || c.TLSKeyFile != ""
+}
+
+// isLoopbackAddr reports whether a host:port (or host) names only this
+// machine: a loopback IP or "localhost". Wildcard and unparseable
+// addresses are not loopback.
+func isLoopbackAddr(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// raftLoopback reports whether the control-group port is reachable only
+// from this machine.
+func (c Config) raftLoopback() bool {
+	return isLoopbackAddr(c.RaftAddr) && (c.RaftAdvertise == "" || isLoopbackAddr(c.RaftAdvertise))
+}
+
+// validateTLS adds the TLS problems of c to bad.
+func (c Config) validateTLS(bad func(format string, args ...any)) {
+	if c.Network != nil || c.Transports != nil {
+		return
+	}
+	if c.tlsConfigured() {
+		if c.TLSCAFile == "" || c.TLSCertFile == "" || c.TLSKeyFile == "" {
+			bad("TLSCAFile %q, TLSCertFile %q and TLSKeyFile %q: set all three or none", c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile)
+		}
+		return
+	}
+	if !c.Insecure && !c.raftLoopback() {
+		bad("RaftAddr %q / RaftAdvertise %q is not loopback and no TLS certificate is set: peers must prove who they are "+
+			"(set TLSCAFile, TLSCertFile and TLSKeyFile — `tenure tls init` writes them — or Insecure to run without)",
+			c.RaftAddr, c.RaftAdvertise)
+	}
+}
+
+// controlSecurity sets the mutual-TLS stream layer, authentication and
+// command authorization of the control group from cfg's TLS files. Without
+// them (loopback or Insecure) the control group trusts every peer.
+func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log *slog.Logger) error {
+	if !cfg.tlsConfigured() {
+		if cfg.Insecure && !cfg.raftLoopback() && log != nil {
+			log.Warn("node: INSECURE: the control-group port accepts any peer without TLS; anyone who reaches " +
+				cfg.RaftAddr + " can commit any command (Insecure is set)")
+		}
+		return nil
+	}
+	rl, err := pki.NewReloader(pki.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}, log)
+	if err != nil {
+		return fmt.Errorf("node: TLS: %w", err)
+	}
+	if id := rl.Identity(); id.Role != pki.RoleNode || id.Name != cfg.NodeID {
+		return fmt.Errorf("node: TLS: certificate %s is for %s %q, but this node is %q: issue one with `tenure tls cert --node %s`",
+			cfg.TLSCertFile, id.Role, id.Name, cfg.NodeID, cfg.NodeID)
+	}
+	inner := cc.StreamLayer
+	if inner == nil {
+		inner, err = cluster.NewTCPStreamLayer(cc.BindAddr, cc.AdvertiseAddr)
+		if err != nil {
+			return err
+		}
+	}
+	cc.StreamLayer = cluster.NewTLSStreamLayer(inner, rl.ServerConfig(), rl.ClientConfig())
+	cc.Authenticate = cluster.TLSAuthenticator(peerFromTLS)
+	cc.Authorize = func(p cluster.Peer, cmd []byte) error {
+		c, err := ledger.Decode(cmd)
+		if err != nil {
+			return err
+		}
+		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.Operator}, c)
+	}
+	return nil
+}
+
+// peerFromTLS names a verified peer from its certificate.
+func peerFromTLS(cs tls.ConnectionState) (cluster.Peer, error) {
+	id, err := pki.PeerIdentity(cs)
+	if err != nil {
+		return cluster.Peer{}, err
+	}
+	return cluster.Peer{ID: id.Name, Operator: id.Role == pki.RoleOperator}, nil
+}
