@@ -604,7 +604,7 @@ func (g *ControlGroup) Term() uint64 { return g.raft.CurrentTerm() }
 // by id.
 func (g *ControlGroup) Servers() ([]ServerInfo, error) {
 	f := g.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	if err := g.wait(f); err != nil {
 		return nil, g.mapRaftErr(err)
 	}
 	cfg := f.Configuration()
@@ -643,7 +643,7 @@ func (g *ControlGroup) Leadership() <-chan LeadershipEvent { return g.events.out
 // the local FSM. Leader only (ErrNotLeader otherwise).
 func (g *ControlGroup) Barrier(ctx context.Context) error {
 	f := g.raft.Barrier(timeoutFrom(ctx))
-	if err := waitFuture(ctx, f); err != nil {
+	if err := g.waitCtx(ctx, f); err != nil {
 		return g.mapRaftErr(err)
 	}
 	return nil
@@ -659,18 +659,6 @@ func timeoutFrom(ctx context.Context) time.Duration {
 		return d
 	}
 	return 0
-}
-
-// waitFuture waits for f or ctx; on ctx's end it returns ErrTimeout.
-func waitFuture(ctx context.Context, f raft.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-	}
 }
 
 func (g *ControlGroup) mapRaftErr(err error) error {
@@ -745,7 +733,7 @@ func isDialErr(err error) bool {
 
 func (g *ControlGroup) applyLocal(ctx context.Context, cmd []byte) (Applied, error) {
 	f := g.raft.Apply(cmd, timeoutFrom(ctx))
-	if err := waitFuture(ctx, f); err != nil {
+	if err := g.waitCtx(ctx, f); err != nil {
 		return Applied{}, g.mapRaftErr(err)
 	}
 	res := Applied{Index: f.Index()}
@@ -894,7 +882,7 @@ func (g *ControlGroup) Close(ctx context.Context) error {
 			g.sub.Close()
 		}
 		f := g.raft.Shutdown()
-		err := waitFuture(ctx, f)
+		err := g.waitCtx(ctx, f)
 		g.mux.close()
 		if c, ok := g.trans.(raft.WithClose); ok {
 			_ = c.Close()
@@ -1006,7 +994,7 @@ func (g *ControlGroup) startReconcile() (stop func()) {
 func (g *ControlGroup) establish() (uint64, bool) {
 	for {
 		term := g.raft.CurrentTerm()
-		err := g.raft.Barrier(g.cfg.RPCTimeout).Error()
+		err := g.wait(g.raft.Barrier(g.cfg.RPCTimeout))
 		if err == nil && g.raft.CurrentTerm() == term && g.raft.State() == raft.Leader {
 			return term, true
 		}

@@ -393,7 +393,7 @@ func (g *ControlGroup) applyChange(c raftChange) error {
 	default:
 		return fmt.Errorf("cluster: unknown change kind %d", c.Kind)
 	}
-	return g.mapRaftErr(f.Error())
+	return g.mapRaftErr(g.wait(f))
 }
 
 // removeServer runs on the leader: a graceful leave (args.Leave) or an

@@ -73,6 +73,11 @@ const (
 	Leader = -1
 	// Shard0Owner selects the committed owner of shard 0.
 	Shard0Owner = -2
+	// FollowerOwner selects the owner of the lowest-numbered shard whose
+	// owner is not the control group's leader: a fault on it leaves a
+	// leader that can act on the fault at once (a fault on a leader that
+	// owns the shard costs an election first).
+	FollowerOwner = -3
 )
 
 // Fault is one injected fault.
@@ -81,7 +86,8 @@ type Fault struct {
 	// whose At has passed starts when the previous one ends.
 	At   time.Duration
 	Kind FaultKind
-	// Node is a slot index, Leader or Shard0Owner; To is OneWay's target.
+	// Node is a slot index, Leader, Shard0Owner or FollowerOwner; To is
+	// OneWay's target.
 	Node, To int
 	// For is how long the fault lasts.
 	For time.Duration
@@ -110,8 +116,8 @@ func (f Fault) validate(nodes int) error {
 	if f.Kind < Crash || f.Kind > Unhealthy {
 		return fmt.Errorf("unknown Kind %d", int(f.Kind))
 	}
-	if f.Node < Shard0Owner || f.Node >= nodes {
-		return fmt.Errorf("fault node %d: want 0..%d, Leader or Shard0Owner", f.Node, nodes-1)
+	if f.Node < FollowerOwner || f.Node >= nodes {
+		return fmt.Errorf("fault node %d: want 0..%d, Leader, Shard0Owner or FollowerOwner", f.Node, nodes-1)
 	}
 	if f.Kind == OneWay && (f.To < 0 || f.To >= nodes) {
 		return fmt.Errorf("fault to %d: want 0..%d", f.To, nodes-1)
@@ -188,18 +194,31 @@ func (h *harness) pick(sel int) *slot {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch sel {
-	case Leader, Shard0Owner:
+	case Leader, Shard0Owner, FollowerOwner:
 		var id string
 		for _, s := range h.slots {
 			if s.n == nil {
 				continue
 			}
-			if sel == Shard0Owner {
+			leader := ""
+			for _, m := range s.n.Members() {
+				if m.Leader {
+					leader = m.ID
+				}
+			}
+			switch sel {
+			case Leader:
+				id = leader
+			case Shard0Owner:
 				id = s.n.Shard(0).Owner
-			} else {
-				for _, m := range s.n.Members() {
-					if m.Leader {
-						id = m.ID
+			case FollowerOwner:
+				if leader == "" {
+					continue
+				}
+				for _, sh := range s.n.Shards() { // by shard number
+					if sh.Owner != "" && sh.Owner != leader {
+						id = sh.Owner
+						break
 					}
 				}
 			}

@@ -14,7 +14,11 @@ import (
 // TestTier2Mutations shows that tier 2 can fail: with one safety rule of
 // the real code switched off (internal/mutation), a scenario built to
 // exercise that rule must report a violation of the guarantee the rule
-// protects within a few seeds. The switches are process-wide, so this test
+// protects within a few seeds. One seed can miss: goroutine scheduling
+// inside the bubble is not deterministic, and the overlap skip-expiry-wait
+// opens is a few hundred milliseconds that a run need not hit (measured: 4
+// seeds in 10 catch it under -race; CI once saw 3 misses in a row). A run
+// takes well under a second, so the test allows 16. The switches are process-wide, so this test
 // does not run in parallel with the others.
 func TestTier2Mutations(t *testing.T) {
 	if testing.Short() {
@@ -28,13 +32,13 @@ func TestTier2Mutations(t *testing.T) {
 		// The leader expires an owner cut off from everyone without
 		// waiting out its lease: the successor acts while the old owner
 		// still does.
-		{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: Shard0Owner, For: 6 * time.Second}},
+		{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 6 * time.Second}},
 		// The leader takes over a revoked shard without waiting out lease
 		// and drain timeout, while its draining owner's worker is still
 		// finishing (within the drain timeout): the successor overlaps it.
 		{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}},
 	}
-	const seeds = 3
+	const seeds = 16
 	for _, c := range cases {
 		t.Run(c.sw.String(), func(t *testing.T) {
 			scenario := func(seed int64) Scenario {
