@@ -24,7 +24,7 @@ func (f *blockingFSM) Apply(*raft.Log) any {
 	return nil
 }
 func (f *blockingFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, errors.New("no snapshots") }
-func (f *blockingFSM) Restore(io.ReadCloser) error        { return errors.New("no snapshots") }
+func (f *blockingFSM) Restore(io.ReadCloser) error         { return errors.New("no snapshots") }
 
 // TestArmFuture: a future stuck behind a blocked FSM returns
 // ErrRaftShutdown once its stop channel closes (the waiter raft itself
