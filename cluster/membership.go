@@ -42,12 +42,13 @@ var (
 //
 // All methods are safe for concurrent use.
 type Membership struct {
-	cfg     Config
-	log     *slog.Logger
-	name    string // memberlist node name: id#suffix
-	view    *view
-	ml      *memberlist.Memberlist
-	keyring *memberlist.Keyring
+	cfg       Config
+	log       *slog.Logger
+	name      string // memberlist node name: id#suffix
+	view      *view
+	ml        *memberlist.Memberlist
+	keyring   *memberlist.Keyring
+	keyringMu sync.Mutex // serializes keyring ops with their persistence
 
 	updateMu  sync.Mutex // serializes UpdateMeta and Leave
 	metaMu    sync.RWMutex
@@ -61,6 +62,9 @@ type Membership struct {
 	seeds   []string
 
 	rejected atomic.Uint64
+	// refused is the last merge NotifyMerge refused (ErrForeignCluster),
+	// reported by Join when no seed could be joined.
+	refused atomic.Pointer[error]
 
 	lifeMu   sync.Mutex
 	closed   bool
@@ -120,6 +124,18 @@ func NewMembership(cfg Config, meta Meta) (*Membership, error) {
 	mlc.Conflict = d
 	mlc.Logger = log.New(&logWriter{log: m.log}, "", 0)
 	mlc.LogOutput = nil
+	if cfg.KeyringFile != "" {
+		keys, err := LoadKeyring(cfg.KeyringFile)
+		if err != nil {
+			return nil, err
+		}
+		if len(keys) > 0 {
+			if len(cfg.SecretKeys) > 0 && !bytes.Equal(cfg.SecretKeys[0], keys[0]) {
+				m.log.Warn("membership: the keyring file takes precedence over the configured gossip key", "file", cfg.KeyringFile)
+			}
+			cfg.SecretKeys = keys
+		}
+	}
 	if len(cfg.SecretKeys) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.SecretKeys, cfg.SecretKeys[0])
 		if err != nil {
@@ -170,6 +186,7 @@ func (m *Membership) Join(ctx context.Context, seeds []string) (int, error) {
 	}
 	m.wg.Add(1)
 	m.lifeMu.Unlock()
+	m.refused.Store(nil)
 	go func() {
 		defer m.wg.Done()
 		n, err := m.ml.Join(seeds)
@@ -178,6 +195,11 @@ func (m *Membership) Join(ctx context.Context, seeds []string) (int, error) {
 	select {
 	case r := <-done:
 		if r.err != nil {
+			// memberlist flattens the delegate's error into text; return the
+			// refusal itself so callers can match ErrForeignCluster.
+			if p := m.refused.Load(); p != nil && r.n == 0 {
+				return 0, fmt.Errorf("cluster: join %v: %w (%v)", seeds, *p, r.err)
+			}
 			return r.n, fmt.Errorf("cluster: join %v: %w", seeds, r.err)
 		}
 		return r.n, nil
@@ -538,6 +560,7 @@ func (d *delegates) NotifyMerge(peers []*memberlist.Node) error {
 	for _, p := range peers {
 		if err := d.m.checkPeer(p.Name, p.Meta); errors.Is(err, ErrForeignCluster) {
 			d.m.rejected.Add(1)
+			d.m.refused.Store(&err)
 			d.m.log.Warn("membership: refusing to merge with another cluster", "peer", p.Name, "addr", p.Address(), "err", err)
 			return err
 		}
@@ -564,6 +587,11 @@ func (m *Membership) checkPeer(name string, raw []byte) error {
 	}
 	if id, _, ok := strings.Cut(name, "#"); !ok || id != meta.ID {
 		return fmt.Errorf("%w: instance name %q does not match node id %q", ErrInvalidMeta, name, meta.ID)
+	}
+	if m.cfg.CheckPeer != nil {
+		if err := m.cfg.CheckPeer(meta); err != nil {
+			return fmt.Errorf("%w: node %q: %w", ErrForeignCluster, name, err)
+		}
 	}
 	return nil
 }

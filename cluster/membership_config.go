@@ -42,6 +42,13 @@ type Config struct {
 	// (memberlist Label): traffic with another label is dropped and logged.
 	// Meta.Group is checked on top of it (alive and merge delegates).
 	ClusterLabel string
+	// CheckPeer, if set, vets every peer's metadata after the group check
+	// (alive and merge delegates): an error refuses the peer as if it were
+	// of another cluster (ErrForeignCluster), and a Join whose every seed
+	// was refused for it returns that error. Use it for settings that must
+	// agree cluster-wide (the node layer checks the partition count). It
+	// runs under memberlist's locks: it must be quick and must not block.
+	CheckPeer func(Meta) error
 	// Seeds are gossip addresses (host:port) joined by Join(ctx, nil) and
 	// re-joined every RejoinInterval.
 	Seeds []string
@@ -49,6 +56,12 @@ type Config struct {
 	// first is the primary (used to encrypt); all are tried to decrypt.
 	// Empty means no encryption.
 	SecretKeys [][]byte
+	// KeyringFile, if set, keeps the keyring across restarts: InstallKey,
+	// UseKey and RemoveKey rewrite it (atomically, fsync'd, mode 0600), and
+	// when it exists at NewMembership its keys replace SecretKeys (the
+	// file is what the last rotation left; a changed SecretKeys is logged
+	// and ignored). A damaged file is an error, never a silent reset.
+	KeyringFile string
 
 	// Failure detector and gossip timings (see memberlist.Config).
 	ProbeInterval           time.Duration

@@ -139,10 +139,15 @@ type Config struct {
 	// node's HTTP API. The node does not listen on it.
 	HTTPAddr string
 
-	// EncryptionKey, if set, encrypts gossip with AES (16, 24 or 32 bytes).
-	// Every node of a cluster needs the same key.
+	// EncryptionKey, if set, encrypts and authenticates gossip with
+	// AES-GCM (16, 24 or 32 bytes). Every node of a cluster needs the same
+	// key. Required when GossipAddr or GossipAdvertise is not a loopback
+	// address, unless Insecure: without it any process that reaches a seed
+	// joins. A keyring installed at run time (Node.InstallKey) is kept in
+	// DataDir and takes precedence over this key on restart.
 	EncryptionKey []byte
 	// Tags are free-form labels gossiped with the node (region, version...).
+	// Keys starting "tenure." or "health." are reserved.
 	Tags map[string]string
 
 	// JobTimeout bounds one job attempt: after it, the shard's owner may
@@ -281,6 +286,9 @@ func (c Config) Validate() error {
 		if k == "" || len(k)+len(c.Tags[k]) > 128 {
 			bad("Tags[%q]: key must be non-empty and key+value at most 128 bytes", k)
 		}
+		if strings.HasPrefix(k, "tenure.") || strings.HasPrefix(k, healthTagPrefix) {
+			bad("Tags[%q]: the prefixes \"tenure.\" and %q are reserved", k, healthTagPrefix)
+		}
 	}
 	for _, k := range sortedKeys(c.StateMachines) {
 		if k == "" || len(k) > 255 {
@@ -294,6 +302,7 @@ func (c Config) Validate() error {
 		errs = append(errs, c.Transports.validate(c)...)
 	}
 	c.validateTLS(bad)
+	c.validateGossipKey(bad)
 	if c.Network == nil {
 		if c.DataDir == "" && c.Transports == nil {
 			bad("DataDir empty: a node needs a directory for its identity and log (or set Network for in-memory tests)")

@@ -52,6 +52,14 @@ var (
 	// ErrUnauthorized: the control group refused a command because this
 	// node's certificate does not allow it (docs/security.md). Not retried.
 	ErrUnauthorized = errors.New("node: not authorized")
+	// ErrInvalid: an input the node refuses as malformed or over a limit
+	// (a key or payload too large, a gossip key of the wrong size). Not
+	// retried; the message says which limit.
+	ErrInvalid = errors.New("node: invalid input")
+	// ErrClusterMismatch: Start joined seeds that belong to another cluster
+	// or disagree on a setting every node must share (Cluster, Partitions).
+	// The message names the peer and the setting.
+	ErrClusterMismatch = errors.New("node: seeds belong to another cluster or disagree on its settings")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.

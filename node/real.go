@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +71,34 @@ const healthTagPrefix = "health."
 // Group is the gossip boundary (nodes of another Meta.Group are refused),
 // so it holds Config.Cluster, and the node's group travels here.
 const groupTag = "tenure.group"
+
+// partitionsTag carries Config.Partitions in the gossiped tags: every node
+// of a cluster must hash keys onto the same shards, so gossip refuses a
+// peer that gossips another count (cluster.Config.CheckPeer).
+const partitionsTag = "tenure.partitions"
+
+// keyringFileName is the gossip keyring kept in DataDir (cluster.Config
+// KeyringFile).
+const keyringFileName = "gossip.keyring"
+
+// keyringFileExists reports whether dataDir holds a gossip keyring.
+func keyringFileExists(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(dataDir, keyringFileName))
+	return err == nil
+}
+
+// checkPartitions is the gossip CheckPeer of a node with partitions
+// shards: a peer gossiping another count is refused. Peers that gossip
+// none (an older release) are admitted.
+func checkPartitions(partitions int) func(cluster.Meta) error {
+	want := strconv.Itoa(partitions)
+	return func(m cluster.Meta) error {
+		if got, ok := m.Tags[partitionsTag]; ok && got != want {
+			return fmt.Errorf("it has %s partitions, this node %s: every node of a cluster needs the same Partitions", got, want)
+		}
+		return nil
+	}
+}
 
 // netBackend runs a node over real gossip, Raft and storage.
 type netBackend struct {
@@ -146,6 +176,10 @@ func membershipConfig(cfg Config) (cluster.Config, error) {
 	if len(cfg.EncryptionKey) > 0 {
 		mc.SecretKeys = [][]byte{slices.Clone(cfg.EncryptionKey)}
 	}
+	if cfg.DataDir != "" && cfg.Transports == nil && cfg.Network == nil {
+		mc.KeyringFile = filepath.Join(cfg.DataDir, keyringFileName)
+	}
+	mc.CheckPeer = checkPartitions(cfg.Partitions)
 	if cfg.Logger != nil {
 		mc.Logger = cfg.Logger.With("component", "gossip")
 	}
@@ -216,6 +250,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		meta.Tags = make(map[string]string)
 	}
 	meta.Tags[groupTag] = cfg.Group
+	meta.Tags[partitionsTag] = strconv.Itoa(cfg.Partitions)
 	b.gossip, err = cluster.NewMembership(mc, meta)
 	if err != nil {
 		return nil, fmt.Errorf("node: gossip: %w", err)
@@ -233,7 +268,9 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		}
 	}
 	if len(cfg.Seeds) > 0 {
-		if _, err := b.gossip.Join(ctx, nil); err != nil {
+		if _, err := b.gossip.Join(ctx, nil); errors.Is(err, cluster.ErrForeignCluster) {
+			return nil, fmt.Errorf("%w: %w", ErrClusterMismatch, err)
+		} else if err != nil {
 			// Not fatal: seeds may start later; gossip re-joins them.
 			if cfg.Logger != nil {
 				cfg.Logger.Warn("node: join seeds", "err", err)

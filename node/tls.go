@@ -39,6 +39,26 @@ func (c Config) raftLoopback() bool {
 	return isLoopbackAddr(c.RaftAddr) && (c.RaftAdvertise == "" || isLoopbackAddr(c.RaftAdvertise))
 }
 
+// gossipLoopback reports whether the gossip port is reachable only from
+// this machine.
+func (c Config) gossipLoopback() bool {
+	return isLoopbackAddr(c.GossipAddr) && (c.GossipAdvertise == "" || isLoopbackAddr(c.GossipAdvertise))
+}
+
+// validateGossipKey adds to bad a gossip port open off loopback without a
+// key (and without Insecure).
+func (c Config) validateGossipKey(bad func(format string, args ...any)) {
+	if c.Network != nil || c.Transports != nil || c.Insecure || len(c.EncryptionKey) > 0 || c.gossipLoopback() {
+		return
+	}
+	if c.DataDir != "" && keyringFileExists(c.DataDir) {
+		return
+	}
+	bad("GossipAddr %q / GossipAdvertise %q is not loopback and no gossip EncryptionKey is set: any process that reaches a seed "+
+		"could join and read the ledger (set EncryptionKey — `tenure keygen` makes one — or Insecure to run without)",
+		c.GossipAddr, c.GossipAdvertise)
+}
+
 // validateTLS adds the TLS problems of c to bad.
 func (c Config) validateTLS(bad func(format string, args ...any)) {
 	if c.Network != nil || c.Transports != nil {
