@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -71,6 +73,20 @@ func TestDockerChaos(t *testing.T) {
 		clusterIP[ids[i]] = fmt.Sprintf("%s.%d", clusterPrefix, 10+i)
 	}
 	seeds := strings.Join([]string{clusterIP["n1"] + ":7946", clusterIP["n2"] + ":7946", clusterIP["n3"] + ":7946"}, ",")
+	// The cluster runs as users should: mutual TLS on the Raft port
+	// (certificates from `tenure tls init`, copied into each container)
+	// and a gossip key (`tenure keygen`).
+	tlsDir := filepath.Join(t.TempDir(), "tls")
+	var keyOut bytes.Buffer
+	quiet := &Main{Stdout: &keyOut, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	if err := quiet.Run(context.Background(), []string{"tls", "init", "--dir", tlsDir, "--nodes", strings.Join(ids, ",")}); err != nil {
+		t.Fatalf("tls init: %v", err)
+	}
+	keyOut.Reset()
+	if err := quiet.Run(context.Background(), []string{"keygen"}); err != nil {
+		t.Fatalf("keygen: %v", err)
+	}
+	gossipKey := strings.TrimSpace(keyOut.String())
 	apiAddr := map[string]string{}
 	for _, id := range ids {
 		name := dk.name(id)
@@ -80,7 +96,23 @@ func TestDockerChaos(t *testing.T) {
 			"--bootstrap-expect", "3", "--seeds", seeds,
 			"--gossip-addr", "0.0.0.0:7946", "--gossip-advertise", clusterIP[id]+":7946",
 			"--raft-addr", "0.0.0.0:7947", "--raft-advertise", clusterIP[id]+":7947",
-			"--http-addr", "0.0.0.0:7948", "--witness", witnessURL, "--tick", "10ms", "--log-format", "json", "--insecure")
+			"--tls-ca", "/tls/ca.pem", "--tls-cert", "/tls/"+id+".pem", "--tls-key", "/tls/"+id+"-key.pem",
+			"--encrypt", gossipKey,
+			"--http-addr", "0.0.0.0:7948", "--witness", witnessURL, "--tick", "10ms", "--log-format", "json")
+		nodeTLS := filepath.Join(tlsDir, "node-"+id)
+		if err := os.Mkdir(nodeTLS, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"ca.pem", id + ".pem", id + "-key.pem"} {
+			b, err := os.ReadFile(filepath.Join(tlsDir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(nodeTLS, f), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dk.run("cp", nodeTLS+"/.", name+":/tls") // only its own key
 		dk.run("network", "connect", witnessNet, name)
 		dk.run("start", name)
 		apiAddr[id] = dk.ipOn(name, witnessNet) + ":7948"

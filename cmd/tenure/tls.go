@@ -28,7 +28,7 @@ func init() {
 
 func runTLS(_ context.Context, m *Main, args []string) error {
 	if len(args) == 0 || (args[0] != "init" && args[0] != "cert") {
-		fmt.Fprintln(m.Stderr, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force]")
+		fmt.Fprintln(m.Stderr, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
 		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--operator] [--hosts h1,h2] [--force]")
 		return errors.New("tls: want a subcommand: init or cert")
 	}
@@ -39,6 +39,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 	var nodes, hosts []string
 	fset.Var(listValue{&hosts}, "hosts", "extra DNS names or IPs for node certificates")
 	force := fset.Bool("force", false, "overwrite existing files")
+	keep := false
 	days := fset.Int("cert-days", tlsCertDays, "validity of issued certificates in days")
 	cluster := "tenure"
 	var node *string
@@ -46,6 +47,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 	if sub == "init" {
 		fset.Var(listValue{&nodes}, "nodes", "comma-separated node ids to issue certificates for")
 		fset.StringVar(&cluster, "cluster", cluster, "cluster name in the CA's subject")
+		fset.BoolVar(&keep, "keep", false, "keep the files that exist and issue only the missing ones from the existing CA (idempotent: for init containers)")
 	} else {
 		node = fset.String("node", "", "node id (or operator name with --operator)")
 		operator = fset.Bool("operator", false, "issue an operator (client) certificate")
@@ -77,18 +79,37 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		for _, id := range ids {
 			files = append(files, certPath(*dir, id), keyPath(*dir, id))
 		}
-		if err := refuseOverwrite(append([]string{caCert, caKey}, files...), *force); err != nil {
+		if keep && *force {
+			return errors.New("tls init: --keep and --force exclude each other")
+		}
+		newCA := true
+		if keep {
+			newCA = !exists(caCert) || !exists(caKey)
+			missing := ids[:0:0]
+			for _, id := range ids {
+				if newCA || !exists(certPath(*dir, id)) || !exists(keyPath(*dir, id)) {
+					missing = append(missing, id)
+				}
+			}
+			ids = missing
+			if len(ids) == 0 {
+				fmt.Fprintf(m.Stdout, "tls init: every file in %s exists; nothing to do\n", *dir)
+				return nil
+			}
+		} else if err := refuseOverwrite(append([]string{caCert, caKey}, files...), *force); err != nil {
 			return err
 		}
 		if err := os.MkdirAll(*dir, 0o700); err != nil {
 			return fmt.Errorf("tls init: %w", err)
 		}
-		c, k, err := pki.NewCA(cluster, tlsCADays*24*time.Hour)
-		if err != nil {
-			return err
-		}
-		if err := writeFiles(m, caCert, c, caKey, k); err != nil {
-			return err
+		if newCA {
+			c, k, err := pki.NewCA(cluster, tlsCADays*24*time.Hour)
+			if err != nil {
+				return err
+			}
+			if err := writeFiles(m, caCert, c, caKey, k); err != nil {
+				return err
+			}
 		}
 	} else {
 		role := pki.RoleNode
@@ -125,6 +146,11 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		}
 	}
 	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func certPath(dir string, id pki.Identity) string { return filepath.Join(dir, id.Name+".pem") }

@@ -43,7 +43,22 @@ func TestTLSCommand(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "n3.pem")); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range [][]string{{"tls"}, {"tls", "init"}, {"tls", "init", "--dir", dir}, {"tls", "cert", "--dir", dir, "--node", "a b"}} {
+	// --keep: nothing changes when every file exists; a missing node
+	// certificate is issued from the existing CA.
+	caBefore, _ := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	n1Before, _ := os.ReadFile(filepath.Join(dir, "n1.pem"))
+	if err := m.Run(ctx, []string{"tls", "init", "--dir", dir, "--nodes", "n1,n2,n4", "--keep"}); err != nil {
+		t.Fatalf("init --keep: %v", err)
+	}
+	caAfter, _ := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	n1After, _ := os.ReadFile(filepath.Join(dir, "n1.pem"))
+	if !bytes.Equal(caBefore, caAfter) || !bytes.Equal(n1Before, n1After) {
+		t.Error("init --keep rewrote the CA or an existing certificate")
+	}
+	if _, err := pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "n4.pem"), Key: filepath.Join(dir, "n4-key.pem")}, nil); err != nil {
+		t.Errorf("n4 issued by init --keep does not load against the existing CA: %v", err)
+	}
+	for _, bad := range [][]string{{"tls"}, {"tls", "init"}, {"tls", "init", "--dir", dir, "--nodes", "n1", "--keep", "--force"}, {"tls", "init", "--dir", dir}, {"tls", "cert", "--dir", dir, "--node", "a b"}} {
 		if err := m.Run(ctx, bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
