@@ -574,7 +574,7 @@ func (b *netBackend) members() []Member {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
 		for k, v := range m.Tags {
-			if k == groupTag {
+			if k == groupTag || k == partitionsTag {
 				continue
 			}
 			if meta, ok := strings.CutPrefix(k, healthTagPrefix); ok {
