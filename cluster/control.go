@@ -147,6 +147,12 @@ type ControlConfig struct {
 	// with ErrUnauthorized. It runs after the leader has applied everything
 	// committed when the request arrived. nil allows every command.
 	Authorize func(p Peer, cmd []byte) error
+	// CheckCommand, if set, checks every command before this node proposes it
+	// as leader (local or forwarded, authenticated or not); an error
+	// refuses it with ErrBadRequest. A replica that cannot read a committed
+	// entry must stop applying (every replica must apply the same log), so
+	// bytes that do not decode must never reach the log.
+	CheckCommand func(cmd []byte) error
 	// MaxRPCMessage bounds one RPC message in bytes (DefaultMaxRPCMessage
 	// if 0); RPCIdleTimeout and RPCMessageTimeout bound the time between
 	// requests and within one (defaults if 0).
@@ -732,6 +738,11 @@ func isDialErr(err error) bool {
 }
 
 func (g *ControlGroup) applyLocal(ctx context.Context, cmd []byte) (Applied, error) {
+	if g.cfg.CheckCommand != nil {
+		if err := g.cfg.CheckCommand(cmd); err != nil {
+			return Applied{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
 	f := g.raft.Apply(cmd, timeoutFrom(ctx))
 	if err := g.waitCtx(ctx, f); err != nil {
 		return Applied{}, g.mapRaftErr(err)

@@ -132,6 +132,13 @@ func applyDirective(t *testing.T, f *FSM, sm *counterSM, index *uint64, d *datad
 		if err != nil {
 			t.Fatalf("%s: %v", d.Pos, err)
 		}
+		// Bytes that do not decode are refused before they are proposed
+		// (the leader's CheckCommand); a replica that met them in its log
+		// would halt (TestFSMHaltsOnUnreadableEntry), so they are shown
+		// as Decode's error and not applied.
+		if _, err := Decode(b); err != nil {
+			return fmtResult(nil, Result{Err: err})
+		}
 		*index++
 		r := f.Apply(&raft.Log{Index: *index, Type: raft.LogCommand, Data: b}).(Result)
 		return fmtResult(nil, r)

@@ -39,6 +39,9 @@ var (
 	ErrTooLarge = errors.New("ledger: too large")
 	// ErrMalformed: bytes that do not decode to a valid command or record.
 	ErrMalformed = errors.New("ledger: malformed")
+	// ErrHalted: this replica met a committed entry it cannot read and
+	// stopped applying (FSM.HaltedAt); it needs a binary that reads it.
+	ErrHalted = errors.New("ledger: replica halted on an entry it cannot read")
 	// ErrVersion: an encoding version this build does not understand.
 	ErrVersion = errors.New("ledger: unsupported encoding version")
 	// ErrInvalid: a command with a field value Apply does not accept.

@@ -39,8 +39,14 @@ type FSM struct {
 	dirty dirtySet   // which of st's tables changed since the last publish
 	apps  map[string]StateMachine
 	hooks []ApplyFunc
+	// haltHooks run once when the replica halts.
+	haltHooks []func(Halt)
 
 	pub atomic.Pointer[State]
+
+	// halt is set once a committed entry could not be decoded: from then on
+	// nothing more is applied (HaltedAt).
+	halt atomic.Pointer[Halt]
 
 	waitMu sync.Mutex
 	waitCh chan struct{} // closed and replaced on every publish
@@ -92,6 +98,14 @@ func (f *FSM) OnApply(fn ApplyFunc) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hooks = append(f.hooks, fn)
+}
+
+// OnHalt registers fn to run once, on the applying goroutine, when the
+// replica halts (HaltedAt). fn must not call back into the FSM.
+func (f *FSM) OnHalt(fn func(Halt)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.haltHooks = append(f.haltHooks, fn)
 }
 
 // WaitApplied blocks until the FSM has applied index, or ctx ends. Only
@@ -190,19 +204,61 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	var done []applied
 	for i, l := range logs {
+		if h := f.halt.Load(); h != nil {
+			out[i] = Result{Err: h.err(), Index: l.Index}
+			continue
+		}
 		if l.Type == raft.LogCommand {
 			c, err := Decode(l.Data)
 			if err != nil {
-				out[i] = Result{Err: err, Index: l.Index}
-			} else {
-				out[i] = f.applyTop(l.Index, c, &done)
+				// Skipping the entry would make this replica differ from
+				// the others for good: stop applying instead.
+				h := &Halt{Index: l.Index, Err: err}
+				if len(l.Data) > 0 {
+					h.Version = l.Data[0]
+				}
+				f.halt.Store(h)
+				for _, fn := range f.haltHooks {
+					fn(*h)
+				}
+				out[i] = Result{Err: h.err(), Index: l.Index}
+				continue
 			}
+			out[i] = f.applyTop(l.Index, c, &done)
 		}
 		f.st.applied = max(f.st.applied, l.Index)
 	}
 	f.publish()
 	f.runHooks(done)
 	return out
+}
+
+// Halt describes a committed log entry this replica could not read: an
+// encoding version or command kind newer than this binary, or bytes that do
+// not decode. The replica has applied everything before Index and nothing
+// from Index on; it refuses snapshots (a snapshot would claim the skipped
+// entries), so a binary that reads the entry replays the log from the last
+// snapshot and catches up.
+type Halt struct {
+	Index   uint64
+	Version byte // the entry's first byte: its encoding version
+	Err     error
+}
+
+func (h *Halt) err() error {
+	return fmt.Errorf("%w at log index %d (entry version %d, this build reads %d to %d): %w",
+		ErrHalted, h.Index, h.Version, minVersion, Version, h.Err)
+}
+
+// Error describes the halt for logs and health reasons.
+func (h Halt) Error() string { return h.err().Error() }
+
+// HaltedAt reports the entry this replica stopped at, if it stopped.
+func (f *FSM) HaltedAt() (Halt, bool) {
+	if h := f.halt.Load(); h != nil {
+		return *h, true
+	}
+	return Halt{}, false
 }
 
 func (f *FSM) runHooks(done []applied) {

@@ -36,6 +36,9 @@ type appSnap struct {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if h := f.halt.Load(); h != nil {
+		return nil, fmt.Errorf("ledger: no snapshot while halted (it would claim entries never applied): %w", h.err())
+	}
 	s := &fsmSnapshot{st: f.st.clone()}
 	for _, t := range f.appTypes() {
 		b, err := f.apps[t].Snapshot()

@@ -86,6 +86,9 @@ type controlInfo struct {
 	voters   []string // sorted voter ids
 	quorum   bool     // a leader is known and was heard from recently
 	isLeader bool
+	// halted describes the committed entry this node's replica could not
+	// read and stopped at ("" while it applies normally).
+	halted string
 }
 
 // leaseInfo is the state of this node's heartbeats.

@@ -27,6 +27,9 @@ type controlTuning struct {
 	// lanRaft uses the LAN Raft timeouts whatever the profile: fewer
 	// spurious elections on a loaded test machine.
 	lanRaft bool
+	// uncheckedCommands lets the leader propose bytes that do not decode
+	// (no CheckCommand): tests put an unreadable entry in a real log.
+	uncheckedCommands bool
 }
 
 // tuneControl lets tests shrink snapshot thresholds.
@@ -60,6 +63,10 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		cc.MaxVoters = cc.BootstrapExpect | 1
 	}
 	cc.FSM = d.fsm
+	cc.CheckCommand = func(cmd []byte) error {
+		_, err := ledger.Decode(cmd)
+		return err
+	}
 	cc.LogStore, cc.StableStore, cc.SnapshotStore = d.store.Log, d.store.Stable, d.store.Snapshots
 	var tune controlTuning
 	tuneControl(&tune)
@@ -68,6 +75,9 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	}
 	if tune.snapshotInterval > 0 {
 		cc.SnapshotInterval = tune.snapshotInterval
+	}
+	if tune.uncheckedCommands {
+		cc.CheckCommand = nil
 	}
 	if tune.lanRaft {
 		lan := cluster.DefaultControlConfig()

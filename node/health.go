@@ -208,6 +208,9 @@ func (n *Node) Health() HealthReport {
 	if n.isClosed() {
 		bad = append(bad, "node closed")
 	}
+	if ctl.halted != "" {
+		bad = append(bad, "replica stopped applying: "+ctl.halted+" (start a binary that reads it)")
+	}
 	if !ctl.quorum {
 		bad = append(bad, "no control-group quorum")
 	}

@@ -228,6 +228,13 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		}
 	}
 	b.fsm.OnApply(func(uint64, ledger.Command, ledger.Result) { b.kick() })
+	b.fsm.OnHalt(func(h ledger.Halt) {
+		if cfg.Logger != nil {
+			cfg.Logger.Error("node: the ledger replica stopped applying: this binary cannot read a committed entry; "+
+				"the node stops acting until it runs a binary that can", "index", h.Index, "entry_version", h.Version, "err", h.Err)
+		}
+		b.kick()
+	})
 	cfg.Transports.hook(b.fsm, b.id, b.inc)
 	b.tracker, err = ownership.NewTracker(b.ocfg, b.id, b.inc)
 	if err != nil {
@@ -609,7 +616,11 @@ func (b *netBackend) control() controlInfo {
 	b.mu.Lock()
 	recent := !b.lastAck.IsZero() && time.Since(b.lastAck) < b.timing.Lease
 	b.mu.Unlock()
-	return controlInfo{leader: leader, voters: b.ctl.Voters(), quorum: leader != "" && recent, isLeader: leader == b.id}
+	ci := controlInfo{leader: leader, voters: b.ctl.Voters(), quorum: leader != "" && recent, isLeader: leader == b.id}
+	if h, ok := b.fsm.HaltedAt(); ok {
+		ci.halted = h.Error()
+	}
+	return ci
 }
 
 func (b *netBackend) lease() leaseInfo {
