@@ -70,7 +70,7 @@ func ValidateNodeID(id string) error {
 }
 
 // identityAdvice ends the errors about a damaged identity.
-const identityAdvice = "restore the data dir from a backup, or remove the data dir and rejoin as a new member (docs/operations.md, \"Damaged storage\")"
+const identityAdvice = "restore the data dir from a backup, or remove the data dir and rejoin as a new member under a new node id (docs/operations.md, \"Damaged storage\")"
 
 // checkIdentityPair refuses a data dir holding one identity file without
 // the other. Both are written on a node's first start, so one alone means

@@ -349,4 +349,4 @@ func checkBoltPath(path string, opts StoreOptions) error {
 }
 
 // damagedAdvice ends every damaged-storage error.
-const damagedAdvice = "restore the data dir from a backup, or remove the data dir and rejoin as a new member: under a new node id, or under the same id only once the old member has been removed from the control group (docs/operations.md, \"Damaged storage\")"
+const damagedAdvice = "restore the data dir from a backup, or remove the data dir and rejoin as a new member under a new node id (docs/operations.md, \"Damaged storage\")"

@@ -176,7 +176,7 @@ func TestStartWipedDataDirReusingID(t *testing.T) {
 		if startCtx.Err() != nil {
 			t.Fatalf("refused only when the context ended: %v", err)
 		}
-		for _, w := range []string{`node "n3" registered at incarnation 2`, "incarnation 1", "new node id", "remove the old member"} {
+		for _, w := range []string{`node "n3" registered at incarnation 2`, "incarnation 1", "new node id", "replaces the old member"} {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("message %q lacks %q", err, w)
 			}

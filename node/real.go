@@ -285,9 +285,10 @@ func identityConflict(id string, inc, registered uint64, dataDir string, inMemor
 	}
 	return fmt.Errorf("%w: the control group has node %q registered at incarnation %d, but this process is incarnation %d: "+
 		"%s was wiped or replaced while the id is still a member (or another process runs as %q). "+
-		"A node that lost its data dir lost its Raft term and vote and must not rejoin under its old id: "+
-		"start it under a new node id, and remove the old member %q from the control group with an operator command "+
-		"(or restore the data dir from a backup)",
+		"A node that lost its data dir lost its Raft term and vote and must not rejoin under its old id, "+
+		"and the ledger keeps the id's incarnation: restore the data dir from a backup, or start this node under a new node id; "+
+		"the control group replaces the old member %q once it has not been seen alive for its dead-voter timeout "+
+		"(docs/operations.md, \"Damaged storage\")",
 		ErrIdentityConflict, id, registered, inc, where, id, id)
 }
 

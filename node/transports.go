@@ -183,7 +183,7 @@ func checkStoreBesideIdentity(dataDir string) error {
 }
 
 // dataDirAdvice ends the node's damaged-data-dir errors.
-const dataDirAdvice = "restore the data dir from a backup, or remove the whole data dir and rejoin as a new member (under a new node id, or under the same id once the old member is removed from the control group; docs/operations.md, \"Damaged storage\")"
+const dataDirAdvice = "restore the data dir from a backup, or remove the whole data dir and rejoin as a new member under a new node id (docs/operations.md, \"Damaged storage\")"
 
 // closeStore closes the data dir's store, or hands the in-memory one back.
 func (b *netBackend) closeStore() error {
