@@ -41,6 +41,9 @@ func LoadIdentity(dataDir, defaultID string) (Identity, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return Identity{}, fmt.Errorf("cluster: create data dir: %w", err)
 	}
+	if err := checkIdentityPair(dataDir); err != nil {
+		return Identity{}, err
+	}
 	id, err := loadNodeID(dataDir, defaultID)
 	if err != nil {
 		return Identity{}, err
@@ -66,6 +69,56 @@ func ValidateNodeID(id string) error {
 	return nil
 }
 
+// identityAdvice ends the errors about a damaged identity.
+const identityAdvice = "restore the data dir from a backup, or remove the data dir and rejoin as a new member under a new node id (docs/operations.md, \"Damaged storage\")"
+
+// checkIdentityPair refuses a data dir holding one identity file without
+// the other. Both are written on a node's first start, so one alone means
+// damage: without the node id the dir would take another id over its old
+// Raft log; without the counter the incarnation would restart at 1 and
+// fencing would no longer tell this process from the ones before it.
+func checkIdentityPair(dir string) error {
+	exists := func(name string) (bool, error) {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	id, err := exists(identityIDFile)
+	if err != nil {
+		return fmt.Errorf("cluster: stat node id: %w", err)
+	}
+	inc, err := exists(identityIncarnationFile)
+	if err != nil {
+		return fmt.Errorf("cluster: stat incarnation: %w", err)
+	}
+	switch {
+	case id && !inc:
+		return fmt.Errorf("%w: %s exists but %s is missing: the incarnation counter was lost, and restarting it at 1 would let this process pass for an earlier one; %s",
+			ErrBadIdentity, filepath.Join(dir, identityIDFile), filepath.Join(dir, identityIncarnationFile), identityAdvice)
+	case inc && !id:
+		return fmt.Errorf("%w: %s exists but %s is missing: the node id was lost; %s",
+			ErrBadIdentity, filepath.Join(dir, identityIncarnationFile), filepath.Join(dir, identityIDFile), identityAdvice)
+	}
+	return nil
+}
+
+// HasIdentity reports whether dataDir holds an identity (either identity
+// file): the dir belonged to a node that started at least once.
+func HasIdentity(dataDir string) (bool, error) {
+	for _, name := range []string{identityIDFile, identityIncarnationFile} {
+		_, err := os.Stat(filepath.Join(dataDir, name))
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return false, fmt.Errorf("cluster: stat %s: %w", name, err)
+		}
+	}
+	return false, nil
+}
+
 func loadNodeID(dir, defaultID string) (string, error) {
 	path := filepath.Join(dir, identityIDFile)
 	b, err := os.ReadFile(path)
@@ -73,7 +126,7 @@ func loadNodeID(dir, defaultID string) (string, error) {
 	case err == nil:
 		id := strings.TrimSpace(string(b))
 		if err := ValidateNodeID(id); err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
+			return "", fmt.Errorf("%s is damaged: %w; %s", path, err, identityAdvice)
 		}
 		return id, nil
 	case !errors.Is(err, fs.ErrNotExist):
@@ -104,7 +157,7 @@ func bumpIncarnation(dir string) (uint64, error) {
 	case err == nil:
 		cur, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%w: %s: %v", ErrBadIdentity, path, err)
+			return 0, fmt.Errorf("%w: %s is damaged: %v; %s", ErrBadIdentity, path, err, identityAdvice)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return 0, fmt.Errorf("cluster: read incarnation: %w", err)

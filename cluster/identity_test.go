@@ -78,3 +78,55 @@ func TestLoadIdentityRejectsBadInput(t *testing.T) {
 		t.Fatalf("empty dir: %v", err)
 	}
 }
+
+// TestLoadIdentityDamaged: each damaged identity file is refused with
+// ErrBadIdentity and a message naming the file and the way out.
+func TestLoadIdentityDamaged(t *testing.T) {
+	cases := []struct {
+		name     string
+		id, inc  *string // file contents; nil: no file
+		wantFile string
+		want     string
+	}{
+		{"empty node id", ptr(""), ptr("3\n"), identityIDFile, "is damaged"},
+		{"binary node id", ptr("\x00\xff\x10garbage"), ptr("3\n"), identityIDFile, "is damaged"},
+		{"node id too long", ptr(strings.Repeat("x", 200)), ptr("3\n"), identityIDFile, "is damaged"},
+		{"empty incarnation", ptr("n1\n"), ptr(""), identityIncarnationFile, "is damaged"},
+		{"binary incarnation", ptr("n1\n"), ptr("\x00\x00\x00\x00"), identityIncarnationFile, "is damaged"},
+		{"negative incarnation", ptr("n1\n"), ptr("-4\n"), identityIncarnationFile, "is damaged"},
+		{"node id without incarnation", ptr("n1\n"), nil, identityIncarnationFile, "counter was lost"},
+		{"incarnation without node id", nil, ptr("7\n"), identityIDFile, "node id was lost"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.id != nil {
+				if err := os.WriteFile(filepath.Join(dir, identityIDFile), []byte(*c.id), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.inc != nil {
+				if err := os.WriteFile(filepath.Join(dir, identityIncarnationFile), []byte(*c.inc), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := LoadIdentity(dir, "n1")
+			if !errors.Is(err, ErrBadIdentity) {
+				t.Fatalf("err = %v, want ErrBadIdentity", err)
+			}
+			for _, w := range []string{c.want, filepath.Join(dir, c.wantFile), "remove the data dir and rejoin as a new member"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q lacks %q", err, w)
+				}
+			}
+			if has, err := HasIdentity(dir); err != nil || !has {
+				t.Errorf("HasIdentity = %v, %v; want true", has, err)
+			}
+		})
+	}
+	if has, err := HasIdentity(t.TempDir()); err != nil || has {
+		t.Errorf("HasIdentity(empty dir) = %v, %v; want false", has, err)
+	}
+}
+
+func ptr(s string) *string { return &s }

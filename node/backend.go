@@ -98,6 +98,7 @@ type leaseInfo struct {
 	lastAck      time.Time // last accepted heartbeat
 	failing      int       // consecutive failed or rejected heartbeats
 	fenced       bool      // a newer incarnation of this node is registered
+	conflict     error     // ErrIdentityConflict: fenced before ever registering
 	wedgedShards []uint32  // shards revoked from us we have not released past the drain timeout
 }
 

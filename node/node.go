@@ -60,6 +60,13 @@ var (
 	// or disagree on a setting every node must share (Cluster, Partitions).
 	// The message names the peer and the setting.
 	ErrClusterMismatch = errors.New("node: seeds belong to another cluster or disagree on its settings")
+	// ErrIdentityConflict: Start found this node id already registered
+	// with the control group at a newer incarnation than this process's,
+	// before this process ever registered: its data dir was wiped or
+	// replaced while the id is still a member (or another process runs
+	// under the same id). The node would have lost its Raft term and vote;
+	// start it under a new node id (docs/operations.md, "Damaged storage").
+	ErrIdentityConflict = errors.New("node: identity conflict")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.
@@ -244,14 +251,20 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) waitRegistered(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	for !n.be.lease().registered {
+	for {
+		li := n.be.lease()
+		if li.registered {
+			return nil
+		}
+		if li.conflict != nil {
+			return fmt.Errorf("node: start %s: %w", n.cfg.NodeID, li.conflict)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("node: start %s: not registered with the control group: %w", n.cfg.NodeID, context.Cause(ctx))
 		case <-t.C:
 		}
 	}
-	return nil
 }
 
 // Close drains the node (hands its shards over, see Drain), leaves the

@@ -128,6 +128,7 @@ type netBackend struct {
 	failing    int
 	revokedAt  map[uint32]time.Time // shards revoked from us, first seen
 	closed     bool
+	conflict   error // ErrIdentityConflict, found by a rejected first heartbeat
 
 	// dropHeartbeats is a fault injection for tests: heartbeats fail as if
 	// this node were partitioned from the control group.
@@ -317,6 +318,24 @@ func (b *netBackend) kick() {
 	}
 }
 
+// identityConflict explains a first heartbeat rejected because the control
+// group knows this id at incarnation registered, above ours: a newer
+// process of this id, which this one can never be — the data dir was wiped
+// or replaced (the counter started again) or another process uses the id.
+func identityConflict(id string, inc, registered uint64, dataDir string, inMemory bool) error {
+	where := "its data dir " + dataDir
+	if inMemory {
+		where = "its storage"
+	}
+	return fmt.Errorf("%w: the control group has node %q registered at incarnation %d, but this process is incarnation %d: "+
+		"%s was wiped or replaced while the id is still a member (or another process runs as %q). "+
+		"A node that lost its data dir lost its Raft term and vote and must not rejoin under its old id, "+
+		"and the ledger keeps the id's incarnation: restore the data dir from a backup, or start this node under a new node id; "+
+		"the control group replaces the old member %q once it has not been seen alive for its dead-voter timeout "+
+		"(docs/operations.md, \"Damaged storage\")",
+		ErrIdentityConflict, id, registered, inc, where, id, id)
+}
+
 // ctlApplier adapts the control plane to the ledger's Batcher.
 type ctlApplier struct{ ctl controlPlane }
 
@@ -459,6 +478,9 @@ func (b *netBackend) heartbeat() {
 	case errors.Is(r.Err, ledger.ErrStaleLiveness), errors.Is(r.Err, ledger.ErrStaleIncarnation):
 		b.tracker.HeartbeatRejected(token, r.Node, now)
 		b.failing++
+		if !b.registered && r.Node.ID == b.id && r.Node.Incarnation > b.inc && b.conflict == nil {
+			b.conflict = identityConflict(b.id, b.inc, r.Node.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
+		}
 	default:
 		b.tracker.HeartbeatFailed(token)
 		b.failing++
@@ -627,7 +649,7 @@ func (b *netBackend) lease() leaseInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	li := leaseInfo{registered: b.registered, leaseEnd: b.tracker.LeaseEnd(), lastAck: b.lastAck, failing: b.failing,
-		fenced: b.tracker.Fenced()}
+		fenced: b.tracker.Fenced(), conflict: b.conflict}
 	wedge := b.timing.DrainTimeout + b.timing.Lease
 	for s, at := range b.revokedAt {
 		if time.Since(at) > wedge {

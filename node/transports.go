@@ -2,8 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -143,12 +146,44 @@ func (b *netBackend) openStore() (*ledger.Store, error) {
 		b.inc = inc
 		return st, err
 	}
+	if err := checkStoreBesideIdentity(b.cfg.DataDir); err != nil {
+		return nil, err
+	}
 	st, err := ledger.OpenStore(filepath.Join(b.cfg.DataDir, "raft"), ledger.StoreOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("node: open data dir: %w", err)
 	}
 	return st, nil
 }
+
+// checkStoreBesideIdentity refuses a data dir whose identity files exist
+// but whose raft.db is missing or empty. The store is created before the
+// identity on a node's first start, so this is damage: bbolt would create
+// a blank store and the node would come back without its Raft term and
+// vote — free to vote twice in a term it already voted in, which breaks
+// Raft's one-leader-per-term guarantee — and with an empty log.
+func checkStoreBesideIdentity(dataDir string) error {
+	has, err := cluster.HasIdentity(dataDir)
+	if err != nil || !has {
+		return err
+	}
+	path := filepath.Join(dataDir, "raft", "raft.db")
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("node: open data dir: %w: %s is missing next to this node's identity in %s: starting would lose the node's Raft term, vote and log; %s",
+			ledger.ErrStoreCorrupt, path, dataDir, dataDirAdvice)
+	case err != nil:
+		return fmt.Errorf("node: open data dir: %w", err)
+	case fi.Mode().IsRegular() && fi.Size() == 0:
+		return fmt.Errorf("node: open data dir: %w: %s is empty (0 bytes) next to this node's identity in %s: starting would lose the node's Raft term, vote and log; %s",
+			ledger.ErrStoreCorrupt, path, dataDir, dataDirAdvice)
+	}
+	return nil
+}
+
+// dataDirAdvice ends the node's damaged-data-dir errors.
+const dataDirAdvice = "restore the data dir from a backup, or remove the whole data dir and rejoin as a new member under a new node id (docs/operations.md, \"Damaged storage\")"
 
 // closeStore closes the data dir's store, or hands the in-memory one back.
 func (b *netBackend) closeStore() error {
