@@ -52,6 +52,17 @@ var (
 	// ErrUnauthorized: the control group refused a command because this
 	// node's certificate does not allow it (docs/security.md). Not retried.
 	ErrUnauthorized = errors.New("node: not authorized")
+	// ErrInvalid: the ledger refuses the input itself — a key, type or
+	// other string over ledger.MaxStringLen, a payload over the ledger's
+	// payload limit, a field value the ledger does not accept. The error
+	// wraps the ledger's cause (ledger.ErrTooLarge, ledger.ErrInvalid, ...).
+	// Never retried: the same input fails the same way.
+	ErrInvalid = errors.New("node: invalid input")
+	// ErrQueueFull: the job's shard already holds Config.MaxPendingJobs
+	// pending jobs. The check is made by the enqueuing node against its
+	// replica before proposing, so it is advisory: concurrent enqueues on
+	// several nodes may overshoot it by a few jobs. Retry later.
+	ErrQueueFull = errors.New("node: too many pending jobs on the shard")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.
