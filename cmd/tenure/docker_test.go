@@ -80,7 +80,7 @@ func TestDockerChaos(t *testing.T) {
 			"--bootstrap-expect", "3", "--seeds", seeds,
 			"--gossip-addr", "0.0.0.0:7946", "--gossip-advertise", clusterIP[id]+":7946",
 			"--raft-addr", "0.0.0.0:7947", "--raft-advertise", clusterIP[id]+":7947",
-			"--http-addr", "0.0.0.0:7948", "--witness", witnessURL, "--tick", "10ms", "--log-format", "json", "--insecure")
+			"--http-addr", "0.0.0.0:7948", "--witness", witnessURL, "--tick", "10ms", "--log-format", "json", "--insecure", "--http-insecure")
 		dk.run("network", "connect", witnessNet, name)
 		dk.run("start", name)
 		apiAddr[id] = dk.ipOn(name, witnessNet) + ":7948"
