@@ -70,14 +70,14 @@ type agentConfig struct {
 	HTTPMaxConnsPerClient int
 	// MaxPendingJobs caps the pending jobs of one shard (0: none).
 	MaxPendingJobs int
-	Witness         string
-	Workload        bool
-	TickEvery       time.Duration
-	DrainOnStop     time.Duration
-	JobTimeout      time.Duration
-	Tags            map[string]string
-	LogFormat       string // auto, text, json
-	LogLevel        string // debug, info, warn, error
+	Witness        string
+	Workload       bool
+	TickEvery      time.Duration
+	DrainOnStop    time.Duration
+	JobTimeout     time.Duration
+	Tags           map[string]string
+	LogFormat      string // auto, text, json
+	LogLevel       string // debug, info, warn, error
 	// Mutual TLS on the Raft/RPC port (node.Config.TLS*).
 	TLSCA   string
 	TLSCert string

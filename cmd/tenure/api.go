@@ -3,7 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
-		"encoding/json"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
