@@ -488,3 +488,21 @@ func TestAPIPagination(t *testing.T) {
 		t.Fatalf("moves?limit=0: %d", r.code)
 	}
 }
+
+func TestCLIJobsListPages(t *testing.T) {
+	_, srv := serveFake(t, "")
+	env := map[string]string{"TENURE_ADDR": srv.URL}
+	for i := range 3 {
+		if _, _, err := runEnv(t, env, "jobs", "enqueue", "--type", "t", "--key", fmt.Sprint("k", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _, err := runEnv(t, env, "jobs", "list", "--limit", "2")
+	if err != nil || !strings.Contains(out, "more: tenure jobs list --after 2") {
+		t.Fatalf("first page: %v %q", err, out)
+	}
+	out, _, err = runEnv(t, env, "jobs", "list", "--limit", "2", "--after", "2")
+	if err != nil || strings.Contains(out, "more:") || !strings.Contains(out, "k2") || strings.Contains(out, "k0") {
+		t.Fatalf("second page: %v %q", err, out)
+	}
+}
