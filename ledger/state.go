@@ -193,6 +193,18 @@ func (s *State) Jobs(shard uint32, st JobState) []JobRecord {
 	return out
 }
 
+// CountJobs counts a shard's jobs in state st, stopping at limit when
+// limit > 0. It copies no records.
+func (s *State) CountJobs(shard uint32, st JobState, limit int) int {
+	n := 0
+	s.jobIdx.AscendRange(jobIndexKey{shard: shard, state: st}, jobIndexKey{shard: shard, state: st + 1},
+		func(jobIndexKey) bool {
+			n++
+			return limit <= 0 || n < limit
+		})
+	return n
+}
+
 // AllJobs returns every retained job, sorted by id.
 func (s *State) AllJobs() []JobRecord {
 	out := make([]JobRecord, 0, s.jobs.Len())

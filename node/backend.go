@@ -66,6 +66,9 @@ type backend interface {
 	finishJob(ctx context.Context, tok Token, id uint64, attempt uint32, out jobOutcome) (Job, error)
 	job(id uint64) (Job, bool)
 	jobByKey(shard uint32, key string) (Job, bool)
+	// pendingJobs counts the shard's pending jobs in this node's replica,
+	// stopping at limit when limit > 0.
+	pendingJobs(shard uint32, limit int) int
 	// jobs returns the jobs q selects sorted by shard, then id.
 	jobs(q JobQuery) []Job
 

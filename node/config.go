@@ -153,6 +153,12 @@ type Config struct {
 	// JobTimeout bounds one job attempt: after it, the shard's owner may
 	// start the job again (DefaultJobTimeout if 0).
 	JobTimeout time.Duration
+	// MaxPendingJobs caps the pending jobs of one shard: Enqueue of a new
+	// job on a shard that holds this many fails with ErrQueueFull (0: no
+	// cap). Each node checks its own replica before proposing, so the cap
+	// is advisory — concurrent enqueues through several nodes may
+	// overshoot it slightly — and nodes may be configured differently.
+	MaxPendingJobs int
 
 	// StateMachines are the application state machines every node applies
 	// committed application commands to, keyed by command type. They must
@@ -278,6 +284,9 @@ func (c Config) Validate() error {
 	}
 	if c.JobTimeout < 0 {
 		bad("JobTimeout %v: want > 0", c.JobTimeout)
+	}
+	if c.MaxPendingJobs < 0 {
+		bad("MaxPendingJobs %d: want >= 0 (0: no cap)", c.MaxPendingJobs)
 	}
 	if n := len(c.EncryptionKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		bad("EncryptionKey of %d bytes: want 16, 24 or 32", n)

@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
+
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // JobState is where a job is in its life:
@@ -168,11 +171,27 @@ func (n *Node) Enqueue(ctx context.Context, spec JobSpec) (job Job, created bool
 		spec.ShardKey = spec.Key
 	}
 	if spec.MaxAttempts < 0 {
-		return Job{}, false, fmt.Errorf("node: enqueue %q: MaxAttempts %d < 0", spec.Key, spec.MaxAttempts)
+		return Job{}, false, fmt.Errorf("node: enqueue %q: %w: MaxAttempts %d < 0", truncKey(spec.Key), ErrInvalid, spec.MaxAttempts)
 	}
-	job, created, err = n.be.enqueueJob(ctx, n.ShardFor(spec.ShardKey), spec)
+	if err := checkJobSpec(spec); err != nil {
+		return Job{}, false, fmt.Errorf("node: enqueue: %w", err)
+	}
+	shard := n.ShardFor(spec.ShardKey)
+	if max := n.cfg.MaxPendingJobs; max > 0 {
+		// Advisory (see Config.MaxPendingJobs): a duplicate of an existing
+		// job is still answered, a new one is refused while the shard is full.
+		if spec.Key != "" {
+			if j, ok := n.be.jobByKey(shard, spec.Key); ok {
+				return j, false, nil
+			}
+		}
+		if n.be.pendingJobs(shard, max) >= max {
+			return Job{}, false, fmt.Errorf("node: enqueue %q: %w: shard %d holds %d pending jobs (MaxPendingJobs)", truncKey(spec.Key), ErrQueueFull, shard, max)
+		}
+	}
+	job, created, err = n.be.enqueueJob(ctx, shard, spec)
 	if err != nil {
-		return Job{}, false, fmt.Errorf("node: enqueue %q: %w", spec.Key, err)
+		return Job{}, false, fmt.Errorf("node: enqueue %q: %w", truncKey(spec.Key), err)
 	}
 	return job, created, nil
 }
@@ -316,4 +335,31 @@ func (n *Node) publishJobEvents() {
 		evs = append(evs, JobEvent{Job: j, Previous: old.state})
 	}
 	n.jobEvents.publish(evs...)
+}
+
+// checkJobSpec refuses, before anything is proposed, what the ledger would
+// refuse to encode or apply: strings over ledger.MaxStringLen and payloads
+// over the ledger's payload limit.
+func checkJobSpec(spec JobSpec) error {
+	if n := len(spec.Key); n > ledger.MaxStringLen {
+		return fmt.Errorf("%w: key of %d bytes exceeds %d: %w", ErrInvalid, n, ledger.MaxStringLen, ledger.ErrTooLarge)
+	}
+	if n := len(spec.Type); n > ledger.MaxStringLen {
+		return fmt.Errorf("%w: type of %d bytes exceeds %d: %w", ErrInvalid, n, ledger.MaxStringLen, ledger.ErrTooLarge)
+	}
+	if n := len(spec.Payload); n > ledger.DefaultMaxPayload {
+		return fmt.Errorf("%w: payload of %d bytes exceeds %d: %w", ErrInvalid, n, ledger.DefaultMaxPayload, ledger.ErrTooLarge)
+	}
+	if int64(spec.MaxAttempts) > math.MaxUint32 {
+		return fmt.Errorf("%w: MaxAttempts %d exceeds %d", ErrInvalid, spec.MaxAttempts, uint32(1<<32-1))
+	}
+	return nil
+}
+
+// truncKey shortens a key for error messages.
+func truncKey(k string) string {
+	if len(k) > 64 {
+		return k[:64] + "…"
+	}
+	return k
 }

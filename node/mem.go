@@ -397,6 +397,20 @@ func (b *memBackend) propose(_ context.Context, tok Token, typ string, payload [
 	return Applied{Index: e.index, Result: res}, nil
 }
 
+func (b *memBackend) pendingJobs(shard uint32, limit int) int {
+	defer b.lock()()
+	n := 0
+	for _, j := range b.net.jobs {
+		if j.Shard == shard && j.State == JobPending {
+			n++
+			if limit > 0 && n == limit {
+				break
+			}
+		}
+	}
+	return n
+}
+
 func (b *memBackend) enqueueJob(_ context.Context, shard uint32, spec JobSpec) (Job, bool, error) {
 	defer b.lock()()
 	key := memJobKey{shard, spec.Key}

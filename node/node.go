@@ -52,10 +52,18 @@ var (
 	// ErrUnauthorized: the control group refused a command because this
 	// node's certificate does not allow it (docs/security.md). Not retried.
 	ErrUnauthorized = errors.New("node: not authorized")
-	// ErrInvalid: an input the node refuses as malformed or over a limit
-	// (a key or payload too large, a gossip key of the wrong size). Not
-	// retried; the message says which limit.
+	// ErrInvalid: the node refuses the input itself — a key, type or
+	// other string over ledger.MaxStringLen, a payload over the ledger's
+	// payload limit, a field value the ledger does not accept, a gossip key
+	// of the wrong size. The error wraps the cause (ledger.ErrTooLarge,
+	// ledger.ErrInvalid, ...). Never retried: the same input fails the
+	// same way.
 	ErrInvalid = errors.New("node: invalid input")
+	// ErrQueueFull: the job's shard already holds Config.MaxPendingJobs
+	// pending jobs. The check is made by the enqueuing node against its
+	// replica before proposing, so it is advisory: concurrent enqueues on
+	// several nodes may overshoot it by a few jobs. Retry later.
+	ErrQueueFull = errors.New("node: too many pending jobs on the shard")
 	// ErrClusterMismatch: Start joined seeds that belong to another cluster
 	// or disagree on a setting every node must share (Cluster, Partitions).
 	// The message names the peer and the setting.

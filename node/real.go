@@ -728,6 +728,10 @@ func mapControlErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case errors.Is(err, ErrUnauthorized):
 		return err
+	case isInvalid(err):
+		// The batcher could not encode the command (a field over the
+		// ledger's limits): nothing was proposed, and a retry fails alike.
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return fmt.Errorf("%w: %w", ErrNoQuorum, err)
 }
@@ -748,8 +752,19 @@ func mapLedgerErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrJobNotFound, err)
 	case errors.Is(err, ledger.ErrUnknownType):
 		return fmt.Errorf("%w: %w", ErrUnknownType, err)
+	case isInvalid(err):
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return err
+}
+
+// isInvalid reports whether the ledger refused a command for its content
+// (encoding limits, malformed or invalid fields), not for its moment.
+func isInvalid(err error) bool {
+	return errors.Is(err, ledger.ErrTooLarge) || errors.Is(err, ledger.ErrMalformed) ||
+		errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrVersion) ||
+		errors.Is(err, cluster.ErrBadRequest) // the leader's CheckCommand refused it
+
 }
 
 func (b *netBackend) setDraining(ctx context.Context, draining bool) error {
@@ -861,6 +876,10 @@ func (b *netBackend) jobByKey(shard uint32, key string) (Job, bool) {
 		return Job{}, false
 	}
 	return jobFromRecord(j), true
+}
+
+func (b *netBackend) pendingJobs(shard uint32, limit int) int {
+	return b.fsm.State().CountJobs(shard, ledger.JobPending, limit)
 }
 
 func (b *netBackend) jobs(q JobQuery) []Job {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,13 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	log := newLogger(m.Stderr, c.LogFormat, c.LogLevel)
+	insecureWarning, err := c.checkHTTPExposure()
+	if err != nil {
+		return err
+	}
+	if insecureWarning != "" {
+		log.Warn(insecureWarning)
+	}
 	if startNode == nil {
 		return errors.New("agent: this build has no node implementation")
 	}
@@ -56,19 +64,28 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 
 	// Serve HTTP before joining: liveness answers and readiness explains
 	// while the node waits for its peers.
+	auth := newTokenAuth(c.Token, c.ReadToken)
 	var handler swapHandler
-	handler.set(startingHandler(metrics))
+	handler.set(startingHandler(metricsHandler(metrics.Handler(), auth, c.MetricsAuth)))
 	var srv *http.Server
 	var httpAddr string
+	httpTLS := c.HTTPTLSCert != ""
 	if c.HTTPAddr != "" {
+		var tlsCfg *tls.Config
+		if httpTLS {
+			if tlsCfg, err = httpTLSConfig(c.HTTPTLSCert, c.HTTPTLSKey, log); err != nil {
+				return fmt.Errorf("agent: %w", err)
+			}
+		}
 		ln, err := net.Listen("tcp", c.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("agent: http-addr: %w", err)
 		}
 		httpAddr = ln.Addr().String()
-		srv = &http.Server{Handler: &handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		srv = newHTTPServer(&handler, defaultHTTPLimits, tlsCfg, log)
+		ln = limitPerClient(ln, c.HTTPMaxConnsPerClient, log)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serveHTTP(srv, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
 			}
 		}()
@@ -89,7 +106,8 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		}
 		return fmt.Errorf("agent: start node: %w", err)
 	}
-	a := newAPI(apiConfig{Node: n, Token: c.Token, Metrics: metrics.Handler(), Dashboard: dashboardHandler(), Logger: log})
+	a := newAPI(apiConfig{Node: n, Token: c.Token, ReadToken: c.ReadToken, MetricsAuth: c.MetricsAuth,
+		Metrics: metrics.Handler(), Dashboard: dashboardHandler(), Logger: log})
 	handler.set(a.Handler())
 
 	runCtx, stopRun := context.WithCancel(context.Background())
@@ -109,7 +127,8 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		wl := &workload{src: n, node: n.ID(), every: c.TickEvery, witness: wit, metrics: metrics, jobs: n}
 		goRun(func() { wl.run(runCtx) })
 	}
-	log.Info("agent running", "node", n.ID(), "http", httpAddr, "dashboard", dashboardURL(httpAddr))
+	log.Info("agent running", "node", n.ID(), "http", httpAddr, "https", httpTLS, "auth", c.Token != "",
+		"dashboard", dashboardURL(httpAddr, httpTLS))
 
 	<-ctx.Done()
 	log.Info("stopping: draining shards, then leaving", "drain_timeout", c.DrainOnStop)
@@ -130,7 +149,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 }
 
 // dashboardURL is the browser URL for an HTTP listen address.
-func dashboardURL(addr string) string {
+func dashboardURL(addr string, https bool) string {
 	if addr == "" {
 		return ""
 	}
@@ -141,7 +160,11 @@ func dashboardURL(addr string) string {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port) + "/"
+	scheme := "http://"
+	if https {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port) + "/"
 }
 
 // swapHandler serves whichever handler was set last.
@@ -154,7 +177,8 @@ func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // startingHandler answers while the node joins: alive, not ready.
-func startingHandler(m *agentMetrics) http.Handler {
+// metrics serves /metrics (behind the read scope with --metrics-auth).
+func startingHandler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
@@ -162,7 +186,7 @@ func startingHandler(m *agentMetrics) http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, healthJSON{Status: statusUnhealthy, Reasons: []string{"starting: joining the cluster"}})
 	})
-	mux.Handle("/metrics", m.Handler())
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "agent is starting: joining the cluster")
 	})

@@ -169,8 +169,11 @@ func TestDashboardServed(t *testing.T) {
 
 func TestDashboardURL(t *testing.T) {
 	for in, want := range map[string]string{"0.0.0.0:80": "http://127.0.0.1:80/", "[::]:8": "http://127.0.0.1:8/", "10.1.2.3:9": "http://10.1.2.3:9/", "": ""} {
-		if got := dashboardURL(in); got != want {
+		if got := dashboardURL(in, false); got != want {
 			t.Errorf("dashboardURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+	if got := dashboardURL("127.0.0.1:7948", true); got != "https://127.0.0.1:7948/" {
+		t.Errorf("dashboardURL over TLS = %q", got)
 	}
 }

@@ -54,15 +54,30 @@ type agentConfig struct {
 	Partitions      int
 	MinHealth       float64
 	EncryptKey      []byte // decoded from base64
-	Token           string
-	Witness         string
-	Workload        bool
-	TickEvery       time.Duration
-	DrainOnStop     time.Duration
-	JobTimeout      time.Duration
-	Tags            map[string]string
-	LogFormat       string // auto, text, json
-	LogLevel        string // debug, info, warn, error
+	// HTTP API tokens (write scope, read scope) or the files holding them.
+	Token         string
+	ReadToken     string
+	TokenFile     string
+	ReadTokenFile string
+	// HTTPInsecure allows a non-loopback HTTP API without a token.
+	HTTPInsecure bool
+	// MetricsAuth puts /metrics under the read scope.
+	MetricsAuth bool
+	// HTTPS on the API: certificate and key files, re-read on change.
+	HTTPTLSCert string
+	HTTPTLSKey  string
+	// HTTPMaxConnsPerClient caps open HTTP connections per client IP (0: none).
+	HTTPMaxConnsPerClient int
+	// MaxPendingJobs caps the pending jobs of one shard (0: none).
+	MaxPendingJobs int
+	Witness        string
+	Workload       bool
+	TickEvery      time.Duration
+	DrainOnStop    time.Duration
+	JobTimeout     time.Duration
+	Tags           map[string]string
+	LogFormat      string // auto, text, json
+	LogLevel       string // debug, info, warn, error
 	// Mutual TLS on the Raft/RPC port (node.Config.TLS*).
 	TLSCA   string
 	TLSCert string
@@ -89,6 +104,9 @@ func defaultAgentConfig() agentConfig {
 		JobTimeout:      defaultJobTimeout,
 		LogFormat:       "auto",
 		LogLevel:        "info",
+
+		HTTPMaxConnsPerClient: defaultMaxConnsPerClient,
+		MaxPendingJobs:        defaultMaxPendingJobs,
 	}
 }
 
@@ -190,7 +208,16 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "number of shards (the same on every node, for the cluster's life)")
 	fs.Float64Var(&c.MinHealth, "min-health", c.MinHealth, "health score (0..1) below which the node gives its shards up")
 	fs.Var(keyValue{&c.EncryptKey}, "encrypt", "base64 gossip encryption key of 16, 24 or 32 bytes (same on every node)")
-	fs.StringVar(&c.Token, "token", c.Token, "bearer token the HTTP API requires on mutating endpoints")
+	fs.StringVar(&c.Token, "token", c.Token, "bearer token of the HTTP API's write scope (every endpoint); with it set every /v1 endpoint needs a token. Prefer --token-file: argv is visible to other users")
+	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token of the HTTP API's read scope: GETs, job payloads and results included (needs --token)")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file holding the write token (instead of --token)")
+	fs.StringVar(&c.ReadTokenFile, "read-token-file", c.ReadTokenFile, "file holding the read token (instead of --read-token)")
+	fs.BoolVar(&c.HTTPInsecure, "http-insecure", c.HTTPInsecure, "allow a non-loopback --http-addr without --token: anyone who reaches it can read job payloads, enqueue jobs and drain the node (logged loudly)")
+	fs.BoolVar(&c.MetricsAuth, "metrics-auth", c.MetricsAuth, "require the read scope on /metrics (open otherwise; /healthz and /readyz are always open)")
+	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", c.HTTPTLSCert, "PEM certificate (chain) for HTTPS on the API (with --http-tls-key; TLS 1.2+); re-read when it changes")
+	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM private key for HTTPS on the API; re-read when it changes")
+	fs.IntVar(&c.HTTPMaxConnsPerClient, "http-max-conns-per-client", c.HTTPMaxConnsPerClient, "open HTTP connections one client IP may hold; more are closed at once (0: no cap)")
+	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it answer 429 (checked by this node before proposing, so advisory under concurrent enqueues; 0: no cap)")
 	fs.StringVar(&c.Witness, "witness", c.Witness, "URL the demo workload POSTs its ticks to (see: tenure witness -h)")
 	fs.BoolVar(&c.Workload, "workload", c.Workload, "run the demo workload that ticks every owned shard")
 	fs.DurationVar(&c.TickEvery, "tick", c.TickEvery, "demo workload tick period")
@@ -277,7 +304,31 @@ scan:
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("agent: unexpected arguments %q", strings.Join(fs.Args(), " "))
 	}
+	if err := c.loadTokenFiles(); err != nil {
+		return c, fmt.Errorf("agent config: %w", err)
+	}
 	return c, c.Validate()
+}
+
+// loadTokenFiles reads --token-file and --read-token-file into the tokens.
+func (c *agentConfig) loadTokenFiles() error {
+	for _, f := range []struct {
+		name, file string
+		tok        *string
+	}{{"token", c.TokenFile, &c.Token}, {"read-token", c.ReadTokenFile, &c.ReadToken}} {
+		if f.file == "" {
+			continue
+		}
+		if *f.tok != "" {
+			return fmt.Errorf("both --%s and --%s-file are set: give one", f.name, f.name)
+		}
+		v, err := readSecretFile(f.name+"-file", f.file)
+		if err != nil {
+			return err
+		}
+		*f.tok = v
+	}
+	return nil
 }
 
 func lookup(getenv func(string) string, name string) (string, bool) {
@@ -286,7 +337,7 @@ func lookup(getenv func(string) string, name string) (string, bool) {
 }
 
 func redact(flagName, v string) string {
-	if flagName == "encrypt" || flagName == "token" {
+	if flagName == "encrypt" || flagName == "token" || flagName == "read-token" {
 		return "<redacted>"
 	}
 	return v
@@ -468,6 +519,29 @@ func (c agentConfig) Validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log-level %q: %v", c.LogLevel, err)
+	}
+	for _, t := range []struct{ name, v string }{{"token", c.Token}, {"read-token", c.ReadToken}} {
+		if t.v == "" {
+			continue
+		}
+		if err := checkToken(t.v); err != nil {
+			bad("%s: %v", t.name, err)
+		}
+	}
+	if c.ReadToken != "" && c.Token == "" {
+		bad("read-token without token: set --token (the write scope) too")
+	}
+	if c.ReadToken != "" && c.ReadToken == c.Token {
+		bad("read-token equals token: the read scope needs a token of its own")
+	}
+	if (c.HTTPTLSCert == "") != (c.HTTPTLSKey == "") {
+		bad("http-tls-cert and http-tls-key: give both or neither")
+	}
+	if c.HTTPMaxConnsPerClient < 0 {
+		bad("http-max-conns-per-client %d: want >= 0 (0: no cap)", c.HTTPMaxConnsPerClient)
+	}
+	if c.MaxPendingJobs < 0 {
+		bad("max-pending-jobs %d: want >= 0 (0: no cap)", c.MaxPendingJobs)
 	}
 	if len(errs) == 0 {
 		return nil

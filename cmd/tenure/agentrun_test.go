@@ -109,7 +109,7 @@ func TestAgentLifecycle(t *testing.T) {
 }
 
 func TestAgentStartingHandler(t *testing.T) {
-	srv := httptest.NewServer(startingHandler(newAgentMetrics()))
+	srv := httptest.NewServer(startingHandler(newAgentMetrics().Handler()))
 	defer srv.Close()
 	for path, code := range map[string]int{"/healthz": 200, "/readyz": 503, "/v1/status": 503, "/metrics": 200} {
 		resp, err := http.Get(srv.URL + path)

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,17 +15,26 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // API limits.
 const (
-	// maxBodyBytes bounds every request body.
-	maxBodyBytes = 1 << 20
+	// maxBodyBytes bounds every request body: the ledger's largest job
+	// payload plus room for the other fields.
+	maxBodyBytes = ledger.DefaultMaxPayload + 4*ledger.MaxStringLen + 1024
 	// maxMoves is how many recent ownership moves /v1/moves keeps.
 	maxMoves = 256
-	// defaultJobsLimit and maxJobsLimit bound GET /v1/jobs.
+	// defaultJobsLimit and maxJobsLimit bound a page of GET /v1/jobs.
 	defaultJobsLimit = 100
 	maxJobsLimit     = 10000
+	// maxListLimit bounds a page of the other list endpoints (and is
+	// their default page size).
+	maxListLimit = 10000
+	// drainSlack is how long past ?wait= a drain's answer may take to
+	// write (its connection deadline is moved past the server's timeouts).
+	drainSlack = 30 * time.Second
 	// defaultDrainWait bounds how long POST /v1/drain waits for the node
 	// to hand every shard over before answering "still draining".
 	defaultDrainWait = 60 * time.Second
@@ -34,8 +43,15 @@ const (
 // apiConfig configures the HTTP API.
 type apiConfig struct {
 	Node agentNode
-	// Token, if set, is the bearer token mutating endpoints require.
+	// Token, if set, is the bearer token of the write scope: every
+	// endpoint. With it set, every /v1 endpoint needs a token.
 	Token string
+	// ReadToken, if set, is the bearer token of the read scope: GETs
+	// (statuses, shards, jobs with payloads and results, moves). Needs
+	// Token.
+	ReadToken string
+	// MetricsAuth puts /metrics under the read scope (open otherwise).
+	MetricsAuth bool
 	// Metrics serves /metrics; nil serves 404 there.
 	Metrics http.Handler
 	// Dashboard serves / ; nil serves 404 there.
@@ -51,13 +67,14 @@ type api struct {
 	cfg   apiConfig
 	log   *slog.Logger
 	moves moveLog
+	auth  *tokenAuth
 }
 
 func newAPI(cfg apiConfig) *api {
 	if cfg.DrainWait <= 0 {
 		cfg.DrainWait = defaultDrainWait
 	}
-	a := &api{cfg: cfg, log: cfg.Logger}
+	a := &api{cfg: cfg, log: cfg.Logger, auth: newTokenAuth(cfg.Token, cfg.ReadToken)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -100,23 +117,25 @@ func (a *api) Run(ctx context.Context, observe func(ownershipEvent)) {
 // Handler returns the API's routes wrapped in panic recovery.
 func (a *api) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/status", methods{"GET": a.status})
-	mux.Handle("/v1/shards", methods{"GET": a.shards})
-	mux.Handle("/v1/shards/{id}", methods{"GET": a.shard})
-	mux.Handle("/v1/members", methods{"GET": a.members})
-	mux.Handle("/v1/elections", methods{"GET": a.elections})
-	mux.Handle("/v1/moves", methods{"GET": a.listMoves})
-	mux.Handle("/v1/jobs", methods{"GET": a.jobs, "POST": a.auth(a.enqueue)})
-	mux.Handle("/v1/jobs/{id}", methods{"GET": a.job})
-	mux.Handle("/v1/drain", methods{"POST": a.auth(a.drain)})
-	mux.Handle("/v1/undrain", methods{"POST": a.auth(a.undrain)})
-	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	read, write := a.auth.read, a.auth.write
+	mux.Handle("/v1/status", methods{"GET": read(a.status)})
+	mux.Handle("/v1/shards", methods{"GET": read(a.shards)})
+	mux.Handle("/v1/shards/{id}", methods{"GET": read(a.shard)})
+	mux.Handle("/v1/members", methods{"GET": read(a.members)})
+	mux.Handle("/v1/elections", methods{"GET": read(a.elections)})
+	mux.Handle("/v1/moves", methods{"GET": read(a.listMoves)})
+	mux.Handle("/v1/jobs", methods{"GET": read(a.jobs), "POST": write(a.enqueue)})
+	mux.Handle("/v1/jobs/{id}", methods{"GET": read(a.job)})
+	mux.Handle("/v1/drain", methods{"POST": write(a.drain)})
+	mux.Handle("/v1/undrain", methods{"POST": write(a.undrain)})
+	// Unknown /v1 paths answer 404 only to token holders: no probing.
+	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	}))
 	mux.Handle("/healthz", methods{"GET": a.healthz})
 	mux.Handle("/readyz", methods{"GET": a.readyz})
 	if a.cfg.Metrics != nil {
-		mux.Handle("/metrics", a.cfg.Metrics)
+		mux.Handle("/metrics", metricsHandler(a.cfg.Metrics, a.auth, a.cfg.MetricsAuth))
 	}
 	if a.cfg.Dashboard != nil {
 		mux.Handle("/", a.cfg.Dashboard)
@@ -161,23 +180,6 @@ func (a *api) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// auth requires the bearer token when one is configured.
-func (a *api) auth(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if a.cfg.Token == "" {
-			next(w, r)
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(a.cfg.Token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		next(w, r)
-	}
-}
-
 func (a *api) status(w http.ResponseWriter, r *http.Request) {
 	st := a.cfg.Node.Status()
 	st.Version = Version
@@ -186,19 +188,83 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) shards(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	all := a.cfg.Node.Shards()
 	owner, state := q.Get("owner"), q.Get("state")
 	if state != "" && !slices.Contains([]string{"unowned", "owned", "revoking"}, state) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want unowned, owned or revoking", state))
 		return
 	}
-	out := make([]shardJSON, 0, len(all))
+	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
+	if !ok {
+		return
+	}
+	var from uint64
+	if after != "" {
+		n, err := strconv.ParseUint(after, 10, 32)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("after %q: want a shard id", after))
+			return
+		}
+		from = n + 1
+	}
+	all := a.cfg.Node.Shards()
+	out := make([]shardJSON, 0, min(len(all), limit))
 	for _, s := range all {
-		if (owner == "" || s.Owner == owner) && (state == "" || s.State == state) {
+		if uint64(s.Shard) >= from && (owner == "" || s.Owner == owner) && (state == "" || s.State == state) {
 			out = append(out, s)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out, limit, func(s shardJSON) string { return strconv.FormatUint(uint64(s.Shard), 10) })
+}
+
+// pageParams parses ?limit= (1..max, def when absent) and ?after= (a
+// cursor: the last item of the previous page). It writes the 400 itself.
+func pageParams(w http.ResponseWriter, r *http.Request, def, max int) (limit int, after string, ok bool) {
+	q := r.URL.Query()
+	limit = def
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > max {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1..%d", v, max))
+			return 0, "", false
+		}
+		limit = n
+	}
+	after = q.Get("after")
+	if len(after) > ledger.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("after: %d bytes, want at most %d", len(after), ledger.MaxStringLen))
+		return 0, "", false
+	}
+	return limit, after, true
+}
+
+// writeList answers a JSON array of at most limit items (already past the
+// cursor, in cursor order). When more remain, the cursor of the next page
+// is in the X-Next-After header and a Link rel="next" header, so the body
+// stays the plain array it always was.
+func writeList[T any](w http.ResponseWriter, r *http.Request, items []T, limit int, cursor func(T) string) {
+	if len(items) > limit {
+		items = items[:limit]
+		next := cursor(items[len(items)-1])
+		q := r.URL.Query()
+		q.Set("after", next)
+		q.Set("limit", strconv.Itoa(limit))
+		w.Header().Set("X-Next-After", next)
+		w.Header().Set("Link", fmt.Sprintf("<%s?%s>; rel=\"next\"", r.URL.Path, q.Encode()))
+	}
+	writeJSON(w, http.StatusOK, nonNil(items))
+}
+
+// pageAfter drops the items up to and including the cursor (items sorted
+// by key ascending).
+func pageAfter[T any](items []T, after string, key func(T) string) []T {
+	if after == "" {
+		return items
+	}
+	i, _ := slices.BinarySearchFunc(items, after, func(it T, k string) int { return strings.Compare(key(it), k) })
+	for i < len(items) && key(items[i]) <= after {
+		i++
+	}
+	return items[i:]
 }
 
 func (a *api) shard(w http.ResponseWriter, r *http.Request) {
@@ -216,15 +282,36 @@ func (a *api) shard(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) members(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, nonNil(a.cfg.Node.Members()))
+	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
+	if !ok {
+		return
+	}
+	id := func(m memberJSON) string { return m.ID }
+	ms := a.cfg.Node.Members()
+	slices.SortStableFunc(ms, func(x, y memberJSON) int { return strings.Compare(x.ID, y.ID) })
+	writeList(w, r, pageAfter(ms, after, id), limit, id)
 }
 
 func (a *api) elections(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, nonNil(a.cfg.Node.Elections()))
+	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
+	if !ok {
+		return
+	}
+	name := func(e electionJSON) string { return e.Name }
+	es := a.cfg.Node.Elections()
+	slices.SortStableFunc(es, func(x, y electionJSON) int { return strings.Compare(x.Name, y.Name) })
+	writeList(w, r, pageAfter(es, after, name), limit, name)
 }
 
+// listMoves answers the recent moves, newest first; ?limit= bounds them
+// (the log holds at most maxMoves, so there is no cursor).
 func (a *api) listMoves(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, a.moves.list())
+	limit, _, ok := pageParams(w, r, maxMoves, maxMoves)
+	if !ok {
+		return
+	}
+	ms := a.moves.list()
+	writeJSON(w, http.StatusOK, ms[:min(len(ms), limit)])
 }
 
 func (a *api) enqueue(w http.ResponseWriter, r *http.Request) {
@@ -242,6 +329,17 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Payload) > 0 && !json.Valid(req.Payload) {
 		writeError(w, http.StatusBadRequest, `"payload" is not valid JSON`)
+		return
+	}
+	// The ledger's limits, checked before anything is proposed.
+	for _, f := range []struct{ name, v string }{{"key", req.Key}, {"type", req.Type}, {"shard_key", req.ShardKey}} {
+		if len(f.v) > ledger.MaxStringLen {
+			writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%q is %d bytes long: at most %d", f.name, len(f.v), ledger.MaxStringLen))
+			return
+		}
+	}
+	if len(req.Payload) > ledger.DefaultMaxPayload {
+		writeErrorCode(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(`"payload" is %d bytes: at most %d`, len(req.Payload), ledger.DefaultMaxPayload))
 		return
 	}
 	job, created, err := a.cfg.Node.EnqueueJob(r.Context(), req)
@@ -286,26 +384,44 @@ func (a *api) jobs(w http.ResponseWriter, r *http.Request) {
 		}
 		jq.State = v
 	}
-	jq.Limit = defaultJobsLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxJobsLimit {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1..%d", v, maxJobsLimit))
+	limit, afterStr, ok := pageParams(w, r, defaultJobsLimit, maxJobsLimit)
+	if !ok {
+		return
+	}
+	var after uint64
+	if afterStr != "" {
+		n, err := strconv.ParseUint(afterStr, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("after %q: want a job id", afterStr))
 			return
 		}
-		jq.Limit = n
+		after = n
 	}
-	// Count every state of the shard filter, then apply state and limit.
+	// Count every state of the shard filter, then page the state's jobs
+	// by id.
 	all := a.cfg.Node.Jobs(jobQuery{Shard: jq.Shard})
 	out := jobsJSON{Jobs: []jobJSON{}, Counts: map[string]int{}}
 	for _, s := range jobStates {
 		out.Counts[s] = 0
 	}
+	type idJob struct {
+		id uint64
+		j  jobJSON
+	}
+	var match []idJob
 	for _, j := range all {
 		out.Counts[j.State]++
-		if (jq.State == "" || j.State == jq.State) && len(out.Jobs) < jq.Limit {
-			out.Jobs = append(out.Jobs, j)
+		id, err := strconv.ParseUint(j.ID, 10, 64)
+		if err == nil && id > after && (jq.State == "" || j.State == jq.State) {
+			match = append(match, idJob{id, j})
 		}
+	}
+	slices.SortFunc(match, func(x, y idJob) int { return cmp.Compare(x.id, y.id) })
+	for _, m := range match[:min(len(match), limit)] {
+		out.Jobs = append(out.Jobs, m.j)
+	}
+	if len(match) > limit {
+		out.Next = out.Jobs[len(out.Jobs)-1].ID
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -323,6 +439,13 @@ func (a *api) drain(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
+	// A long wait outlives the server's read and write timeouts: move this
+	// request's deadlines past it (a read deadline passing would cancel
+	// the request's context; a write deadline, cut the answer).
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(wait + drainSlack)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	err := a.cfg.Node.Drain(ctx)
@@ -409,6 +532,10 @@ func emptyBody(w http.ResponseWriter, r *http.Request) bool {
 func writeNodeError(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
+	case errors.Is(err, errQueueFull):
+		w.Header().Set("Retry-After", "1")
+		writeErrorCode(w, http.StatusTooManyRequests, "queue_full", err.Error())
+		return
 	case errors.Is(err, errBadInput):
 		code = http.StatusBadRequest
 	case errors.Is(err, errNotFound):
@@ -425,6 +552,11 @@ func writeNodeError(w http.ResponseWriter, err error) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, errorJSON{Error: msg})
+}
+
+// writeErrorCode is writeError with a machine-readable code.
+func writeErrorCode(w http.ResponseWriter, code int, errCode, msg string) {
+	writeJSON(w, code, errorJSON{Error: msg, Code: errCode})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

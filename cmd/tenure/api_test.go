@@ -239,9 +239,12 @@ func TestAPIAuth(t *testing.T) {
 			t.Fatalf("POST %s with token: %d %s", p, r.code, r.body)
 		}
 	}
-	// Reads need no token.
-	if r := do(t, srv, "GET", "/v1/shards", ""); r.code != 200 {
+	// With a token set, reads need one too (the write token grants read).
+	if r := do(t, srv, "GET", "/v1/shards", ""); r.code != http.StatusUnauthorized {
 		t.Fatalf("GET without token: %d", r.code)
+	}
+	if r := do(t, srv, "GET", "/v1/shards", "", "Authorization", "Bearer s3cret"); r.code != 200 {
+		t.Fatalf("GET with the write token: %d", r.code)
 	}
 }
 

@@ -53,6 +53,8 @@ var (
 	errNotFound    = errors.New("tenure: not found")
 	errConflict    = errors.New("tenure: conflict")
 	errBadInput    = errors.New("tenure: bad input")
+	// errQueueFull: the job's shard holds its cap of pending jobs (429).
+	errQueueFull = errors.New("tenure: too many pending jobs")
 )
 
 // ownershipEvent is one change of a shard's committed owner, as a node saw it.
@@ -186,6 +188,8 @@ var jobStates = []string{"pending", "started", "completed", "dead"}
 type jobsJSON struct {
 	Jobs   []jobJSON      `json:"jobs"`
 	Counts map[string]int `json:"counts"`
+	// Next, when set, is the cursor of the next page: pass it as ?after=.
+	Next string `json:"next,omitempty"`
 }
 
 // moveJSON is one entry of GET /v1/moves: a shard's committed owner
@@ -214,4 +218,7 @@ type drainJSON struct {
 // errorJSON is every error body.
 type errorJSON struct {
 	Error string `json:"error"`
+	// Code, when set, classifies the error for programs: "unauthorized",
+	// "forbidden", "queue_full", "too_large", "invalid".
+	Code string `json:"code,omitempty"`
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -41,10 +44,12 @@ func init() {
 
 // clientFlags are the flags every operator command takes.
 type clientFlags struct {
-	addr    string
-	token   string
-	json    bool
-	timeout time.Duration
+	addr      string
+	token     string
+	tokenFile string
+	ca        string
+	json      bool
+	timeout   time.Duration
 }
 
 func (m *Main) clientFlagSet(name, usage string) (*flag.FlagSet, *clientFlags) {
@@ -56,7 +61,11 @@ func (m *Main) clientFlagSet(name, usage string) (*flag.FlagSet, *clientFlags) {
 		addr = defaultAddr
 	}
 	fs.StringVar(&cf.addr, "addr", addr, "agent HTTP address, host:port or URL (env TENURE_ADDR)")
-	fs.StringVar(&cf.token, "token", m.getenv("TENURE_TOKEN"), "bearer token for mutating requests (env TENURE_TOKEN)")
+	fs.StringVar(&cf.token, "token", m.getenv("TENURE_TOKEN"), "bearer token sent with every request: the agent's read token for reads, its write token for changes (env TENURE_TOKEN)")
+	fs.StringVar(&cf.tokenFile, "token-file", m.getenv("TENURE_TOKEN_FILE"), "file holding the bearer token, instead of --token (env TENURE_TOKEN_FILE)")
+	ca := m.getenv("TENURE_HTTP_CA")
+	fs.StringVar(&cf.ca, "ca", ca, "PEM CA bundle that verifies the agent's HTTPS certificate; implies https:// for a bare host:port (env TENURE_HTTP_CA)")
+	fs.StringVar(&cf.ca, "tls-ca", ca, "same as --ca")
 	fs.BoolVar(&cf.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&cf.timeout, "timeout", defaultClientTimeout, "request timeout")
 	fs.Usage = func() {
@@ -76,13 +85,43 @@ type apiClient struct {
 func (cf *clientFlags) client() (*apiClient, error) {
 	base := cf.addr
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		if cf.ca != "" {
+			base = "https://" + base
+		} else {
+			base = "http://" + base
+		}
 	}
 	u, err := url.Parse(base)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("--addr %q: want host:port or http://host:port", cf.addr)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--addr %q: want host:port, http://host:port or https://host:port", cf.addr)
 	}
-	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: cf.token, hc: &http.Client{Timeout: cf.timeout}}, nil
+	token := cf.token
+	if cf.tokenFile != "" { // the file wins over --token / TENURE_TOKEN
+		if token, err = readSecretFile("--token-file", cf.tokenFile); err != nil {
+			return nil, err
+		}
+	}
+	if token != "" {
+		if err := checkToken(token); err != nil {
+			return nil, fmt.Errorf("token: %v", err)
+		}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if cf.ca != "" {
+		if u.Scheme != "https" {
+			return nil, fmt.Errorf("--ca is set but --addr %q is http://: use https://", cf.addr)
+		}
+		pem, err := os.ReadFile(cf.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca %s: no PEM certificate in it", cf.ca)
+		}
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	}
+	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: token, hc: &http.Client{Timeout: cf.timeout, Transport: tr}}, nil
 }
 
 // apiError is an error answer of the API.
@@ -295,7 +334,7 @@ func runMoves(ctx context.Context, m *Main, args []string) error {
 func runJobs(ctx context.Context, m *Main, args []string) error {
 	usage := func() {
 		fmt.Fprintln(m.Stderr, "usage: tenure jobs <list|get|enqueue> [flags]")
-		fmt.Fprintln(m.Stderr, "  list    [--shard n] [--state pending|started|completed|dead] [--limit n]")
+		fmt.Fprintln(m.Stderr, "  list    [--shard n] [--state pending|started|completed|dead] [--limit n] [--after id]")
 		fmt.Fprintln(m.Stderr, "  get     <id>")
 		fmt.Fprintln(m.Stderr, "  enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n]")
 	}
@@ -308,11 +347,15 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		fs, cf := m.clientFlagSet("jobs list", "jobs list [--shard n] [--state s] [--limit n] [--addr host:port] [--json]")
 		shard := fs.Int("shard", -1, "only jobs of this shard")
 		state := fs.String("state", "", "only jobs in this state")
-		limit := fs.Int("limit", defaultJobsLimit, "at most this many jobs")
+		limit := fs.Int("limit", defaultJobsLimit, "at most this many jobs (one page)")
+		after := fs.String("after", "", "list jobs after this id (the \"next\" of the previous page)")
 		if err := noArgs(fs, args[1:]); err != nil {
 			return err
 		}
 		q := url.Values{"limit": {strconv.Itoa(*limit)}}
+		if *after != "" {
+			q.Set("after", *after)
+		}
 		if *shard >= 0 {
 			q.Set("shard", strconv.Itoa(*shard))
 		}
@@ -327,6 +370,9 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 			}
 			fmt.Fprintf(w, "%s\n\n", strings.Join(counts, ", "))
 			jobTable(w, js.Jobs)
+			if js.Next != "" {
+				fmt.Fprintf(w, "\nmore: tenure jobs list --after %s\n", js.Next)
+			}
 		})
 	case "get":
 		fs, cf := m.clientFlagSet("jobs get", "jobs get <id> [--addr host:port] [--json]")

@@ -98,7 +98,8 @@ func TestDockerChaos(t *testing.T) {
 			"--raft-addr", "0.0.0.0:7947", "--raft-advertise", clusterIP[id]+":7947",
 			"--tls-ca", "/tls/ca.pem", "--tls-cert", "/tls/"+id+".pem", "--tls-key", "/tls/"+id+"-key.pem",
 			"--encrypt", gossipKey,
-			"--http-addr", "0.0.0.0:7948", "--witness", witnessURL, "--tick", "10ms", "--log-format", "json")
+			"--http-addr", "0.0.0.0:7948", "--http-insecure", // the API is reachable on the private networks only
+			"--witness", witnessURL, "--tick", "10ms", "--log-format", "json")
 		nodeTLS := filepath.Join(tlsDir, "node-"+id)
 		if err := os.Mkdir(nodeTLS, 0o700); err != nil {
 			t.Fatal(err)

@@ -65,6 +65,7 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 		EncryptionKey:   c.EncryptKey,
 		Tags:            c.Tags,
 		JobTimeout:      c.JobTimeout,
+		MaxPendingJobs:  c.MaxPendingJobs,
 		Logger:          log,
 		TLSCAFile:       c.TLSCA,
 		TLSCertFile:     c.TLSCert,
@@ -192,7 +193,9 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", errNotFound, err)
 	case errors.Is(err, node.ErrJobState), errors.Is(err, node.ErrStaleToken), errors.Is(err, node.ErrNotOwner):
 		return fmt.Errorf("%w: %w", errConflict, err)
-	case errors.Is(err, node.ErrInvalidConfig), errors.Is(err, node.ErrUnknownType):
+	case errors.Is(err, node.ErrQueueFull):
+		return fmt.Errorf("%w: %w", errQueueFull, err)
+	case errors.Is(err, node.ErrInvalid), errors.Is(err, node.ErrInvalidConfig), errors.Is(err, node.ErrUnknownType):
 		return fmt.Errorf("%w: %w", errBadInput, err)
 	}
 	return err

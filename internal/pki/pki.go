@@ -188,6 +188,8 @@ type Reloader struct {
 	files Files
 	log   *slog.Logger
 	now   func() time.Time
+	// keyPair: only Cert and Key, any certificate (see NewKeyPairReloader).
+	keyPair bool
 
 	mu      sync.Mutex
 	cur     *material
@@ -197,8 +199,19 @@ type Reloader struct {
 
 // NewReloader loads the files, failing with an error that names the bad one.
 func NewReloader(f Files, log *slog.Logger) (*Reloader, error) {
-	r := &Reloader{files: f, log: log, now: time.Now}
-	m, err := load(f)
+	return newReloader(f, false, log)
+}
+
+// NewKeyPairReloader serves a plain server certificate and key — any
+// certificate, from any CA, without a tenure identity (the HTTP API's) —
+// re-read like NewReloader's. Use it through GetCertificate.
+func NewKeyPairReloader(certFile, keyFile string, log *slog.Logger) (*Reloader, error) {
+	return newReloader(Files{Cert: certFile, Key: keyFile}, true, log)
+}
+
+func newReloader(f Files, keyPair bool, log *slog.Logger) (*Reloader, error) {
+	r := &Reloader{files: f, log: log, now: time.Now, keyPair: keyPair}
+	m, err := load(f, keyPair)
 	if err != nil {
 		return nil, err
 	}
@@ -206,9 +219,20 @@ func NewReloader(f Files, log *slog.Logger) (*Reloader, error) {
 	return r, nil
 }
 
+// GetCertificate returns the current certificate, re-read if its files
+// changed; it is a tls.Config.GetCertificate.
+func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	c := r.current().cert
+	return &c, nil
+}
+
 func stamp(f Files) (string, error) {
 	var b strings.Builder
-	for _, p := range []string{f.CA, f.Cert, f.Key} {
+	paths := []string{f.CA, f.Cert, f.Key}
+	if f.CA == "" {
+		paths = paths[1:] // a key pair (NewKeyPairReloader); load refuses a missing CA otherwise
+	}
+	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
 			return "", fmt.Errorf("pki: %w", err)
@@ -218,18 +242,21 @@ func stamp(f Files) (string, error) {
 	return b.String(), nil
 }
 
-func load(f Files) (*material, error) {
+func load(f Files, keyPair bool) (*material, error) {
 	st, err := stamp(f)
 	if err != nil {
 		return nil, err
 	}
-	caPEM, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, fmt.Errorf("pki: CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("pki: CA file %s holds no PEM certificate", f.CA)
+	var pool *x509.CertPool
+	if !keyPair {
+		caPEM, err := os.ReadFile(f.CA)
+		if err != nil {
+			return nil, fmt.Errorf("pki: CA file: %w", err)
+		}
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("pki: CA file %s holds no PEM certificate", f.CA)
+		}
 	}
 	certPEM, err := os.ReadFile(f.Cert)
 	if err != nil {
@@ -246,6 +273,10 @@ func load(f Files) (*material, error) {
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
 		return nil, fmt.Errorf("pki: %s: %w", f.Cert, err)
+	}
+	if keyPair {
+		cert.Leaf = leaf
+		return &material{cert: cert, stamp: st}, nil
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return nil, fmt.Errorf("pki: %s is not valid under the CA in %s: %w", f.Cert, f.CA, err)
@@ -271,7 +302,7 @@ func (r *Reloader) current() *material {
 	if err == nil && st == r.cur.stamp {
 		return r.cur
 	}
-	m, err := load(r.files)
+	m, err := load(r.files, r.keyPair)
 	if err != nil {
 		if r.lastErr == nil || r.lastErr.Error() != err.Error() {
 			if r.log != nil {

@@ -189,3 +189,36 @@ func FuzzIdentityPEM(f *testing.F) {
 		_, _ = PeerIdentity(tls.ConnectionState{})
 	})
 }
+
+// A key pair without CA (the HTTP API's certificate) loads, is served by
+// GetCertificate and is re-read when it changes; the CA-checked Reloader
+// still refuses a missing CA.
+func TestKeyPairReloader(t *testing.T) {
+	dir, caC, caK := newCADir(t)
+	f := issueTo(t, dir, caC, caK, Identity{"web", RoleNode})
+	if _, err := NewReloader(Files{Cert: f.Cert, Key: f.Key}, nil); err == nil {
+		t.Fatal("NewReloader without a CA file succeeded")
+	}
+	r, err := NewKeyPairReloader(f.Cert, f.Key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	r.checked = now
+	c1, err := r.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another CA's certificate is just as good here: nothing is verified.
+	_, caC2, caK2 := newCADir(t)
+	issueTo(t, dir, caC2, caK2, Identity{"web", RoleNode})
+	now = now.Add(2 * time.Second)
+	c2, _ := r.GetCertificate(nil)
+	if string(c2.Certificate[0]) == string(c1.Certificate[0]) {
+		t.Fatal("rotated key pair not picked up")
+	}
+	if _, err := NewKeyPairReloader(f.Cert, filepath.Join(dir, "missing.pem"), nil); err == nil {
+		t.Fatal("missing key file accepted")
+	}
+}

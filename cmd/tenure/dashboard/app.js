@@ -32,8 +32,28 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// The API token (read scope), when the agent requires one: open the
+// dashboard as /#token=<token> once; it is kept for the tab's session and
+// removed from the address bar. A 401 asks for it.
+const tokenKey = "tenure-token";
+let askedToken = false;
+function apiToken() {
+  const m = location.hash.match(/(?:^#|&)token=([^&]+)/);
+  if (m) {
+    sessionStorage.setItem(tokenKey, decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem(tokenKey) || "";
+}
+
 async function get(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const tok = apiToken();
+  const r = await fetch(path, { cache: "no-store", headers: tok ? { Authorization: "Bearer " + tok } : {} });
+  if (r.status === 401 && !askedToken) {
+    askedToken = true;
+    const v = window.prompt("This agent requires an API token (read scope):");
+    if (v) { sessionStorage.setItem(tokenKey, v.trim()); askedToken = false; }
+  }
   if (!r.ok) throw new Error(`${path}: ${r.status}`);
   return r.json();
 }
