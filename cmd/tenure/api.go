@@ -128,6 +128,8 @@ func (a *api) Handler() http.Handler {
 	mux.Handle("/v1/jobs/{id}", methods{"GET": read(a.job)})
 	mux.Handle("/v1/drain", methods{"POST": write(a.drain)})
 	mux.Handle("/v1/undrain", methods{"POST": write(a.undrain)})
+	mux.Handle("/v1/keyring", methods{"GET": write(a.keyring)})
+	mux.Handle("/v1/keyring/{op}", methods{"POST": write(a.keyringOp)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
