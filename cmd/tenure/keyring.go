@@ -244,4 +244,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-
