@@ -353,6 +353,7 @@ func ExampleConfig_Validate() {
 	// NodeID "node a": contains ' ' (want printable characters without spaces or '/') (set $HOSTNAME or Config.NodeID)
 	// Profile "turbo": want "fast", "default" or "safe"
 	// RaftAddr "0.0.0.0:7947" / RaftAdvertise "10.0.0.7:7947" is not loopback and no TLS certificate is set: peers must prove who they are (set TLSCAFile, TLSCertFile and TLSKeyFile — `tenure tls init` writes them — or Insecure to run without)
+	// GossipAddr "0.0.0.0:7946" / GossipAdvertise "" is not loopback and no gossip EncryptionKey is set: any process that reaches a seed could join and read the ledger (set EncryptionKey — `tenure keygen` makes one — or Insecure to run without)
 }
 
 // Subscribing to ownership events.

@@ -64,6 +64,7 @@ func TestConfigValidateNamesBadValues(t *testing.T) {
 	base.Seeds = []string{"10.0.0.1:7946"}
 	base.RaftAdvertise = "10.0.0.2:7947"
 	base.TLSCAFile, base.TLSCertFile, base.TLSKeyFile = "/tls/ca.pem", "/tls/n1.pem", "/tls/n1-key.pem"
+	base.EncryptionKey = make([]byte, 32)
 	if err := base.Validate(); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
 	}
