@@ -60,6 +60,12 @@ var (
 	// or disagree on a setting every node must share (Cluster, Partitions).
 	// The message names the peer and the setting.
 	ErrClusterMismatch = errors.New("node: seeds belong to another cluster or disagree on its settings")
+	// ErrDuplicateID: Start found another live process using this node's
+	// NodeID (it answers gossip probes at another address) and refused to
+	// join; the other process is not affected. The message names its
+	// address. A restart after a crash is not a duplicate
+	// (docs/operations.md).
+	ErrDuplicateID = errors.New("node: node id already in use by another live process")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.
