@@ -308,3 +308,12 @@ func BenchmarkWorkerContextErrParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTimeNow is the clock read every check includes.
+func BenchmarkTimeNow(b *testing.B) {
+	var t time.Time
+	for b.Loop() {
+		t = time.Now()
+	}
+	_ = t
+}
