@@ -137,6 +137,7 @@ func TestWorkerContextChildTimeout(t *testing.T) {
 		start := time.Now()
 		for !isClosed(child.Done()) && time.Since(start) < 10*time.Second {
 			time.Sleep(100 * time.Millisecond)
+			synctest.Wait() // timers due now have fired
 			c.setGuard(time.Now().Add(time.Second))
 		}
 		if got := time.Since(start); got != 3*time.Second || child.Err() != context.DeadlineExceeded {
