@@ -128,9 +128,19 @@ type instance struct {
 	seq   uint64    // order in which this view first saw the instance
 }
 
-// rank orders instances of one id: the highest process incarnation, then
-// alive over left over dead, then the most recently seen.
+// rank orders instances of one id: an instance still claiming its id
+// (TagClaiming) never over an alive or suspect one that is not; then the
+// highest process incarnation, then alive over left over dead, then the
+// most recently seen.
 func (i *instance) better(j *instance) bool {
+	if ic, jc := i.claiming(), j.claiming(); ic != jc {
+		if ic && stateRank(j.state) == 2 {
+			return false
+		}
+		if jc && stateRank(i.state) == 2 {
+			return true
+		}
+	}
 	if i.meta.Incarnation != j.meta.Incarnation {
 		return i.meta.Incarnation > j.meta.Incarnation
 	}
@@ -139,6 +149,11 @@ func (i *instance) better(j *instance) bool {
 		return ri > rj
 	}
 	return i.seq > j.seq
+}
+
+func (i *instance) claiming() bool {
+	_, ok := i.meta.Tags[TagClaiming]
+	return ok
 }
 
 func stateRank(s MemberState) int {

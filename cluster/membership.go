@@ -620,3 +620,81 @@ func (w *logWriter) Write(p []byte) (int, error) {
 func hostPort(ip net.IP, port uint16) string {
 	return net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
 }
+
+// TagClaiming marks, in Meta.Tags, an instance that has not yet checked
+// that no other live process uses its node id (ClaimID). Views never
+// let such an instance displace an alive or suspect instance of the same
+// id, so a second process started with a live node's id is never seen in
+// that node's place, and its refusal leaves the first untouched.
+const TagClaiming = "tenure.claiming"
+
+// ErrIDInUse: another live process gossips this node's id (ClaimID); the
+// message names its address.
+var ErrIDInUse = errors.New("cluster: node id in use by another live process")
+
+// claimProbes is how many direct pings an earlier instance of this node's
+// id gets before it is taken for dead (one lost datagram must not hide a
+// live process).
+const claimProbes = 3
+
+// ClaimID checks that no other live process gossips this node's id, then
+// clears TagClaiming from this node's metadata. Call it after Join, before
+// acting under the id. Another instance of the id that gossip holds alive
+// or suspect is:
+//   - at this node's own gossip address: an earlier life of this process
+//     (a crash and restart on the same address; this process holds the
+//     port now), not a clash;
+//   - elsewhere and answering direct pings addressed to its instance name:
+//     a clash, reported as ErrIDInUse naming its address;
+//   - elsewhere and silent for claimProbes pings: a dead earlier life (a
+//     restart on a new address, or on a new disk), not a clash.
+//
+// Gossip only knows instances that the seeds joined so far know: a
+// process started while its seeds were unreachable is not checked.
+func (m *Membership) ClaimID(ctx context.Context) error {
+	self := m.ml.LocalNode()
+	for _, n := range m.ml.Members() { // alive and suspect
+		if n.Name == m.name {
+			continue
+		}
+		meta, err := DecodeMeta(n.Meta)
+		if err != nil || meta.ID != m.cfg.Name {
+			continue
+		}
+		if n.Address() == self.Address() {
+			m.log.Info("membership: an earlier instance of this node at this address is still in gossip: a restart",
+				"instance", n.Name, "incarnation", meta.Incarnation)
+			continue
+		}
+		if rtt, ok := m.answers(ctx, n); ok {
+			return fmt.Errorf("%w: %q is running at %s (instance %s, incarnation %d, raft %s, answered a ping in %v)",
+				ErrIDInUse, meta.ID, n.Address(), n.Name, meta.Incarnation, meta.RaftAddr, rtt.Round(time.Microsecond))
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cluster: claim node id: %w", context.Cause(ctx))
+		}
+		m.log.Info("membership: an earlier instance of this node does not answer: taken for dead",
+			"instance", n.Name, "addr", n.Address(), "incarnation", meta.Incarnation)
+	}
+	m.metaMu.RLock()
+	_, claiming := m.meta.Tags[TagClaiming]
+	m.metaMu.RUnlock()
+	if !claiming {
+		return nil
+	}
+	return m.UpdateMeta(func(meta *Meta) { delete(meta.Tags, TagClaiming) })
+}
+
+// answers pings instance n directly up to claimProbes times.
+func (m *Membership) answers(ctx context.Context, n *memberlist.Node) (time.Duration, bool) {
+	addr := &net.UDPAddr{IP: n.Addr, Port: int(n.Port)}
+	for range claimProbes {
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		if rtt, err := m.ml.Ping(n.Name, addr); err == nil {
+			return rtt, true
+		}
+	}
+	return 0, false
+}

@@ -172,6 +172,19 @@ func (e *testEnv) start(t testing.TB, id, label string, incarnation uint64, seed
 // startAt starts a node at addr ("" = a fresh address) and joins seeds.
 func (e *testEnv) startAt(t testing.TB, addr, id, label string, incarnation uint64, seeds ...string) *Membership {
 	t.Helper()
+	return e.startMeta(t, addr, id, label, Meta{Incarnation: incarnation, Health: 1, Version: "test", RaftAddr: "127.0.0.1:1"}, seeds...)
+}
+
+// startClaiming starts a node that has not claimed its id yet
+// (TagClaiming), at addr ("" = a fresh address).
+func (e *testEnv) startClaiming(t testing.TB, addr, id string, incarnation uint64, seeds ...string) *Membership {
+	t.Helper()
+	return e.startMeta(t, addr, id, "tenure", Meta{Incarnation: incarnation, Health: 1, Version: "test", RaftAddr: "127.0.0.1:1",
+		Tags: map[string]string{TagClaiming: "1"}}, seeds...)
+}
+
+func (e *testEnv) startMeta(t testing.TB, addr, id, label string, meta Meta, seeds ...string) *Membership {
+	t.Helper()
 	cfg := e.profile()
 	cfg.Name = id
 	cfg.ClusterLabel = label
@@ -183,7 +196,7 @@ func (e *testEnv) startAt(t testing.TB, addr, id, label string, incarnation uint
 		_, port, _ := net.SplitHostPort(addr)
 		cfg.BindPort, _ = strconv.Atoi(port)
 	}
-	m, err := NewMembership(cfg, Meta{Incarnation: incarnation, Health: 1, Version: "test", RaftAddr: "127.0.0.1:1"})
+	m, err := NewMembership(cfg, meta)
 	if err != nil {
 		t.Fatalf("start %s: %v", id, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -64,6 +65,8 @@ var scenarios = []struct {
 	{"LabelsStayApart", scenarioLabels},
 	{"ForeignGroupRefused", scenarioForeignGroup},
 	{"MetadataPropagates", scenarioUpdate},
+	{"DuplicateIDRefused", scenarioDuplicateID},
+	{"ClaimAfterCrash", scenarioClaimAfterCrash},
 }
 
 func TestMembershipLoopback(t *testing.T) {
@@ -289,4 +292,78 @@ func scenarioUpdate(t *testing.T, e *testEnv) {
 	if got := nodes[1].Local().Health; got != 0.25 {
 		t.Fatalf("a refused update changed health to %v", got)
 	}
+}
+
+// scenarioDuplicateID: a second live process claims n3's id from another
+// address with a higher incarnation. ClaimID refuses it naming n3's
+// address, and no view ever shows it as n3, before or after it leaves.
+func scenarioDuplicateID(t *testing.T, e *testEnv) {
+	nodes := startFive(t, e)
+	addr := nodes[2].Local().Addr
+	dup := e.startClaiming(t, "", "n3", 7, nodes[0].Local().Addr)
+	err := dup.ClaimID(context.Background())
+	if !errors.Is(err, ErrIDInUse) {
+		t.Fatalf("ClaimID = %v, want ErrIDInUse", err)
+	}
+	if !strings.Contains(err.Error(), addr) {
+		t.Fatalf("ClaimID error %q does not name %s", err, addr)
+	}
+	// dup gossiped (its alive message reached everyone); nobody takes it
+	// for n3.
+	waitUntil(t, e.timeout, "the claimant's instance reaches n1", func() bool {
+		for _, n := range nodes[0].ml.Members() {
+			if n.Name == dup.name {
+				return true
+			}
+		}
+		return false
+	})
+	for _, p := range nodes {
+		if mem, _ := memberIn(p, "n3"); mem.Incarnation != 1 || mem.Addr != addr || mem.State != StateAlive {
+			t.Fatalf("a peer sees n3 as %+v", mem)
+		}
+	}
+	_ = dup.Leave(context.Background())
+	for _, p := range nodes {
+		if mem, _ := memberIn(p, "n3"); mem.Incarnation != 1 || mem.State != StateAlive {
+			t.Fatalf("after the claimant left a peer sees n3 as %+v", mem)
+		}
+	}
+}
+
+// scenarioClaimAfterCrash: a crashed instance still alive in gossip is not
+// a clash, whether the restart comes back on its address or another; the
+// claimant shows up as n3 once it claimed.
+func scenarioClaimAfterCrash(t *testing.T, e *testEnv) {
+	nodes := startFive(t, e)
+	addr := nodes[2].Local().Addr
+	e.crash(nodes[2])
+	same := e.startClaiming(t, addr, "n3", 2, nodes[0].Local().Addr)
+	if err := same.ClaimID(context.Background()); err != nil {
+		t.Fatalf("restart at the same address: ClaimID = %v", err)
+	}
+	waitUntil(t, e.timeout, "n3 incarnation 2 for all", func() bool {
+		for _, p := range nodes[:2] {
+			if mem, _ := memberIn(p, "n3"); mem.Incarnation != 2 || mem.State != StateAlive {
+				return false
+			}
+		}
+		return true
+	})
+	e.crash(same)
+	moved := e.startClaiming(t, "", "n3", 3, nodes[0].Local().Addr)
+	if err := moved.ClaimID(context.Background()); err != nil {
+		t.Fatalf("restart at a new address: ClaimID = %v", err)
+	}
+	if !e.logs.contains("does not answer") {
+		t.Fatal("the crashed instance at the old address was not probed")
+	}
+	waitUntil(t, e.timeout, "n3 incarnation 3 for all", func() bool {
+		for _, p := range nodes[:2] {
+			if mem, _ := memberIn(p, "n3"); mem.Incarnation != 3 || mem.State != StateAlive {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -36,6 +36,8 @@ type MemNetwork struct {
 	nextJob     uint64
 	appLog      []memEntry
 	incarnation map[string]uint64
+	// wrap, when set (tests), wraps every backend the network hands out.
+	wrap func(backend) backend
 }
 
 type memElection struct{ group, name string }
@@ -106,7 +108,11 @@ func (m *MemNetwork) backend(_ context.Context, cfg Config, notify func()) (back
 	mn.applied = m.index
 	m.nodes[cfg.NodeID] = mn
 	m.rebalance()
-	return &memBackend{net: m, self: mn}, nil
+	var be backend = &memBackend{net: m, self: mn}
+	if m.wrap != nil {
+		be = m.wrap(be)
+	}
+	return be, nil
 }
 
 // eligible reports whether n may be given shards.

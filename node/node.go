@@ -75,6 +75,12 @@ var (
 	// under the same id). The node would have lost its Raft term and vote;
 	// start it under a new node id (docs/operations.md, "Damaged storage").
 	ErrIdentityConflict = errors.New("node: identity conflict")
+	// ErrDuplicateID: Start found another live process using this node's
+	// NodeID (it answers gossip probes at another address) and refused to
+	// join; the other process is not affected. The message names its
+	// address. A restart after a crash is not a duplicate
+	// (docs/operations.md).
+	ErrDuplicateID = errors.New("node: node id already in use by another live process")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.

@@ -259,6 +259,9 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	meta.Tags[groupTag] = cfg.Group
 	meta.Tags[partitionsTag] = strconv.Itoa(cfg.Partitions)
+	// Until ClaimID finds no other live process with this id, peers never
+	// take this instance for the node (cluster.TagClaiming).
+	meta.Tags[cluster.TagClaiming] = "1"
 	b.gossip, err = cluster.NewMembership(mc, meta)
 	if err != nil {
 		return nil, fmt.Errorf("node: gossip: %w", err)
@@ -284,6 +287,14 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 				cfg.Logger.Warn("node: join seeds", "err", err)
 			}
 		}
+	}
+	// Before the first heartbeat: a second process with a live node's id
+	// must exit without registering (docs/operations.md).
+	if err := b.gossip.ClaimID(ctx); errors.Is(err, cluster.ErrIDInUse) {
+		_ = b.gossip.Leave(context.Background())
+		return nil, fmt.Errorf("%w: %w", ErrDuplicateID, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("node: claim node id: %w", err)
 	}
 
 	b.batcher, err = ledger.NewBatcher(ctlApplier{b.ctl}, ledger.BatcherConfig{})
@@ -603,7 +614,7 @@ func (b *netBackend) members() []Member {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
 		for k, v := range m.Tags {
-			if k == groupTag || k == partitionsTag {
+			if k == groupTag || k == partitionsTag || k == cluster.TagClaiming {
 				continue
 			}
 			if meta, ok := strings.CutPrefix(k, healthTagPrefix); ok {

@@ -61,34 +61,42 @@ func (n *Node) RunShard(ctx context.Context, shard uint32, fn WorkFunc) error {
 // runTerm runs fn for one ownership term. finished reports that fn returned
 // nil while the term was still going; err is fn's own error (not caused by
 // the term ending) wrapped with the shard.
+//
+// fn's context is a workerCtx: it ends when this loop sees the term end
+// (ownership moved, the node closes, ctx ends) and, on its own, as soon as
+// the lease guard passes by the clock — when fn consults it or when its
+// timer fires, whether or not this loop got to run.
 func (n *Node) runTerm(ctx context.Context, tok Token, fn WorkFunc) (finished bool, err error) {
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	cur, until, terr := n.actingToken(tok.Shard, time.Now())
+	if terr != nil || cur != tok {
+		return false, nil // the term ended before it started
+	}
+	wctx := newWorkerCtx(ctx, until, true)
+	defer wctx.end(nil)
 	n.addActive(tok.Shard)
 	defer n.doneActive(tok.Shard)
 	done := make(chan error, 1)
 	go func() { done <- fn(wctx, tok) }()
 
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
 		ch := n.watch()
-		cur, until, terr := n.actingToken(tok.Shard, time.Now())
+		now := time.Now()
+		cur, until, terr := n.actingToken(tok.Shard, now)
 		if terr != nil || cur != tok {
-			cancel(ErrLostOwnership)
+			if wctx.passed(now) {
+				wctx.expire()
+			} else {
+				wctx.end(ErrLostOwnership)
+			}
 			break
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(time.Until(until))
+		wctx.setGuard(until)
 		select {
 		case ferr := <-done:
 			switch {
-			case ctx.Err() != nil:
+			case ctx.Err() != nil, wctx.Err() != nil:
+				// The term ended (fn may have seen the guard pass
+				// before this loop did): fn's result is not its own.
 				return false, nil
 			case ferr != nil:
 				return false, fmt.Errorf("shard %d at epoch %d: %w", tok.Shard, tok.Epoch, ferr)
@@ -96,11 +104,10 @@ func (n *Node) runTerm(ctx context.Context, tok Token, fn WorkFunc) (finished bo
 			return true, nil
 		case <-ch:
 			continue
-		case <-timer.C:
-			continue
+		case <-wctx.Done():
+			// The guard passed (fn or the timer saw it) or ctx ended.
 		case <-n.done:
-			cancel(ErrClosed)
-		case <-ctx.Done():
+			wctx.end(ErrClosed)
 		}
 		break
 	}
