@@ -75,6 +75,10 @@ var (
 	// under the same id). The node would have lost its Raft term and vote;
 	// start it under a new node id (docs/operations.md, "Damaged storage").
 	ErrIdentityConflict = errors.New("node: identity conflict")
+	// ErrVersionMismatch: this binary cannot run at the cluster's active
+	// version (the cluster was finalized past it, or this data dir was last
+	// run at a newer version). The message names both; docs/upgrades.md.
+	ErrVersionMismatch = errors.New("node: this binary cannot run at the cluster's version")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.
