@@ -172,6 +172,11 @@ func bumpIncarnation(dir string) (uint64, error) {
 	return next, nil
 }
 
+// WriteFileAtomic replaces dir/name atomically and durably (temp file,
+// fsync, rename, fsync of dir), readable by its owner only. The node keeps
+// its small state files with it.
+func WriteFileAtomic(dir, name string, data []byte) error { return writeFileSync(dir, name, data) }
+
 // writeFileSync replaces dir/name atomically and durably: write a temp file,
 // fsync it, rename it over the target, fsync the directory.
 func writeFileSync(dir, name string, data []byte) error {

@@ -43,7 +43,9 @@ func (p Proposer) String() string {
 //     forwarded one is always refused, as is every kind this function does
 //     not know (a newer release's command must be added here to be
 //     forwardable);
-//   - operators may drain any node and change Settings.
+//   - operators may drain any node and change Settings;
+//   - once the cluster's configuration is recorded, any member may propose
+//     a ClusterConfig (finalizing an upgrade; the FSM checks it).
 //
 // Epoch checks read st, the leader's applied state: the caller must make sure
 // st includes every entry committed when the command arrived (a member can
@@ -102,6 +104,17 @@ func Authorize(st *State, p Proposer, c Command) error {
 	case Settings:
 		if !p.Operator {
 			return deny("operator only")
+		}
+		return nil
+	case ClusterConfig:
+		// The leader records the first one. Afterwards a member may ask
+		// for a raise (an operator's `tenure upgrade finalize` reaches the
+		// leader through a member's API); the FSM keeps name and
+		// partitions fixed and the version from going down, and a node
+		// that cannot speak the raised version loses its lease (its
+		// heartbeats are refused), so a raise never costs safety.
+		if st.Cluster().Name == "" && !p.Operator {
+			return deny("the leader records the cluster's first configuration")
 		}
 		return nil
 	case Batch:

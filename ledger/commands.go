@@ -38,6 +38,11 @@ type Heartbeat struct {
 	Incarnation uint64
 	Liveness    uint64
 	Now         int64
+	// MinVersion and MaxVersion are the cluster versions the node's binary
+	// speaks (encoding version 3; 0, 0 means version 1 only). A heartbeat
+	// from a binary that cannot run at the active version is refused
+	// (ErrVersion).
+	MinVersion, MaxVersion uint32
 }
 
 // ExpireNode increments a node's liveness epoch. It is a compare-and-set on
@@ -252,6 +257,8 @@ func (k Kind) String() string {
 		return "Batch"
 	case KindDeclareElection:
 		return "DeclareElection"
+	case KindClusterConfig:
+		return "ClusterConfig"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

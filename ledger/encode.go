@@ -15,11 +15,12 @@ import (
 // below, rejects trailing bytes, and never panics.
 
 // Version is the newest encoding version, written as the first byte.
-// Version 2 added Release.Avoid and DeclareElection. Encode writes the
+// Version 2 added Release.Avoid and DeclareElection; version 3
+// Heartbeat.MinVersion/MaxVersion and ClusterConfig. Encode writes the
 // oldest version that can express the command (version 1 for everything
 // else), so nodes of the previous release keep reading it; Decode reads
 // versions 1 and 2.
-const Version byte = 2
+const Version byte = 3
 
 // minVersion is the oldest version Decode reads.
 const minVersion byte = 1
@@ -33,6 +34,12 @@ func versionFor(c Command) byte {
 		}
 	case DeclareElection:
 		return 2
+	case Heartbeat:
+		if c.MinVersion != 0 || c.MaxVersion != 0 {
+			return 3
+		}
+	case ClusterConfig:
+		return 3
 	case Batch:
 		v := minVersion
 		for _, sc := range c.Commands {
@@ -229,6 +236,10 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.u(c.Incarnation)
 		w.u(c.Liveness)
 		w.i(c.Now)
+		if w.ver >= 3 {
+			w.u(uint64(c.MinVersion))
+			w.u(uint64(c.MaxVersion))
+		}
 	case ExpireNode:
 		if err := checkStrs("node", c.Node); err != nil {
 			return err
@@ -355,6 +366,18 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.u(uint64(c.MaxFinishedJobs))
 		w.u(uint64(c.DefaultMaxAttempts))
 		w.i(c.Now)
+	case ClusterConfig:
+		if err := checkStrs("name", c.Name); err != nil {
+			return err
+		}
+		if w.ver < 3 {
+			return fmt.Errorf("%w: ClusterConfig needs encoding version 3", ErrInvalid)
+		}
+		w.b = append(w.b, byte(KindClusterConfig))
+		w.str(c.Name)
+		w.u(uint64(c.Partitions))
+		w.u(uint64(c.Version))
+		w.i(c.Now)
 	case DeclareElection:
 		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
 			return err
@@ -423,7 +446,11 @@ func decodeBody(r *reader, inBatch bool) Command {
 	r.b = r.b[1:]
 	switch k {
 	case KindHeartbeat:
-		return Heartbeat{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Now: r.i()}
+		c := Heartbeat{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Now: r.i()}
+		if r.ver >= 3 {
+			c.MinVersion, c.MaxVersion = r.u32(), r.u32()
+		}
+		return c
 	case KindExpireNode:
 		return ExpireNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
 	case KindSetDraining:
@@ -463,6 +490,12 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return DeclareElection{Group: r.str(), Name: r.str(), Partitions: r.u32(), Now: r.i()}
+	case KindClusterConfig:
+		if r.ver < 3 {
+			r.fail(fmt.Errorf("%w: ClusterConfig in a version %d entry", ErrMalformed, r.ver))
+			return nil
+		}
+		return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
 	case KindBatch:
 		if inBatch {
 			r.fail(fmt.Errorf("%w: nested batch", ErrMalformed))

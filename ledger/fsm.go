@@ -210,18 +210,13 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 		if l.Type == raft.LogCommand {
 			c, err := Decode(l.Data)
+			if err == nil {
+				err = unreadable(c)
+			}
 			if err != nil {
 				// Skipping the entry would make this replica differ from
 				// the others for good: stop applying instead.
-				h := &Halt{Index: l.Index, Err: err}
-				if len(l.Data) > 0 {
-					h.Version = l.Data[0]
-				}
-				f.halt.Store(h)
-				for _, fn := range f.haltHooks {
-					fn(*h)
-				}
-				out[i] = Result{Err: h.err(), Index: l.Index}
+				out[i] = Result{Err: f.haltAt(l, err), Index: l.Index}
 				continue
 			}
 			out[i] = f.applyTop(l.Index, c, &done)
@@ -231,6 +226,20 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	f.publish()
 	f.runHooks(done)
 	return out
+}
+
+// haltAt stops the replica at l (see Halt) and returns the error every
+// entry from l on answers with.
+func (f *FSM) haltAt(l *raft.Log, err error) error {
+	h := &Halt{Index: l.Index, Err: err}
+	if len(l.Data) > 0 {
+		h.Version = l.Data[0]
+	}
+	f.halt.Store(h)
+	for _, fn := range f.haltHooks {
+		fn(*h)
+	}
+	return h.err()
 }
 
 // Halt describes a committed log entry this replica could not read: an
@@ -326,6 +335,8 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	case Settings:
 		r = f.settings(c)
 		f.prune(c.Now)
+	case ClusterConfig:
+		r = f.clusterConfig(c)
 	case DeclareElection:
 		r = f.declareElection(c)
 	case nil:
@@ -344,6 +355,9 @@ func (f *FSM) heartbeat(c Heartbeat) Result {
 		return Result{Err: errf(ErrInvalid, "heartbeat with empty node id")}
 	}
 	n, ok := f.st.Node(c.Node)
+	if err := f.checkSpeaks(c); err != nil {
+		return Result{Node: n, Err: err}
+	}
 	switch {
 	case !ok:
 		n = NodeRecord{ID: c.Node, Incarnation: c.Incarnation, Liveness: 1, Seq: 1, HeartbeatAt: c.Now}
@@ -359,6 +373,7 @@ func (f *FSM) heartbeat(c Heartbeat) Result {
 	default:
 		return Result{Node: n, Err: errf(ErrStaleLiveness, "node %q liveness %d, current %d", c.Node, c.Liveness, n.Liveness)}
 	}
+	n.MinVersion, n.MaxVersion = c.MinVersion, c.MaxVersion
 	f.putNode(n)
 	return Result{Node: n}
 }

@@ -184,10 +184,18 @@ func encodeNode(w *writer, n NodeRecord) {
 	w.u(n.Seq)
 	w.i(n.HeartbeatAt)
 	w.bool(n.Draining)
+	if w.ver >= 3 { // snapshots from version 3 (results never carry these)
+		w.u(uint64(n.MinVersion))
+		w.u(uint64(n.MaxVersion))
+	}
 }
 
 func decodeNode(r *reader) NodeRecord {
-	return NodeRecord{ID: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), HeartbeatAt: r.i(), Draining: r.bool()}
+	n := NodeRecord{ID: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), HeartbeatAt: r.i(), Draining: r.bool()}
+	if r.ver >= 3 {
+		n.MinVersion, n.MaxVersion = r.u32(), r.u32()
+	}
+	return n
 }
 
 func encodeJob(w *writer, j JobRecord) {

@@ -15,8 +15,9 @@ import (
 // the sink one by one.
 
 // snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
-// version 1 snapshots are still read.
-const snapshotVersion byte = 2
+// version 3 the cluster config and NodeRecord's version range. Versions 1
+// and 2 are still read.
+const snapshotVersion byte = 3
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -64,7 +65,7 @@ func (s *fsmSnapshot) Release() {}
 
 func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
-	w := &writer{}
+	w := &writer{ver: snapshotVersion}
 	var err error
 	flush := func() {
 		if err == nil && len(w.b) > 0 {
@@ -91,6 +92,10 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	w.u(uint64(st.partitions))
 	w.u(uint64(st.elections.Len()))
 	st.elections.Ascend(func(e ElectionRecord) bool { encodeElection(w, e); flush(); return err == nil })
+	w.str(st.cluster.Name)
+	w.u(uint64(st.cluster.Partitions))
+	w.u(uint64(st.cluster.Version))
+	w.i(st.cluster.FinalizedAt)
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
 		w.str(a.typ)
@@ -145,7 +150,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 }
 
 func decodeSnapshot(b []byte) (*State, []appSnap, error) {
-	if len(b) < 1 || (b[0] != 1 && b[0] != snapshotVersion) {
+	if len(b) < 1 || b[0] < 1 || b[0] > snapshotVersion {
 		return nil, nil, fmt.Errorf("%w: snapshot version", ErrVersion)
 	}
 	r := &reader{b: b[1:], ver: b[0]}
@@ -184,6 +189,9 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 		for n := count(); n > 0 && r.err == nil; n-- {
 			st.elections.ReplaceOrInsert(decodeElection(r))
 		}
+	}
+	if r.ver >= 3 {
+		st.cluster = ClusterInfo{Name: r.str(), Partitions: r.u32(), Version: r.u32(), FinalizedAt: r.i()}
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

@@ -48,6 +48,7 @@ type State struct {
 	elections  *btree.BTreeG[ElectionRecord] // by (group, name); published with the shards
 	partitions uint32                        // recorded by the first DeclareElection
 
+	cluster   ClusterInfo // the committed ClusterConfig
 	settings  LedgerSettings
 	nextJob   uint64 // last assigned job id
 	finishSeq uint64 // last finishing sequence number

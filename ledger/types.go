@@ -65,6 +65,10 @@ type NodeRecord struct {
 	// display only.
 	HeartbeatAt int64
 	Draining    bool
+	// MinVersion and MaxVersion are the cluster versions the node's binary
+	// speaks, from its last heartbeat (0, 0 for a binary older than cluster
+	// versions: it speaks version 1 only). See SpeakRange.
+	MinVersion, MaxVersion uint32
 }
 
 // String names the state.

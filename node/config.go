@@ -196,6 +196,14 @@ type Config struct {
 	// and commit any command. Only for networks where every reachable
 	// process is trusted; the node logs a warning at start.
 	Insecure bool
+
+	// ManualFinalize keeps the cluster version where it is after every
+	// node runs a newer binary, until an operator finalizes (`tenure
+	// upgrade finalize`, Node.FinalizeUpgrade): until then any node may go
+	// back to the previous binary. By default the control-group leader
+	// finalizes as soon as every node holding a lease speaks the newer
+	// version. Finalizing is irreversible (docs/upgrades.md).
+	ManualFinalize bool
 }
 
 // DefaultConfig returns the default configuration with the node's identity

@@ -81,6 +81,10 @@ var (
 	// address. A restart after a crash is not a duplicate
 	// (docs/operations.md).
 	ErrDuplicateID = errors.New("node: node id already in use by another live process")
+	// ErrVersionMismatch: this binary cannot run at the cluster's active
+	// version (the cluster was finalized past it, or this data dir was last
+	// run at a newer version). The message names both; docs/upgrades.md.
+	ErrVersionMismatch = errors.New("node: this binary cannot run at the cluster's version")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.

@@ -130,6 +130,9 @@ type netBackend struct {
 	closed     bool
 	conflict   error // ErrIdentityConflict, found by a rejected first heartbeat
 
+	versionMu   sync.Mutex
+	versionSeen uint32 // the cluster version recorded in DataDir
+
 	// dropHeartbeats is a fault injection for tests: heartbeats fail as if
 	// this node were partitioned from the control group.
 	dropHeartbeats atomic.Bool
@@ -150,6 +153,10 @@ func ownershipConfig(cfg Config) ownership.Config {
 	}
 	oc.Ring.Partitions = cfg.Partitions
 	oc.MinHealth = cfg.MinHealth
+	if cfg.Network == nil { // the in-memory twin has no cluster config
+		oc.ClusterName = cfg.Cluster
+	}
+	oc.ManualFinalize = cfg.ManualFinalize
 	return oc
 }
 
@@ -217,6 +224,11 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	if b.id != cfg.NodeID {
 		return nil, fmt.Errorf("node: data dir %s belongs to node %q, not %q", cfg.DataDir, b.id, cfg.NodeID)
+	}
+	if dir := b.versionDir(); dir != "" {
+		if b.versionSeen, err = checkVersionFile(dir); err != nil {
+			return nil, err
+		}
 	}
 
 	b.fsm, err = ledger.NewFSM(ledger.DefaultConfig())
@@ -360,6 +372,10 @@ type loopProposer struct{ b *netBackend }
 func (p loopProposer) Barrier(ctx context.Context) error { return p.b.ctl.Barrier(ctx) }
 
 func (p loopProposer) Propose(ctx context.Context, cmd ledger.Command) error {
+	if h, ok := p.b.fsm.HaltedAt(); ok {
+		// The plan was made from a replica that stopped applying: stale.
+		return fmt.Errorf("node: not proposing from a halted replica: %w", h)
+	}
 	data, err := ledger.Encode(cmd)
 	if err != nil {
 		return err
@@ -376,7 +392,7 @@ type loopSource struct{ b *netBackend }
 
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
-	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections()}
+	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster()}
 	for _, m := range s.b.gossip.Members() {
 		in.Members = append(in.Members, ownership.Member{
 			ID: m.ID, Incarnation: m.Incarnation, State: ownership.GossipState(m.State),
@@ -492,6 +508,13 @@ func (b *netBackend) heartbeat() {
 		if !b.registered && r.Node.ID == b.id && r.Node.Incarnation > b.inc && b.conflict == nil {
 			b.conflict = identityConflict(b.id, b.inc, r.Node.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
 		}
+	case errors.Is(r.Err, ledger.ErrVersion):
+		// This binary cannot run at the cluster's version: it must not act.
+		b.tracker.HeartbeatFailed(token)
+		b.failing++
+		if !b.registered && b.conflict == nil {
+			b.conflict = fmt.Errorf("%w: %w (docs/upgrades.md)", ErrVersionMismatch, r.Err)
+		}
 	default:
 		b.tracker.HeartbeatFailed(token)
 		b.failing++
@@ -500,9 +523,13 @@ func (b *netBackend) heartbeat() {
 	if err == nil && r.Err == nil {
 		// The lease extends once the replica applied the heartbeat.
 		_ = b.fsm.WaitApplied(ctx, r.Index)
+		cerr := b.checkCluster()
 		b.observe(time.Now())
 		b.mu.Lock()
-		if !b.tracker.LeaseEnd().IsZero() {
+		switch {
+		case cerr != nil && !b.registered && b.conflict == nil:
+			b.conflict = cerr
+		case cerr == nil && !b.tracker.LeaseEnd().IsZero():
 			b.registered = true
 		}
 		b.mu.Unlock()

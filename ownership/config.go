@@ -42,6 +42,16 @@ type Config struct {
 	MinHealth float64
 	// Ring configures the placement ring; Ring.Partitions is the shard count.
 	Ring ring.Config
+	// ClusterName, if set, makes the leader record the cluster's
+	// configuration (name, Ring.Partitions, cluster version) in the ledger
+	// when it has none, and raise the cluster version once every node
+	// holding a lease speaks a newer one (ledger.VersionTarget), unless
+	// ManualFinalize. Empty leaves the ledger's cluster config alone.
+	ClusterName string
+	// ManualFinalize keeps the cluster version where it is until an
+	// operator finalizes (`tenure upgrade finalize`): until then every
+	// node may still go back to the previous binary.
+	ManualFinalize bool
 }
 
 // FastConfig is the fast profile of docs/protocol.md: 1 s lease, 200 ms

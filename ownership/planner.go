@@ -145,11 +145,40 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	if exp := p.expiries(now, t); len(exp) > 0 {
 		return exp, nil
 	}
+	if c, ok := p.clusterConfig(now, in.Cluster, t); ok {
+		return []ledger.Command{c}, nil
+	}
 	p.updateRing(now, t, sortedMembers(in.Members))
 	if err := p.buildRing(t); err != nil {
 		return nil, err
 	}
 	return p.placement(now, t), nil
+}
+
+// clusterConfig proposes the cluster's first configuration, or a raise of
+// its version when every node holding a lease speaks a newer one (and
+// finalizing is automatic). The FSM re-checks what it must.
+func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, t table) (ledger.ClusterConfig, bool) {
+	if p.cfg.ClusterName == "" {
+		return ledger.ClusterConfig{}, false
+	}
+	var live []ledger.NodeRecord
+	for _, id := range t.ids {
+		if p.live(now, id) {
+			live = append(live, t.nodes[id])
+		}
+	}
+	target, _ := ledger.VersionTarget(live)
+	c := ledger.ClusterConfig{Name: p.cfg.ClusterName, Partitions: uint32(p.cfg.Ring.Partitions), Version: max(target, 1), Now: now.UnixNano()}
+	switch {
+	case cur.Name == "":
+		return c, true
+	case cur.Name != c.Name || cur.Partitions != c.Partitions:
+		return ledger.ClusterConfig{}, false // the nodes refuse to start on it; nothing to propose
+	case !p.cfg.ManualFinalize && target > cur.Version:
+		return c, true
+	}
+	return ledger.ClusterConfig{}, false
 }
 
 // observe updates lastSeen and revokeSeen from the committed table. It

@@ -122,7 +122,8 @@ func (t *Tracker) Fenced() bool { return t.fenced }
 func (t *Tracker) HeartbeatAsked(now time.Time) (token uint64, hb ledger.Heartbeat) {
 	t.nextToken++
 	t.asks[t.nextToken] = now
-	return t.nextToken, ledger.Heartbeat{Node: t.id, Incarnation: t.inc, Liveness: t.sendLiveness, Now: now.UnixNano()}
+	return t.nextToken, ledger.Heartbeat{Node: t.id, Incarnation: t.inc, Liveness: t.sendLiveness, Now: now.UnixNano(),
+		MinVersion: ledger.MinClusterVersion, MaxVersion: ledger.MaxClusterVersion}
 }
 
 // HeartbeatAcked reports that the heartbeat of token was committed at log

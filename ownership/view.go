@@ -61,6 +61,8 @@ type Input struct {
 	// Elections are the declared group-scoped elections; their shards
 	// (≥ Partitions) are placed among their group's eligible members.
 	Elections []ledger.ElectionRecord
+	// Cluster is the committed cluster configuration.
+	Cluster ledger.ClusterInfo
 }
 
 // table is a sorted, indexed copy of the committed records.

@@ -70,6 +70,9 @@ type agentConfig struct {
 	HTTPMaxConnsPerClient int
 	// MaxPendingJobs caps the pending jobs of one shard (0: none).
 	MaxPendingJobs int
+	// ManualFinalize: the cluster version is raised only by `tenure
+	// upgrade finalize` (node.Config.ManualFinalize).
+	ManualFinalize bool
 	Witness        string
 	Workload       bool
 	TickEvery      time.Duration
@@ -217,6 +220,7 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", c.HTTPTLSCert, "PEM certificate (chain) for HTTPS on the API (with --http-tls-key; TLS 1.2+); re-read when it changes")
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM private key for HTTPS on the API; re-read when it changes")
 	fs.IntVar(&c.HTTPMaxConnsPerClient, "http-max-conns-per-client", c.HTTPMaxConnsPerClient, "open HTTP connections one client IP may hold; more are closed at once (0: no cap)")
+	fs.BoolVar(&c.ManualFinalize, "manual-finalize", c.ManualFinalize, "after a rolling upgrade, keep the cluster version until `tenure upgrade finalize` (a window to go back to the previous binary); by default the leader finalizes once every live node runs the new binary")
 	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it answer 429 (checked by this node before proposing, so advisory under concurrent enqueues; 0: no cap)")
 	fs.StringVar(&c.Witness, "witness", c.Witness, "URL the demo workload POSTs its ticks to (see: tenure witness -h)")
 	fs.BoolVar(&c.Workload, "workload", c.Workload, "run the demo workload that ticks every owned shard")

@@ -130,6 +130,8 @@ func (a *api) Handler() http.Handler {
 	mux.Handle("/v1/undrain", methods{"POST": write(a.undrain)})
 	mux.Handle("/v1/keyring", methods{"GET": write(a.keyring)})
 	mux.Handle("/v1/keyring/{op}", methods{"POST": write(a.keyringOp)})
+	mux.Handle("/v1/upgrade", methods{"GET": read(a.upgradeStatus)})
+	mux.Handle("/v1/upgrade/finalize", methods{"POST": write(a.upgradeFinalize)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)

@@ -66,6 +66,7 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 		Tags:            c.Tags,
 		JobTimeout:      c.JobTimeout,
 		MaxPendingJobs:  c.MaxPendingJobs,
+		ManualFinalize:  c.ManualFinalize,
 		Logger:          log,
 		TLSCAFile:       c.TLSCA,
 		TLSCertFile:     c.TLSCert,

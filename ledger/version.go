@@ -1,0 +1,137 @@
+package ledger
+
+import "fmt"
+
+// Cluster versions (docs/upgrades.md). A binary speaks the cluster versions
+// MinClusterVersion..MaxClusterVersion; the ledger records the cluster's
+// active version (ClusterConfig). Every command, encoding, RPC or rule
+// newer than version 1 is used only once the active version allows it (the
+// proposer checks, State.VersionActive); a replica applies every entry its
+// binary can read and halts on one it cannot (FSM.HaltedAt).
+const (
+	// MinClusterVersion is the oldest cluster version this binary can run
+	// in.
+	MinClusterVersion uint32 = 1
+	// MaxClusterVersion is the newest cluster version this binary speaks.
+	MaxClusterVersion uint32 = 1
+)
+
+// KindClusterConfig is the wire kind of ClusterConfig (encoding version 3).
+const KindClusterConfig Kind = 16
+
+// ClusterConfig records what every node of a cluster must agree on — its
+// name and partition count, set once — and raises the active cluster
+// version. The control-group leader commits it when it first leads a
+// cluster without one (at the highest version every live node speaks),
+// and again to finalize an upgrade. The version never goes down.
+type ClusterConfig struct {
+	Name       string
+	Partitions uint32
+	Version    uint32
+	Now        int64
+}
+
+func (ClusterConfig) kind() Kind { return KindClusterConfig }
+
+// ClusterInfo is the committed ClusterConfig (zero before any: a cluster
+// that runs at version 1 and has not recorded its name yet).
+type ClusterInfo struct {
+	Name       string
+	Partitions uint32
+	// Version is the active cluster version (0 is read as 1).
+	Version uint32
+	// FinalizedAt is the proposer clock (unix ns) of the last raise.
+	FinalizedAt int64
+}
+
+// Cluster returns the committed cluster configuration.
+func (s *State) Cluster() ClusterInfo { return s.cluster }
+
+// ActiveVersion is the cluster's active version (1 before any
+// ClusterConfig).
+func (s *State) ActiveVersion() uint32 { return max(s.cluster.Version, 1) }
+
+// VersionActive reports whether the cluster runs at version v or newer:
+// a proposer uses what version v introduced only then.
+func (s *State) VersionActive(v uint32) bool { return s.ActiveVersion() >= v }
+
+// SpeakRange returns the cluster versions n's binary speaks, from its last
+// heartbeat (a binary older than cluster versions speaks 1 only).
+func (n NodeRecord) SpeakRange() (lo, hi uint32) {
+	if n.MaxVersion == 0 {
+		return 1, 1
+	}
+	return max(n.MinVersion, 1), n.MaxVersion
+}
+
+// Speaks reports whether n's binary can run at cluster version v.
+func (n NodeRecord) Speaks(v uint32) bool {
+	lo, hi := n.SpeakRange()
+	return lo <= v && v <= hi
+}
+
+func (f *FSM) clusterConfig(c ClusterConfig) Result {
+	cur := f.st.cluster
+	switch {
+	case c.Name == "" || c.Partitions == 0:
+		return Result{Err: errf(ErrInvalid, "cluster config with name %q and %d partitions: both are required", c.Name, c.Partitions)}
+	case c.Version < 1:
+		return Result{Err: errf(ErrInvalid, "cluster version %d: want ≥ 1", c.Version)}
+	case cur.Name != "" && (c.Name != cur.Name || c.Partitions != cur.Partitions):
+		return Result{Err: errf(ErrInvalid, "cluster config %q with %d partitions: the cluster is %q with %d partitions",
+			c.Name, c.Partitions, cur.Name, cur.Partitions)}
+	case c.Version < cur.Version:
+		return Result{Err: errf(ErrInvalid, "cluster version %d: the cluster runs %d, and versions never go down", c.Version, cur.Version)}
+	case cur.Name != "" && c.Version == cur.Version:
+		return Result{Duplicate: true}
+	}
+	f.st.cluster = ClusterInfo{Name: c.Name, Partitions: c.Partitions, Version: c.Version, FinalizedAt: c.Now}
+	return Result{}
+}
+
+// checkSpeaks refuses a heartbeat from a binary that cannot run at the
+// cluster's active version: it must not act in this cluster.
+func (f *FSM) checkSpeaks(c Heartbeat) error {
+	v := f.st.ActiveVersion()
+	rec := NodeRecord{MinVersion: c.MinVersion, MaxVersion: c.MaxVersion}
+	if rec.Speaks(v) {
+		return nil
+	}
+	lo, hi := rec.SpeakRange()
+	return errf(ErrVersion, "node %q speaks cluster versions %d to %d; the cluster runs version %d", c.Node, lo, hi, v)
+}
+
+// unreadable reports why this binary cannot apply c although it decodes
+// (a cluster version newer than it speaks), or nil.
+func unreadable(c Command) error {
+	switch c := c.(type) {
+	case ClusterConfig:
+		if c.Version > MaxClusterVersion {
+			return fmt.Errorf("%w: cluster version %d (this binary speaks %d to %d)", ErrVersion, c.Version, MinClusterVersion, MaxClusterVersion)
+		}
+	case Batch:
+		for _, sc := range c.Commands {
+			if err := unreadable(sc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// VersionTarget is the newest cluster version every one of nodes speaks,
+// capped at this binary's MaxClusterVersion, with the ids of the nodes that
+// hold it below MaxClusterVersion (sorted as given). Pass the nodes that
+// count: those that hold a lease. It is the one place that decides how far
+// a cluster may be finalized; the leader's planner and `tenure upgrade
+// status` both call it.
+func VersionTarget(nodes []NodeRecord) (target uint32, blockers []string) {
+	target = MaxClusterVersion
+	for _, n := range nodes {
+		if _, hi := n.SpeakRange(); hi < MaxClusterVersion {
+			blockers = append(blockers, n.ID)
+			target = min(target, hi)
+		}
+	}
+	return target, blockers
+}

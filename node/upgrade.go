@@ -1,0 +1,126 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// NodeVersions is the cluster versions one registered node's binary speaks.
+type NodeVersions struct {
+	ID       string `json:"id"`
+	Min      uint32 `json:"min"`
+	Max      uint32 `json:"max"`
+	Live     bool   `json:"live"`
+	Blocking bool   `json:"blocking"` // holds the cluster below this binary's newest version
+}
+
+// UpgradeStatus is the cluster version as this node's replica sees it
+// (docs/upgrades.md).
+type UpgradeStatus struct {
+	// Active is the cluster's active version: every node runs in its mode.
+	Active uint32 `json:"active"`
+	// BinaryMin and BinaryMax are the versions this node's binary speaks.
+	BinaryMin uint32 `json:"binary_min"`
+	BinaryMax uint32 `json:"binary_max"`
+	// Target is the newest version every live node speaks (capped at
+	// BinaryMax): finalizing moves Active to it.
+	Target uint32 `json:"target"`
+	// Blockers are the live nodes that keep Target below BinaryMax.
+	Blockers []string `json:"blockers"`
+	// Nodes are the registered nodes and their ranges.
+	Nodes []NodeVersions `json:"nodes"`
+	// ManualFinalize: the leader waits for FinalizeUpgrade.
+	ManualFinalize bool `json:"manual_finalize"`
+	// FinalizedAt is when the active version was set (zero before).
+	FinalizedAt time.Time `json:"finalized_at"`
+}
+
+// upgradeBackend is the part of a backend that has a ledger replica.
+type upgradeBackend interface {
+	ledgerState() *ledger.State
+	commitCommand(ctx context.Context, c ledger.Command) (ledger.Result, error)
+}
+
+func (b *netBackend) ledgerState() *ledger.State { return b.fsm.State() }
+
+func (b *netBackend) commitCommand(ctx context.Context, c ledger.Command) (ledger.Result, error) {
+	return b.commitRetry(ctx, c, nil)
+}
+
+// UpgradeStatus reports the cluster version, what each node speaks and what
+// blocks finalizing. ErrUnsupported on the in-memory network.
+func (n *Node) UpgradeStatus() (UpgradeStatus, error) {
+	ub, ok := n.be.(upgradeBackend)
+	if !ok {
+		return UpgradeStatus{}, fmt.Errorf("%w: cluster versions on an in-memory network", ErrUnsupported)
+	}
+	return n.upgradeStatus(ub.ledgerState()), nil
+}
+
+func (n *Node) upgradeStatus(st *ledger.State) UpgradeStatus {
+	live := map[string]bool{}
+	for _, id := range n.be.liveNodes() {
+		live[id] = true
+	}
+	ci := st.Cluster()
+	us := UpgradeStatus{Active: st.ActiveVersion(), BinaryMin: ledger.MinClusterVersion, BinaryMax: ledger.MaxClusterVersion,
+		ManualFinalize: n.cfg.ManualFinalize}
+	if ci.FinalizedAt != 0 {
+		us.FinalizedAt = time.Unix(0, ci.FinalizedAt)
+	}
+	var liveRecs []ledger.NodeRecord
+	for _, rec := range st.Nodes() {
+		lo, hi := rec.SpeakRange()
+		us.Nodes = append(us.Nodes, NodeVersions{ID: rec.ID, Min: lo, Max: hi, Live: live[rec.ID]})
+		if live[rec.ID] {
+			liveRecs = append(liveRecs, rec)
+		}
+	}
+	us.Target, us.Blockers = ledger.VersionTarget(liveRecs)
+	blocking := map[string]bool{}
+	for _, id := range us.Blockers {
+		blocking[id] = true
+	}
+	for i := range us.Nodes {
+		us.Nodes[i].Blocking = blocking[us.Nodes[i].ID]
+	}
+	return us
+}
+
+// ErrNothingToFinalize: FinalizeUpgrade found the cluster already at the
+// newest version every live node speaks.
+var ErrNothingToFinalize = errors.New("node: nothing to finalize")
+
+// FinalizeUpgrade raises the cluster's active version to the newest one
+// every live node speaks (UpgradeStatus.Target). It is irreversible: from
+// then on a binary that cannot run at the new version is refused, so no
+// node can go back to the previous release. It returns the status after
+// the commit; ErrNothingToFinalize when Active is already Target.
+func (n *Node) FinalizeUpgrade(ctx context.Context) (UpgradeStatus, error) {
+	ub, ok := n.be.(upgradeBackend)
+	if !ok {
+		return UpgradeStatus{}, fmt.Errorf("%w: cluster versions on an in-memory network", ErrUnsupported)
+	}
+	st := ub.ledgerState()
+	us := n.upgradeStatus(st)
+	if us.Target <= us.Active {
+		return us, fmt.Errorf("%w: the cluster runs version %d, and %d is the newest every live node speaks (held back by %v)",
+			ErrNothingToFinalize, us.Active, us.Target, us.Blockers)
+	}
+	ci := st.Cluster()
+	if ci.Name == "" {
+		return us, fmt.Errorf("%w: the cluster has not recorded its configuration yet: retry in a moment", ErrNoQuorum)
+	}
+	r, err := ub.commitCommand(ctx, ledger.ClusterConfig{Name: ci.Name, Partitions: ci.Partitions, Version: us.Target, Now: time.Now().UnixNano()})
+	if err == nil {
+		err = mapLedgerErr(r.Err)
+	}
+	if err != nil {
+		return us, err
+	}
+	return n.upgradeStatus(ub.ledgerState()), nil
+}
