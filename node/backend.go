@@ -91,7 +91,8 @@ type controlInfo struct {
 	isLeader bool
 	// halted describes the committed entry this node's replica could not
 	// read and stopped at ("" while it applies normally).
-	halted string
+	halted   string
+	haltedAt uint64 // its log index (0 while applying)
 }
 
 // leaseInfo is the state of this node's heartbeats.

@@ -187,6 +187,10 @@ type HealthReport struct {
 	LeaseRemaining time.Duration
 	// Score is this node's own health score (SetHealth).
 	Score float64
+	// ReplicaHaltedAt is the log index of a committed entry this node's
+	// binary cannot read, at which its replica stopped applying (0 while
+	// it applies normally; docs/upgrades.md).
+	ReplicaHaltedAt uint64
 }
 
 // Health reports whether this node can do its job: Unhealthy without a
@@ -200,7 +204,7 @@ func (n *Node) Health() HealthReport {
 	n.mu.Lock()
 	score := n.health
 	n.mu.Unlock()
-	r := HealthReport{ControlLeader: ctl.leader, LastRenewal: li.lastAck, Score: score}
+	r := HealthReport{ControlLeader: ctl.leader, LastRenewal: li.lastAck, Score: score, ReplicaHaltedAt: ctl.haltedAt}
 	if li.leaseEnd.After(now) {
 		r.LeaseRemaining = li.leaseEnd.Sub(now)
 	}

@@ -277,6 +277,10 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 		if li.conflict != nil {
 			return fmt.Errorf("node: start %s: %w", n.cfg.NodeID, li.conflict)
 		}
+		if h := n.be.control().halted; h != "" {
+			return fmt.Errorf("node: start %s: %w: the ledger replica stopped applying: %s (start a binary that reads it; docs/upgrades.md)",
+				n.cfg.NodeID, ErrVersionMismatch, h)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("node: start %s: not registered with the control group: %w", n.cfg.NodeID, context.Cause(ctx))

@@ -678,7 +678,7 @@ func (b *netBackend) control() controlInfo {
 	b.mu.Unlock()
 	ci := controlInfo{leader: leader, voters: b.ctl.Voters(), quorum: leader != "" && recent, isLeader: leader == b.id}
 	if h, ok := b.fsm.HaltedAt(); ok {
-		ci.halted = h.Error()
+		ci.halted, ci.haltedAt = h.Error(), h.Index
 	}
 	return ci
 }

@@ -91,6 +91,9 @@ type healthJSON struct {
 	LastRenewal      time.Time `json:"last_renewal"`
 	LeaseRemainingMS int64     `json:"lease_remaining_ms"`
 	Score            float64   `json:"score"`
+	// ReplicaHaltedAt is the log index the node's replica stopped at (an
+	// entry its binary cannot read), omitted while it applies.
+	ReplicaHaltedAt uint64 `json:"replica_halted_at,omitempty"`
 }
 
 // The health statuses.

@@ -34,6 +34,7 @@ type agentMetrics struct {
 	renewalFailing   prometheus.Gauge
 	renewalFailures  prometheus.Counter
 	leaseRemaining   prometheus.Gauge
+	replicaHalted    prometheus.Gauge
 	shardsOwned      prometheus.Gauge
 	shardsUnowned    prometheus.Gauge
 	jobs             *prometheus.GaugeVec
@@ -73,6 +74,7 @@ func newAgentMetrics() *agentMetrics {
 	m.renewalFailing = gauge("lease_renewal_failing", "1 while this node's lease renewals are failing.")
 	m.renewalFailures = counter("lease_renewal_failures_total", "Times this node's lease renewals started failing.")
 	m.leaseRemaining = gauge("lease_remaining_seconds", "How long this node may act without another renewal.")
+	m.replicaHalted = gauge("replica_halted_index", "The log index at which this node's ledger replica stopped applying (a committed entry its binary cannot read; docs/upgrades.md); 0 while it applies.")
 	m.shardsOwned = gauge("shards_owned", "Shards this node acts on.")
 	m.shardsUnowned = gauge("shards_unowned", "Shards without a valid committed owner, as this node sees them.")
 	m.jobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "jobs", Help: "Jobs by state, as this node's replica shows them."}, []string{"state"})
@@ -138,6 +140,7 @@ func newShardObserver(m *agentMetrics, self string) *shardObserver {
 
 // observe takes one snapshot taken at now.
 func (o *shardObserver) observe(now time.Time, shards []shardJSON, h healthJSON, jobCounts map[string]int) {
+	o.m.replicaHalted.Set(float64(h.ReplicaHaltedAt))
 	owned, unowned := 0, 0
 	for _, s := range shards {
 		cur := observedShard{owner: s.Owner, epoch: s.Epoch, state: s.State, valid: s.Valid, acting: s.Acting}

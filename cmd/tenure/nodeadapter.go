@@ -118,6 +118,7 @@ func healthFrom(h node.HealthReport) healthJSON {
 		LastRenewal:      h.LastRenewal,
 		LeaseRemainingMS: h.LeaseRemaining.Milliseconds(),
 		Score:            h.Score,
+		ReplicaHaltedAt:  h.ReplicaHaltedAt,
 	}
 }
 
