@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test tier3 test-docker lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test tier3 test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -33,6 +33,12 @@ tier3:
 # pause, partition and restart an owner; a witness checks zero overlap.
 test-docker:
 	TENURE_DOCKER_TESTS=1 $(GO) test -count=1 -timeout 20m -run '^TestDockerChaos$$' -v ./cmd/tenure/
+
+# Rolling upgrade: five agents of the release in .ci/previous-release,
+# under load, replaced one by one by the current tree, then finalized
+# (docs/upgrades.md). Needs the repository's history (git archive).
+upgrade-test:
+	TENURE_UPGRADE_TESTS=1 $(GO) test -count=1 -timeout 20m -run '^TestRollingUpgrade$$' -v ./cmd/tenure/
 
 lint:
 	$(GO) vet ./...

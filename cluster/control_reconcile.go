@@ -18,8 +18,12 @@ import (
 //
 // Rules (see docs/control-group.md):
 //   - an alive member not in the configuration is added as a non-voter;
-//   - a member that left gracefully (EventLeave, or its own Shutdown) is
-//     removed;
+//   - a non-voter that left gossip gracefully (EventLeave) is removed; a
+//     voter that left gossip keeps its place (a rolling restart must not
+//     shrink or reshuffle the voter set) and is handled like a dead voter
+//     below if it does not come back. A server that asks to leave the
+//     configuration (its own Shutdown, Control.Remove) is removed by that
+//     request;
 //   - a known address coming back with a new id replaces the old entry; a
 //     known id at a new address has its address updated;
 //   - a gossip "dead" hint never removes anything by itself. A voter not
@@ -114,9 +118,9 @@ func planReconcile(s reconcileState) []raftChange {
 		delete(cfg, id)
 	}
 
-	// 1. Graceful leaves.
+	// 1. Graceful leaves of non-voters.
 	for _, sv := range servers {
-		if _, left := s.Left[sv.ID]; left && sv.ID != s.Self {
+		if _, left := s.Left[sv.ID]; left && sv.ID != s.Self && !sv.Voter {
 			remove(sv.ID, "left")
 		}
 	}

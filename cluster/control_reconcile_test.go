@@ -50,17 +50,25 @@ func TestPlanReconcile(t *testing.T) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
 			s.Members = []Member{alive("a"), alive("b"), alive("c"), mem("d", "d:1", StateSuspect), mem("e", "e:1", StateDead)}
 		}, ""},
-		{"leave removes voter and promotes caught-up non-voter", func(s *reconcileState) {
+		{"voter that left gossip keeps its place (rolling restart)", func(s *reconcileState) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d"), nv("e")}
 			s.Members = []Member{alive("a"), mem("b", "b:1", StateLeft), alive("c"), alive("d"), alive("e")}
 			s.Left["b"] = 1
 			s.CaughtUp = map[string]bool{"d": true, "e": true}
-		}, "remove b; promote d"},
-		{"leave without caught-up candidate only removes", func(s *reconcileState) {
+		}, ""},
+		{"non-voter that left gossip is removed", func(s *reconcileState) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
-			s.Members = []Member{alive("a"), alive("c"), alive("d")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c")}
+			s.Left["d"] = 1
+		}, "remove d"},
+		{"voter that left and stayed away is replaced after the timeout", func(s *reconcileState) {
+			s.DeadVoterTimeout = time.Hour
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
+			s.Members = []Member{alive("a"), mem("b", "b:1", StateLeft), alive("c"), alive("d")}
 			s.Left["b"] = 1
-		}, "remove b"},
+			s.GoneSince["b"] = t0.Add(-time.Hour)
+			s.CaughtUp["d"] = true
+		}, "promote d; remove b"},
 		{"dead hint never removes without timeout", func(s *reconcileState) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
 			s.Members = []Member{alive("a"), mem("b", "b:1", StateDead), alive("c"), alive("d")}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -238,7 +239,11 @@ func (t *Transports) hook(f *ledger.FSM, id string, inc uint64) {
 // stopControl stops the control group: leaving its configuration on a
 // graceful close, as a crash would (no leave) otherwise.
 func (b *netBackend) stopControl(ctx context.Context, leave bool) error {
-	if c, ok := b.ctl.(*clusterControl); ok && !leave {
+	if c, ok := b.ctl.(*clusterControl); ok && (!leave || slices.Contains(b.ctl.Voters(), b.id)) {
+		// A voter stopped gracefully keeps its place in the Raft
+		// configuration: a rolling restart must not shrink or reshuffle
+		// the voter set. If it never comes back, the leader replaces it
+		// after DeadVoterTimeout (docs/control-group.md).
 		return c.close(ctx)
 	}
 	return b.ctl.Shutdown(ctx)

@@ -36,6 +36,7 @@ type demoAgent struct {
 	id                 string
 	gossip, raft, http string
 	logPath            string
+	args               []string // the agent's flags (restart reuses them)
 	cmd                *exec.Cmd
 	exited             chan struct{}
 	exitErr            error
@@ -138,7 +139,7 @@ func runDemo(ctx context.Context, m *Main, args []string) error {
 
 // startDemo starts the witness and the agents. On error the returned
 // cluster (if not nil) holds what was started, for stop.
-func startDemo(exe, dir string, nodes, partitions int, profile string) (*demoCluster, error) {
+func startDemo(exe, dir string, nodes, partitions int, profile string, extra ...string) (*demoCluster, error) {
 	dc := &demoCluster{exe: exe, dir: dir, witness: newWitnessChecker()}
 	wl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -180,32 +181,45 @@ func startDemo(exe, dir string, nodes, partitions int, profile string) (*demoClu
 		seeds = append(seeds, a.gossip)
 	}
 	for _, a := range dc.agents {
-		logf, err := os.Create(a.logPath)
-		if err != nil {
-			return dc, fmt.Errorf("demo: %w", err)
-		}
-		a.cmd = exec.Command(exe, "agent",
+		a.args = append([]string{"agent",
 			"--node-id", a.id, "--data-dir", filepath.Join(dir, a.id),
 			"--gossip-addr", a.gossip, "--raft-addr", a.raft, "--http-addr", a.http,
 			"--seeds", strings.Join(seeds, ","), "--bootstrap-expect", "3",
 			"--profile", profile, "--partitions", strconv.Itoa(partitions),
 			"--witness", dc.wurl, "--log-format", "json", "--drain-timeout", "3s",
 			"--tls-ca", filepath.Join(tlsDir, "ca.pem"), "--tls-cert", filepath.Join(tlsDir, a.id+".pem"),
-			"--tls-key", filepath.Join(tlsDir, a.id+"-key.pem"))
-		a.cmd.Stdout, a.cmd.Stderr = logf, logf
-		// Identity comes from the flags; keep the user's HOSTNAME out.
-		a.cmd.Env = append(os.Environ(), "HOSTNAME=", "CLUSTER_NAME=", "TENURE_CONFIG=")
-		if err := a.cmd.Start(); err != nil {
-			logf.Close()
-			return dc, fmt.Errorf("demo: starting %s: %w", a.id, err)
+			"--tls-key", filepath.Join(tlsDir, a.id+"-key.pem")}, extra...)
+		if err := dc.startAgent(a, exe); err != nil {
+			return dc, err
 		}
-		go func() {
-			a.exitErr = a.cmd.Wait()
-			logf.Close()
-			close(a.exited)
-		}()
 	}
 	return dc, nil
+}
+
+// startAgent starts (or, once it has exited, restarts) a with binary exe
+// and its flags, appending to its log.
+func (dc *demoCluster) startAgent(a *demoAgent, exe string) error {
+	logf, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	a.cmd = exec.Command(exe, a.args...)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	// Identity comes from the flags; keep the user's HOSTNAME out.
+	a.cmd.Env = append(os.Environ(), "HOSTNAME=", "CLUSTER_NAME=", "TENURE_CONFIG=")
+	a.exited, a.exitErr = make(chan struct{}), nil
+	if err := a.cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("demo: starting %s: %w", a.id, err)
+	}
+	cmd, exited := a.cmd, a.exited
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		a.exitErr = err
+		close(exited)
+	}()
+	return nil
 }
 
 // waitReady waits until every agent's /readyz answers 200.

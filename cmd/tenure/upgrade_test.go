@@ -1,0 +1,499 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/node"
+)
+
+// TestRollingUpgrade is `make upgrade-test` (docs/upgrades.md): five agents
+// (three voters) of the release recorded in .ci/previous-release, under a
+// keyed-job load, are replaced one at a time by the current tree the way
+// docs/upgrades.md tells operators to — drain, SIGTERM, start the new
+// binary on the same data dir; members first, then voters, the leader last,
+// in a seeded random order within each group — then one node goes back to
+// the previous binary and forward again (the downgrade window), and the
+// cluster is finalized. It checks: no two nodes ever acted on one shard at
+// once (the witness), every shard acting after each step, every
+// acknowledged job done exactly once with its creation reported once, the
+// voter set unchanged, and, when the new binary speaks a newer cluster
+// version, that finalizing raises it and then refuses the previous binary.
+func TestRollingUpgrade(t *testing.T) {
+	if os.Getenv("TENURE_UPGRADE_TESTS") == "" {
+		t.Skip("set TENURE_UPGRADE_TESTS=1 (make upgrade-test)")
+	}
+	const partitions = 32
+	seed := rand.Uint64()
+	if s := os.Getenv("TENURE_UPGRADE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("TENURE_UPGRADE_SEED %q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (replay: TENURE_UPGRADE_SEED=%d make upgrade-test)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	newBin := tenureBinary(t)
+	oldBin, oldRev := buildPreviousRelease(t)
+	t.Logf("previous release %s → current tree", oldRev)
+
+	dir := t.TempDir()
+	dc, err := startDemo(oldBin, dir, 5, partitions, "fast", "--manual-finalize")
+	if dc != nil {
+		t.Cleanup(func() {
+			dc.stop(testWriter{t})
+			if t.Failed() {
+				for _, a := range dc.agents {
+					t.Logf("--- %s log (tail):\n%s", a.id, tail(a.logPath, 30))
+				}
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.waitReady(context.Background(), 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]bool{}
+	for _, a := range dc.agents {
+		live[a.id] = true
+	}
+	waitOneActingOwner(t, dc, live, partitions, "", 60*time.Second)
+	st0 := mustStatus(t, dc, live)
+	voters0 := slices.Clone(st0.Voters)
+	sort.Strings(voters0)
+	before := upgradeStatusOf(t, dc.agents[0])
+	t.Logf("start: voters %v, leader %s, cluster version %d, previous binary speaks %d..%d",
+		voters0, st0.ControlLeader, before.Active, before.BinaryMin, before.BinaryMax)
+
+	load := startJobLoad(t, dc, rng.Uint64())
+
+	// The order: members, then voters, the leader last; shuffled within.
+	var members, voters []*demoAgent
+	for _, a := range dc.agents {
+		switch {
+		case a.id == st0.ControlLeader:
+		case slices.Contains(voters0, a.id):
+			voters = append(voters, a)
+		default:
+			members = append(members, a)
+		}
+	}
+	rng.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })
+	rng.Shuffle(len(voters), func(i, j int) { voters[i], voters[j] = voters[j], voters[i] })
+	order := append(append(members, voters...), agentByID(dc, st0.ControlLeader))
+
+	type step struct {
+		what, id         string
+		gap              time.Duration
+		leaderChanges    int
+		took             time.Duration
+		leaderAfterwards string
+	}
+	var steps []step
+	replace := func(what string, a *demoAgent, bin string) {
+		t.Helper()
+		t0 := time.Now()
+		leaderBefore := mustStatus(t, dc, live).ControlLeader
+		drainAgent(t, a)
+		stopAgent(t, a)
+		live[a.id] = false
+		if err := dc.startAgent(a, bin); err != nil {
+			t.Fatal(err)
+		}
+		live[a.id] = true
+		waitAgentReady(t, a, 60*time.Second)
+		waitOneActingOwner(t, dc, live, partitions, "", 60*time.Second)
+		st := mustStatus(t, dc, live)
+		changes := 0
+		if st.ControlLeader != leaderBefore {
+			changes = 1
+		}
+		steps = append(steps, step{what: what, id: a.id, gap: maxTickGap(dc.witness, partitions, t0, time.Now()),
+			leaderChanges: changes, took: time.Since(t0), leaderAfterwards: st.ControlLeader})
+	}
+	for _, a := range order {
+		replace("upgrade", a, newBin)
+	}
+	// The downgrade window: one node back to the previous binary and
+	// forward again, before finalizing.
+	back := members[0]
+	replace("downgrade", back, oldBin)
+	replace("upgrade again", back, newBin)
+
+	after := upgradeStatusOf(t, dc.agents[0])
+	if after.Active != before.Active {
+		t.Fatalf("the cluster version moved from %d to %d before finalizing (--manual-finalize)", before.Active, after.Active)
+	}
+	code, body := postJSON(t, dc.agents[0], "/v1/upgrade/finalize")
+	switch {
+	case after.BinaryMax > before.BinaryMax:
+		if code != http.StatusOK {
+			t.Fatalf("finalize: %d %s", code, body)
+		}
+		fin := upgradeStatusOf(t, dc.agents[0])
+		if fin.Active != after.BinaryMax {
+			t.Fatalf("finalized to %d, want %d", fin.Active, after.BinaryMax)
+		}
+		t.Logf("finalized: cluster version %d → %d", before.Active, fin.Active)
+		checkPreviousRefused(t, dc, oldBin, dir)
+	default:
+		if code != http.StatusConflict {
+			t.Fatalf("finalize with nothing newer: %d %s, want 409", code, body)
+		}
+		t.Logf("both binaries speak up to version %d: nothing to finalize (%s)", after.BinaryMax, strings.TrimSpace(body))
+	}
+
+	acked := load.stop()
+	load.checkDone(t, dc, live, 90*time.Second)
+	st := mustStatus(t, dc, live)
+	votersEnd := slices.Clone(st.Voters)
+	sort.Strings(votersEnd)
+	if !slices.Equal(votersEnd, voters0) {
+		t.Errorf("voter set changed across the upgrade: %v → %v", voters0, votersEnd)
+	}
+	rep := dc.witness.check(20)
+	if len(rep.Violations) > 0 {
+		t.Errorf("witness: %d overlaps:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
+	}
+
+	var tb strings.Builder
+	fmt.Fprintf(&tb, "%-14s %-4s %10s %8s %14s %s\n", "step", "node", "max gap", "took", "leader changes", "leader after")
+	var worst time.Duration
+	for _, s := range steps {
+		fmt.Fprintf(&tb, "%-14s %-4s %10s %8s %14d %s\n", s.what, s.id, s.gap.Round(time.Millisecond), s.took.Round(100*time.Millisecond), s.leaderChanges, s.leaderAfterwards)
+		worst = max(worst, s.gap)
+	}
+	t.Logf("seed %d, %s → current: %d jobs acknowledged, witness %d ticks on %d shards, %d overlaps; worst per-step gap %v\n%s",
+		seed, oldRev, acked, rep.Ticks, rep.Shards, len(rep.Violations), worst.Round(time.Millisecond), tb.String())
+}
+
+// buildPreviousRelease builds cmd/tenure at the commit .ci/previous-release
+// names, from this repository's history.
+func buildPreviousRelease(t *testing.T) (bin, rev string) {
+	t.Helper()
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse: %v (the upgrade test needs the repository's history)", err)
+	}
+	top := strings.TrimSpace(string(root))
+	raw, err := os.ReadFile(filepath.Join(top, ".ci", "previous-release"))
+	if err != nil {
+		t.Fatalf("read .ci/previous-release: %v", err)
+	}
+	rev = ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			rev = line
+			break
+		}
+	}
+	if rev == "" {
+		t.Fatal(".ci/previous-release names no commit")
+	}
+	src := filepath.Join(t.TempDir(), "previous")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := exec.Command("git", "-C", top, "archive", "--format=tar", rev)
+	var tarball bytes.Buffer
+	archive.Stdout = &tarball
+	var stderr bytes.Buffer
+	archive.Stderr = &stderr
+	if err := archive.Run(); err != nil {
+		t.Fatalf("git archive %s: %v: %s (a shallow clone lacks it: fetch the history)", rev, err, stderr.String())
+	}
+	untar := exec.Command("tar", "-x", "-C", src)
+	untar.Stdin = &tarball
+	if out, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("untar %s: %v: %s", rev, err, out)
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(t.TempDir(), "tenure-previous")
+	build := exec.Command(gobin, "build", "-o", bin, "./cmd/tenure")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the previous release %s: %v\n%s", rev, err, out)
+	}
+	return bin, rev[:min(len(rev), 12)]
+}
+
+func agentByID(dc *demoCluster, id string) *demoAgent {
+	for _, a := range dc.agents {
+		if a.id == id {
+			return a
+		}
+	}
+	return nil
+}
+
+// mustStatus asks the first live agent that answers.
+func mustStatus(t *testing.T, dc *demoCluster, live map[string]bool) statusJSON {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, a := range dc.agents {
+			if !live[a.id] {
+				continue
+			}
+			if st, err := getJSON[statusJSON](a.http, "/v1/status"); err == nil && st.ControlLeader != "" {
+				return st
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no agent reports a control-group leader")
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+}
+
+func upgradeStatusOf(t *testing.T, a *demoAgent) node.UpgradeStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		us, err := getJSON[node.UpgradeStatus](a.http, "/v1/upgrade")
+		if err == nil {
+			return us
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /v1/upgrade on %s: %v", a.id, err)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+}
+
+func postJSON(t *testing.T, a *demoAgent, path string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 60 * time.Second}
+	resp, err := c.Post("http://"+a.http+path, "application/json", nil)
+	if err != nil {
+		t.Fatalf("POST %s on %s: %v", path, a.id, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func drainAgent(t *testing.T, a *demoAgent) {
+	t.Helper()
+	code, body := postJSON(t, a, "/v1/drain?wait=20s")
+	if code != http.StatusOK {
+		t.Fatalf("drain %s: %d %s", a.id, code, body)
+	}
+}
+
+func stopAgent(t *testing.T, a *demoAgent) {
+	t.Helper()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(40 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		t.Fatalf("%s did not exit within 40s of SIGTERM", a.id)
+	}
+}
+
+func waitAgentReady(t *testing.T, a *demoAgent, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		select {
+		case <-a.exited:
+			t.Fatalf("%s exited while starting: %v\n%s", a.id, a.exitErr, tail(a.logPath, 20))
+		default:
+		}
+		if resp, err := e2eClient.Get("http://" + a.http + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after %v\n%s", a.id, d, tail(a.logPath, 20))
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+}
+
+// maxTickGap is the longest time, within [from, to], that some shard went
+// without a witness tick (the acting gap of the step).
+func maxTickGap(w *witnessChecker, partitions int, from, to time.Time) time.Duration {
+	var worst time.Duration
+	for s := range partitions {
+		last := from.UnixNano()
+		for _, tk := range w.ticksOf(uint32(s)) {
+			if tk.UnixNano < from.UnixNano() {
+				continue
+			}
+			if tk.UnixNano > to.UnixNano() {
+				break
+			}
+			worst = max(worst, time.Duration(tk.UnixNano-last))
+			last = tk.UnixNano
+		}
+	}
+	return worst
+}
+
+// checkPreviousRefused starts the previous binary as a new member after
+// finalizing: it must exit, refused, without ever becoming ready.
+func checkPreviousRefused(t *testing.T, dc *demoCluster, oldBin, dir string) {
+	t.Helper()
+	quiet := &Main{Stdout: io.Discard, Stderr: io.Discard}
+	tlsDir := filepath.Join(dir, "tls")
+	if err := quiet.Run(context.Background(), []string{"tls", "cert", "--dir", tlsDir, "--node", "n9"}); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &demoAgent{id: "n9", http: "127.0.0.1:" + strconv.Itoa(ports[2]), logPath: filepath.Join(dir, "n9.log")}
+	a.args = []string{"agent", "--node-id", "n9", "--data-dir", filepath.Join(dir, "n9"),
+		"--gossip-addr", "127.0.0.1:" + strconv.Itoa(ports[0]), "--raft-addr", "127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--http-addr", a.http, "--seeds", dc.agents[0].gossip, "--profile", "fast", "--partitions", "32",
+		"--log-format", "json", "--tls-ca", filepath.Join(tlsDir, "ca.pem"), "--tls-cert", filepath.Join(tlsDir, "n9.pem"),
+		"--tls-key", filepath.Join(tlsDir, "n9-key.pem")}
+	if err := dc.startAgent(a, oldBin); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.exited:
+		t.Logf("the previous binary was refused after finalizing: %v; its log:\n%s", a.exitErr, tail(a.logPath, 3))
+		if a.exitErr == nil {
+			t.Error("the previous binary exited 0 after finalizing")
+		}
+	case <-time.After(90 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		t.Errorf("the previous binary still runs 90s after finalizing; its log:\n%s", tail(a.logPath, 10))
+	}
+}
+
+// jobLoad enqueues keyed jobs through random live agents until stopped.
+type jobLoad struct {
+	mu      sync.Mutex
+	ids     map[string]string // key → job id
+	created map[string]int    // key → answers that said "created"
+	retried int               // completed jobs that needed more than one attempt
+	stopCh  chan struct{}
+	done    chan struct{}
+}
+
+func startJobLoad(t *testing.T, dc *demoCluster, seed uint64) *jobLoad {
+	l := &jobLoad{ids: map[string]string{}, created: map[string]int{}, stopCh: make(chan struct{}), done: make(chan struct{})}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	c := &http.Client{Timeout: 10 * time.Second}
+	go func() {
+		defer close(l.done)
+		for i := 0; ; i++ {
+			select {
+			case <-l.stopCh:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			key := fmt.Sprintf("upgrade-%d", i)
+			body := fmt.Sprintf(`{"type":"upgrade","key":%q}`, key)
+			for try := 0; try < 20; try++ { // the same key until one agent answers
+				a := dc.agents[rng.IntN(len(dc.agents))]
+				resp, err := c.Post("http://"+a.http+"/v1/jobs", "application/json", strings.NewReader(body))
+				if err != nil {
+					continue
+				}
+				var j jobJSON
+				err = json.NewDecoder(resp.Body).Decode(&j)
+				resp.Body.Close()
+				if err != nil || (resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK) {
+					continue
+				}
+				l.mu.Lock()
+				if prev, ok := l.ids[key]; ok && prev != j.ID {
+					t.Errorf("key %s: job %s, earlier answer job %s", key, j.ID, prev)
+				}
+				l.ids[key] = j.ID
+				if resp.StatusCode == http.StatusCreated {
+					l.created[key]++
+				}
+				l.mu.Unlock()
+				break
+			}
+		}
+	}()
+	return l
+}
+
+func (l *jobLoad) stop() int {
+	close(l.stopCh)
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ids)
+}
+
+// checkDone waits until every acknowledged job is done and checks each
+// key's creation was reported at most once.
+func (l *jobLoad) checkDone(t *testing.T, dc *demoCluster, live map[string]bool, d time.Duration) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	unreported := 0
+	for key := range l.ids {
+		switch n := l.created[key]; {
+		case n > 1:
+			t.Errorf("key %s: %d answers said created", key, n)
+		case n == 0:
+			unreported++ // a retry after an unknown outcome answered "same key"
+		}
+	}
+	if unreported > 0 {
+		t.Logf("%d of %d keys were never answered \"created\" (their first try's outcome was unknown and the retry found the job)", unreported, len(l.ids))
+	}
+	deadline := time.Now().Add(d)
+	pending := map[string]string{}
+	for k, id := range l.ids {
+		pending[k] = id
+	}
+	for len(pending) > 0 {
+		for k, id := range pending {
+			j, err := getJSON[jobJSON](dc.agents[0].http, "/v1/jobs/"+id)
+			if err == nil && j.State == "completed" {
+				if j.Attempt > 1 {
+					l.retried++
+				}
+				delete(pending, k)
+			}
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d acknowledged jobs not completed after %v", len(pending), len(l.ids), d)
+			return
+		}
+		<-time.After(200 * time.Millisecond)
+	}
+	t.Logf("%d jobs completed, %d of them after more than one attempt (a drain moved the shard while the job ran)", len(l.ids), l.retried)
+}
