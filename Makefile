@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test tier3 test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test mutations tier3 test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -23,6 +23,16 @@ test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
 	$(MAKE) tier3
+
+# Every registered mutation (internal/mutation: one safety rule off each)
+# against the sweep (up to MUTATION_SEEDS seeds, stopping at the first
+# catch), then through tier 2 for those the sweep missed; writes
+# mutations.json (name, rule, caught_by, seeds_to_catch). Fails if any
+# mutation is caught by neither.
+MUTATION_SEEDS ?= 200
+mutations:
+	$(GO) test -count=1 -timeout 30m -run '^TestMutations$$' ./simulation/ -args -mutations.out=$(CURDIR)/mutations.json -mutations.seeds=$(MUTATION_SEEDS)
+	$(GO) test -count=1 -timeout 30m -v -run '^TestTier2MutationsReport$$' ./simulation/tier2/ -args -mutations.file=$(CURDIR)/mutations.json
 
 # Tier 3: tier-2 scenarios compiled for wasip1 and replayed under wazero,
 # byte-identical per seed. Its own module (simulation/tier3/go.mod).

@@ -365,9 +365,9 @@ func (f *FSM) heartbeat(c Heartbeat) Result {
 		// A restart: the old incarnation is dead; its grants die with the
 		// liveness epoch.
 		n = NodeRecord{ID: c.Node, Incarnation: c.Incarnation, Liveness: n.Liveness + 1, Seq: n.Seq + 1, HeartbeatAt: c.Now}
-	case c.Incarnation < n.Incarnation:
+	case c.Incarnation < n.Incarnation && !mutation.On(mutation.HeartbeatStaleIncarnation):
 		return Result{Node: n, Err: errf(ErrStaleIncarnation, "node %q incarnation %d, current %d", c.Node, c.Incarnation, n.Incarnation)}
-	case c.Liveness == n.Liveness || c.Liveness == 0:
+	case c.Liveness == n.Liveness || c.Liveness == 0 || mutation.On(mutation.HeartbeatStaleLiveness):
 		n.Seq++
 		n.HeartbeatAt = c.Now
 	default:
@@ -383,7 +383,7 @@ func (f *FSM) expireNode(c ExpireNode) Result {
 	if !ok {
 		return Result{Err: errf(ErrUnknownNode, "%q", c.Node)}
 	}
-	if n.Incarnation != c.Incarnation || n.Liveness != c.Liveness || n.Seq != c.Seq {
+	if n.Incarnation != c.Incarnation || n.Liveness != c.Liveness || (n.Seq != c.Seq && !mutation.On(mutation.ExpireIgnoreSeq)) {
 		return Result{Node: n, Err: errf(ErrConflict, "expire node %q at (inc %d, liveness %d, seq %d), current (%d, %d, %d)",
 			c.Node, c.Incarnation, c.Liveness, c.Seq, n.Incarnation, n.Liveness, n.Seq)}
 	}
@@ -397,7 +397,7 @@ func (f *FSM) setDraining(c SetDraining) Result {
 	if !ok {
 		return Result{Err: errf(ErrUnknownNode, "%q", c.Node)}
 	}
-	if n.Incarnation != c.Incarnation {
+	if n.Incarnation != c.Incarnation && !mutation.On(mutation.DrainingStaleIncarnation) {
 		return Result{Node: n, Err: errf(ErrStaleIncarnation, "node %q incarnation %d, current %d", c.Node, c.Incarnation, n.Incarnation)}
 	}
 	n.Draining = c.Draining
@@ -419,6 +419,8 @@ func (f *FSM) shard(id uint32) ShardRecord {
 func (f *FSM) checkNewOwner(node string, inc, liveness uint64) error {
 	n, ok := f.st.Node(node)
 	switch {
+	case mutation.On(mutation.NewOwnerUnchecked):
+		return nil
 	case !ok:
 		return errf(ErrUnknownNode, "%q", node)
 	case n.Incarnation != inc:
@@ -434,11 +436,11 @@ func (f *FSM) grant(c Grant) Result {
 	if rec.Epoch != c.ExpectedEpoch && !mutation.On(mutation.AcceptStaleEpoch) {
 		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, grant expected %d", c.Shard, rec.Epoch, c.ExpectedEpoch)}
 	}
-	if c.Owner == "" {
+	if c.Owner == "" && !mutation.On(mutation.GrantEmptyOwner) {
 		return Result{Shard: rec, Err: errf(ErrInvalid, "grant of shard %d to empty owner", c.Shard)}
 	}
 	valid := f.st.OwnershipValid(rec)
-	if valid && !(c.Takeover && rec.State == ShardRevoking) {
+	if valid && !(c.Takeover && rec.State == ShardRevoking) && !mutation.On(mutation.GrantOverValidOwner) {
 		return Result{Shard: rec, Err: errf(ErrShardOwned, "shard %d is %s by %q at epoch %d (takeover %v)", c.Shard, rec.State, rec.Owner, rec.Epoch, c.Takeover)}
 	}
 	if err := f.checkNewOwner(c.Owner, c.OwnerIncarnation, c.OwnerLiveness); err != nil {
@@ -456,10 +458,10 @@ func (f *FSM) grant(c Grant) Result {
 
 func (f *FSM) revoke(c Revoke) Result {
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.Epoch {
+	if rec.Epoch != c.Epoch && !mutation.On(mutation.RevokeStaleEpoch) {
 		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, revoke for %d", c.Shard, rec.Epoch, c.Epoch)}
 	}
-	if rec.State != ShardOwned {
+	if rec.State != ShardOwned && !mutation.On(mutation.RevokeNotOwned) {
 		return Result{Shard: rec, Err: errf(ErrConflict, "revoke of shard %d in state %s", c.Shard, rec.State)}
 	}
 	rec.State = ShardRevoking
@@ -472,13 +474,13 @@ func (f *FSM) revoke(c Revoke) Result {
 
 func (f *FSM) release(c Release) Result {
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.Epoch {
+	if rec.Epoch != c.Epoch && !mutation.On(mutation.ReleaseStaleEpoch) {
 		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, release for %d", c.Shard, rec.Epoch, c.Epoch)}
 	}
-	if rec.Owner != c.Owner {
+	if rec.Owner != c.Owner && !mutation.On(mutation.ReleaseNotOwner) {
 		return Result{Shard: rec, Err: errf(ErrNotOwner, "release of shard %d by %q, owner %q", c.Shard, c.Owner, rec.Owner)}
 	}
-	if rec.State == ShardUnowned {
+	if rec.State == ShardUnowned && !mutation.On(mutation.ReleaseTwice) {
 		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d already released at epoch %d", c.Shard, rec.Epoch)}
 	}
 	rec.State = ShardUnowned
@@ -496,10 +498,10 @@ func (f *FSM) release(c Release) Result {
 
 func (f *FSM) transfer(c Transfer) Result {
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.Epoch {
+	if rec.Epoch != c.Epoch && !mutation.On(mutation.TransferStaleEpoch) {
 		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, transfer for %d", c.Shard, rec.Epoch, c.Epoch)}
 	}
-	if rec.Owner != c.From || !f.st.OwnershipValid(rec) {
+	if (rec.Owner != c.From || !f.st.OwnershipValid(rec)) && !mutation.On(mutation.TransferInvalidOwner) {
 		return Result{Shard: rec, Err: errf(ErrNotOwner, "transfer of shard %d by %q, owner %q (%s, valid %v)",
 			c.Shard, c.From, rec.Owner, rec.State, f.st.OwnershipValid(rec))}
 	}
@@ -544,7 +546,7 @@ func (f *FSM) jobEnqueue(c JobEnqueue) Result {
 	if len(c.Payload) > f.cfg.MaxPayload {
 		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
 	}
-	if c.Key != "" {
+	if c.Key != "" && !mutation.On(mutation.EnqueueDuplicateKey) {
 		if id, ok := f.st.jobIDByKey(c.Shard, c.Key); ok {
 			j, _ := f.st.Job(id)
 			return Result{Job: j, Duplicate: true}
@@ -604,27 +606,27 @@ func (f *FSM) jobStart(c JobStart) Result {
 	}
 	rec := f.shard(c.Shard)
 	switch {
-	case rec.Epoch != c.Epoch:
+	case rec.Epoch != c.Epoch && !mutation.On(mutation.JobStartStaleEpoch):
 		return Result{Job: *j, Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, start at %d", c.Shard, rec.Epoch, c.Epoch)}
-	case rec.Owner != c.Owner || !f.st.OwnershipValid(rec):
+	case (rec.Owner != c.Owner || !f.st.OwnershipValid(rec)) && !mutation.On(mutation.JobStartNotOwner):
 		return Result{Job: *j, Shard: rec, Err: errf(ErrNotOwner, "start on shard %d by %q, owner %q (%s, valid %v)",
 			c.Shard, c.Owner, rec.Owner, rec.State, f.st.OwnershipValid(rec))}
-	case rec.State != ShardOwned:
+	case rec.State != ShardOwned && !mutation.On(mutation.JobStartRevoking):
 		return Result{Job: *j, Shard: rec, Err: errf(ErrNotOwner, "start on shard %d while %s", c.Shard, rec.State)}
-	case j.State.Finished():
+	case j.State.Finished() && !mutation.On(mutation.JobStartFinished):
 		return Result{Job: *j, Err: errf(ErrJobFinished, "job %d is %s", j.ID, j.State)}
-	case c.Attempt != j.Attempt:
+	case c.Attempt != j.Attempt && !mutation.On(mutation.JobStartWrongAttempt):
 		return Result{Job: *j, Err: errf(ErrWrongAttempt, "job %d start after attempt %d, current %d", j.ID, c.Attempt, j.Attempt)}
 	}
 	n := *j
 	switch j.State {
 	case JobPending:
-		if c.Now < j.NotBefore {
+		if c.Now < j.NotBefore && !mutation.On(mutation.JobStartBackoff) {
 			return Result{Job: *j, Err: errf(ErrJobState, "job %d backs off until %d, now %d", j.ID, j.NotBefore, c.Now)}
 		}
 	case JobStarted:
 		why, ok := abandoned(*j, rec.Epoch, c.Now)
-		if !ok {
+		if !ok && !mutation.On(mutation.JobStartRunning) {
 			return Result{Job: *j, Err: errf(ErrJobState, "job %d attempt %d is running", j.ID, j.Attempt)}
 		}
 		n.LastError = "attempt " + itoa(uint64(j.Attempt)) + " " + why
@@ -668,17 +670,17 @@ func (f *FSM) checkFinish(shard uint32, epoch, id uint64, attempt uint32) (*JobR
 	}
 	rec := f.shard(shard)
 	switch {
-	case j.State.Finished():
+	case j.State.Finished() && !mutation.On(mutation.FinishFinished):
 		return nil, Result{Job: *j, Err: errf(ErrJobFinished, "job %d is %s", j.ID, j.State)}, false
-	case rec.Epoch != epoch:
+	case rec.Epoch != epoch && !mutation.On(mutation.FinishStaleEpoch):
 		return nil, Result{Job: *j, Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, job %d finish at %d", shard, rec.Epoch, id, epoch)}, false
-	case !f.st.OwnershipValid(rec):
+	case !f.st.OwnershipValid(rec) && !mutation.On(mutation.FinishInvalidOwner):
 		return nil, Result{Job: *j, Shard: rec, Err: errf(ErrNotOwner, "shard %d ownership by %q is not valid", shard, rec.Owner)}, false
 	case j.State != JobStarted:
 		return nil, Result{Job: *j, Err: errf(ErrJobState, "job %d is %s", j.ID, j.State)}, false
-	case j.Attempt != attempt:
+	case j.Attempt != attempt && !mutation.On(mutation.FinishWrongAttempt):
 		return nil, Result{Job: *j, Err: errf(ErrWrongAttempt, "job %d attempt %d, current %d", j.ID, attempt, j.Attempt)}, false
-	case j.Epoch != epoch:
+	case j.Epoch != epoch && !mutation.On(mutation.FinishStaleEpoch):
 		return nil, Result{Job: *j, Err: errf(ErrStaleEpoch, "job %d attempt %d started at epoch %d, not %d", j.ID, attempt, j.Epoch, epoch)}, false
 	}
 	return j, Result{}, true
@@ -710,7 +712,7 @@ func (f *FSM) jobFail(c JobFail) Result {
 	}
 	n := *j
 	n.LastError = c.Error
-	if j.Attempt >= j.MaxAttempts {
+	if j.Attempt >= j.MaxAttempts && !mutation.On(mutation.FailNoDeadLetter) {
 		n.State = JobDead
 		n.FinishedAt = c.Now
 	} else {
@@ -759,10 +761,10 @@ func (f *FSM) app(index uint64, c App) Result {
 		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
 	}
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.Epoch && !mutation.On(mutation.AcceptStaleEpoch) {
+	if rec.Epoch != c.Epoch && !mutation.On(mutation.AppStaleEpoch) {
 		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, command at %d", c.Shard, rec.Epoch, c.Epoch)}
 	}
-	if !f.st.OwnershipValid(rec) {
+	if !f.st.OwnershipValid(rec) && !mutation.On(mutation.AppInvalidOwner) {
 		return Result{Shard: rec, Err: errf(ErrNotOwner, "shard %d has no valid owner at epoch %d", c.Shard, c.Epoch)}
 	}
 	resp, err := sm.Apply(c.Shard, c.Epoch, index, c.Payload)

@@ -9,16 +9,16 @@ import (
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 	"github.com/tenurehq/tenure/ring"
+	"github.com/tenurehq/tenure/simulation/history"
 )
 
 // checker holds the invariant checkers. Safety (S1–S4) is checked on every
 // commit and every acting change; liveness (L1–L3) once faults have stopped.
+// The ledger contract (S1, S2, the job state machine, the liveness CAS) is
+// history.Checker's, fed every commit of the reference replica.
 type checker struct {
-	s *Sim
-	// owners[shard][epoch] is the owner committed at that epoch (S1).
-	owners map[uint32]map[uint64]string
-	// completed jobs (S2: never completed twice).
-	completed map[uint64]bool
+	s    *Sim
+	hist *history.Checker
 	// acked[index] is the command a proposer was told committed there (S3).
 	acked map[uint64]string
 	// lastStop[shard] is when the last node stopped acting on it (L3).
@@ -28,105 +28,26 @@ type checker struct {
 	gapInfo string
 }
 
-type preCommit struct {
-	shard    ledger.ShardRecord
-	hasShard bool
-	fenced   bool // the command is fenced by Epoch (or ExpectedEpoch)
-	epoch    uint64
-	job      ledger.JobRecord
-	hasJob   bool
-}
-
 func newChecker(s *Sim) *checker {
-	return &checker{s: s, owners: map[uint32]map[uint64]string{}, completed: map[uint64]bool{},
-		acked: map[uint64]string{}, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}}
+	c := &checker{s: s, acked: map[uint64]string{}, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}}
+	st, _ := ledger.NewFSM(ledgerConfig())
+	c.hist = history.New(st.State().Settings(), func(rule, msg string) { s.violate(rule, "%s", msg) })
+	return c
 }
 
-// fence returns the shard and epoch a command is fenced by.
-func fence(c ledger.Command) (shard uint32, epoch uint64, ok bool) {
-	switch c := c.(type) {
-	case ledger.Grant:
-		return c.Shard, c.ExpectedEpoch, true
-	case ledger.Revoke:
-		return c.Shard, c.Epoch, true
-	case ledger.Release:
-		return c.Shard, c.Epoch, true
-	case ledger.Transfer:
-		return c.Shard, c.Epoch, true
-	case ledger.JobStart:
-		return c.Shard, c.Epoch, true
-	case ledger.JobComplete:
-		return c.Shard, c.Epoch, true
-	case ledger.JobFail:
-		return c.Shard, c.Epoch, true
-	case ledger.App:
-		return c.Shard, c.Epoch, true
+// committed checks one committed command (probe: a command built to be
+// rejected with want).
+func (c *checker) committed(index uint64, from int, cmd ledger.Command, res ledger.Result, probe bool, want error) {
+	id := c.s.nodes[from].id
+	if probe {
+		c.hist.Probe(index, id, cmd, res, want)
+	} else {
+		c.hist.Apply(index, id, cmd, res)
 	}
-	return 0, 0, false
-}
-
-func (c *checker) beforeCommit(cmd ledger.Command) preCommit {
-	st := c.s.raft.ref.State()
-	var p preCommit
-	if sh, ep, ok := fence(cmd); ok {
-		p.fenced, p.epoch = true, ep
-		p.shard, p.hasShard = st.Shard(sh)
-		p.shard.Shard = sh
-	}
-	var job uint64
-	switch cmd := cmd.(type) {
-	case ledger.JobStart:
-		job = cmd.Job
-	case ledger.JobComplete:
-		job = cmd.Job
-	case ledger.JobFail:
-		job = cmd.Job
-	}
-	if job != 0 {
-		p.job, p.hasJob = st.Job(job)
-	}
-	return p
-}
-
-func (c *checker) afterCommit(index uint64, cmd ledger.Command, res ledger.Result, pre preCommit) {
-	s := c.s
-	if res.Err != nil || !pre.fenced {
+	if res.Err != nil {
 		return
 	}
-	name := ownership.FormatCommand(cmd)
-	// S2: a fenced command is accepted only at the shard's current epoch.
-	if pre.epoch != pre.shard.Epoch {
-		s.violate("S2", "#%d %s accepted at stale epoch %d (shard at epoch %d)", index, name, pre.epoch, pre.shard.Epoch)
-	}
-	after, _ := s.raft.ref.State().Shard(pre.shard.Shard)
-	// S1: epochs only increase, by one per ownership change, one owner each.
-	switch {
-	case after.Epoch < pre.shard.Epoch:
-		s.violate("S1", "#%d %s: shard %d epoch went back %d -> %d", index, name, after.Shard, pre.shard.Epoch, after.Epoch)
-	case after.Epoch > pre.shard.Epoch+1:
-		s.violate("S1", "#%d %s: shard %d epoch jumped %d -> %d", index, name, after.Shard, pre.shard.Epoch, after.Epoch)
-	}
-	if after.State != ledger.ShardUnowned {
-		m := c.owners[after.Shard]
-		if m == nil {
-			m = map[uint64]string{}
-			c.owners[after.Shard] = m
-		}
-		if o, ok := m[after.Epoch]; ok && o != after.Owner {
-			s.violate("S1", "#%d %s: shard %d epoch %d owned by %s and %s", index, name, after.Shard, after.Epoch, o, after.Owner)
-		}
-		m[after.Epoch] = after.Owner
-	}
 	switch cmd := cmd.(type) {
-	case ledger.JobStart:
-		if cmd.Owner != pre.shard.Owner {
-			s.violate("S2", "#%d job %d started by %s, shard %d owner at epoch %d is %s", index, cmd.Job, cmd.Owner, cmd.Shard, cmd.Epoch, pre.shard.Owner)
-		}
-	case ledger.JobComplete:
-		if c.completed[cmd.Job] {
-			s.violate("S2", "#%d job %d completed twice", index, cmd.Job)
-		}
-		c.completed[cmd.Job] = true
 	case ledger.Revoke:
 		c.planned[cmd.Shard] = true
 	case ledger.Grant:
@@ -265,4 +186,4 @@ func (s *Sim) refApp() int {
 	return 0
 }
 
-func (c *checker) String() string { return fmt.Sprintf("checker: %d epochs", len(c.owners)) }
+func (c *checker) String() string { return fmt.Sprintf("checker: %d acknowledged", len(c.acked)) }

@@ -4,49 +4,11 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/tenurehq/tenure/internal/mutation"
 )
 
-// mutationSeeds is how many seeds each mutation gets to be caught in.
+// mutationSeeds is how many stress seeds TestSimStressSeeds runs clean
+// (TestMutations, in mutations_test.go, runs each mutation against them).
 const mutationSeeds = 60
-
-// TestSimMutations turns off one safety rule at a time, in the real code,
-// and demands that the checkers catch it within mutationSeeds seeds. A
-// harness that cannot fail is worthless.
-func TestSimMutations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("mutations take a while")
-	}
-	for _, m := range mutation.All() {
-		t.Run(m.String(), func(t *testing.T) {
-			restore := mutation.Set(m)
-			defer restore()
-			for seed := uint64(1); seed <= mutationSeeds; seed++ {
-				cfg := DefaultConfig(seed)
-				cfg.StopAtFirstViolation = true
-				cfg.Stress = true
-				switch m {
-				case mutation.NoDriftMargin:
-					// Drift within the bound, in the direction that hurts.
-					cfg = driftConfig(seed, 1-cfg.Ownership.MaxDrift)
-				case mutation.IgnoreEstablish:
-					// Leader changes while owners hold leases.
-					cfg = leaderChangeConfig(seed)
-				}
-				res, err := Run(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Failed() {
-					t.Logf("caught at seed %d: %s", seed, res.Violations[0])
-					return
-				}
-			}
-			t.Errorf("mutation %s not caught within %d seeds", m, mutationSeeds)
-		})
-	}
-}
 
 // TestSimLeaderChangeClean is leaderChangeConfig's control: with every
 // rule on, repeated leader changes break nothing.

@@ -209,13 +209,17 @@ func (r *raftModel) propose(n *node, cmd ledger.Command, done func(ledger.Result
 // commit appends cmd to the log and applies it to the reference replica,
 // running the ledger checkers around it.
 func (r *raftModel) commit(cmd ledger.Command, from int) (ledger.Result, uint64) {
+	return r.commitChecked(cmd, from, false, nil)
+}
+
+// commitChecked is commit; a probe is checked to be rejected with want.
+func (r *raftModel) commitChecked(cmd ledger.Command, from int, probe bool, want error) (ledger.Result, uint64) {
 	s := r.s
 	r.log = append(r.log, entry{cmd: cmd, from: from})
 	index := uint64(len(r.log))
 	s.res.Commits++
-	pre := s.check.beforeCommit(cmd)
 	res := r.ref.ApplyCommand(index, cmd)
-	s.check.afterCommit(index, cmd, res, pre)
+	s.check.committed(index, from, cmd, res, probe, want)
 	line := ownership.FormatCommand(cmd)
 	_, _ = s.hash.WriteString(line)
 	if res.Err != nil {

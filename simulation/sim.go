@@ -55,6 +55,10 @@ type Config struct {
 	Workers []Worker
 	// Workload enables the job and application-command workload.
 	Workload bool
+	// Probes commits, every ~100 ms, a command built to break one rule of
+	// the ledger's contract in the committed state (see probe.go); the
+	// history checker demands its documented rejection.
+	Probes bool
 	// Trace receives a line per event when non-nil.
 	Trace io.Writer
 	// StopAtFirstViolation ends the run at the first violation.
@@ -78,6 +82,7 @@ func DefaultConfig(seed uint64) Config {
 		Ownership:      ownership.TestConfig(),
 		ClockRateError: ownership.TestConfig().MaxDrift,
 		Workload:       true,
+		Probes:         true,
 	}
 }
 
@@ -236,6 +241,7 @@ const (
 	evWake
 	evWork
 	evHeal
+	evProbe
 )
 
 // at schedules fn at true time t (ns).
@@ -328,6 +334,9 @@ func (s *Sim) Run() *Result {
 		s.at(int64(f.At), evFault, f.Node, func() { s.applyFault(i, f) })
 	}
 	s.at(int64(s.cfg.FaultsUntil), evHeal, -1, s.healAll)
+	if s.cfg.Probes {
+		s.scheduleProbe()
+	}
 	end := int64(s.cfg.Duration)
 	for len(s.queue) > 0 && !s.stop {
 		e := heap.Pop(&s.queue).(*event)

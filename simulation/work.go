@@ -105,7 +105,9 @@ func (s *Sim) work(n *node) {
 		}
 		if i == pick && s.chance(0.5) {
 			n.jobSeq++
-			s.raft.propose(n, ledger.JobEnqueue{Shard: sh, Key: fmt.Sprintf("%s-%d-%d", n.id, n.inc, n.jobSeq), Type: "sim", Now: wall}, nil)
+			// Few attempts, so failures reach the dead letter.
+			s.raft.propose(n, ledger.JobEnqueue{Shard: sh, Key: fmt.Sprintf("%s-%d-%d", n.id, n.inc, n.jobSeq), Type: "sim",
+				MaxAttempts: uint32(1 + s.rng.IntN(3)), Now: wall}, nil)
 		}
 		if i == pick && s.chance(0.5) {
 			s.raft.propose(n, ledger.App{Shard: sh, Epoch: rec.Epoch, Type: appType, Payload: []byte{1}, Now: wall}, nil)
@@ -117,8 +119,12 @@ func (s *Sim) work(n *node) {
 		for _, j := range st.Jobs(sh, ledger.JobStarted) {
 			switch {
 			case j.Owner == n.id && j.Epoch == rec.Epoch && wall-j.StartedAt >= int64(100*time.Millisecond):
-				s.jobOp(n, fmt.Sprintf("complete %d/%d", j.ID, j.Attempt), ledger.JobComplete{Shard: sh, Epoch: rec.Epoch,
-					Job: j.ID, Attempt: j.Attempt, Now: wall})
+				var c ledger.Command = ledger.JobComplete{Shard: sh, Epoch: rec.Epoch, Job: j.ID, Attempt: j.Attempt, Now: wall}
+				if s.chance(0.3) { // the handler failed: retried after a backoff, or dead
+					c = ledger.JobFail{Shard: sh, Epoch: rec.Epoch, Job: j.ID, Attempt: j.Attempt, Error: "sim",
+						Backoff: int64(s.jitter(0, 300*time.Millisecond)), Now: wall}
+				}
+				s.jobOp(n, fmt.Sprintf("complete %d/%d", j.ID, j.Attempt), c)
 			case j.Epoch != rec.Epoch && j.Timeout > 0 && wall-j.StartedAt > j.Timeout:
 				s.jobOp(n, fmt.Sprintf("start %d/%d", j.ID, j.Attempt), ledger.JobStart{Shard: sh, Epoch: rec.Epoch, Owner: n.id,
 					Job: j.ID, Attempt: j.Attempt, Timeout: int64(2 * time.Second), Now: wall})

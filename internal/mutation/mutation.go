@@ -10,7 +10,8 @@ import "sync/atomic"
 // Switch names one disabled safety rule.
 type Switch int32
 
-// The switches. Each disables exactly one rule of docs/protocol.md.
+// The switches. Each disables exactly one rule of docs/protocol.md or of the
+// ledger's command table (docs/ledger.md).
 const (
 	// None: every rule in force.
 	None Switch = iota
@@ -43,12 +44,153 @@ const (
 	// IgnoreDrainDeadline: the tracker keeps acting on a Revoking shard past
 	// its drain deadline.
 	IgnoreDrainDeadline
+
+	// The ledger FSM's validation rules (docs/ledger.md, the command
+	// table), one switch each, read where the rule lives in ledger/fsm.go.
+
+	// HeartbeatStaleIncarnation: a Heartbeat with a lower incarnation than
+	// the stored one renews the record (instead of ErrStaleIncarnation).
+	HeartbeatStaleIncarnation
+	// HeartbeatStaleLiveness: a Heartbeat at another liveness epoch renews
+	// the record (instead of ErrStaleLiveness): an expired node renews.
+	HeartbeatStaleLiveness
+	// ExpireIgnoreSeq: ExpireNode's compare-and-set ignores Seq, so it
+	// expires a node whose heartbeat landed first.
+	ExpireIgnoreSeq
+	// DrainingStaleIncarnation: SetDraining from another incarnation is
+	// accepted.
+	DrainingStaleIncarnation
+	// GrantOverValidOwner: a Grant (without Takeover of a Revoking shard)
+	// is accepted while the shard's ownership is valid (ErrShardOwned).
+	GrantOverValidOwner
+	// GrantEmptyOwner: a Grant to the empty node id is not refused as
+	// invalid before the grantee is looked up.
+	GrantEmptyOwner
+	// NewOwnerUnchecked: Grant and Transfer do not check the grantee's
+	// NodeRecord against its (incarnation, liveness).
+	NewOwnerUnchecked
+	// RevokeStaleEpoch: a Revoke for another epoch is accepted.
+	RevokeStaleEpoch
+	// RevokeNotOwned: a Revoke of a shard that is not Owned (already
+	// Revoking, or Unowned) is accepted.
+	RevokeNotOwned
+	// ReleaseStaleEpoch: a Release for another epoch is accepted.
+	ReleaseStaleEpoch
+	// ReleaseNotOwner: a Release by a node that is not the owner is
+	// accepted.
+	ReleaseNotOwner
+	// ReleaseTwice: a Release of an Unowned shard is accepted again.
+	ReleaseTwice
+	// TransferStaleEpoch: a Transfer for another epoch is accepted.
+	TransferStaleEpoch
+	// TransferInvalidOwner: a Transfer from a node that is not the shard's
+	// valid owner is accepted.
+	TransferInvalidOwner
+	// JobStartNotOwner: a JobStart from a node that is not the shard's
+	// valid owner is accepted.
+	JobStartNotOwner
+	// JobStartRevoking: a JobStart on a Revoking shard is accepted.
+	JobStartRevoking
+	// JobStartStaleEpoch: a JobStart at another epoch is accepted.
+	JobStartStaleEpoch
+	// JobStartWrongAttempt: a JobStart whose Attempt is not the job's is
+	// accepted.
+	JobStartWrongAttempt
+	// JobStartFinished: a finished job is started again.
+	JobStartFinished
+	// JobStartRunning: a job whose attempt is running (current epoch, not
+	// timed out) is started again: two attempts run at once.
+	JobStartRunning
+	// JobStartBackoff: a Pending job is started before its NotBefore.
+	JobStartBackoff
+	// FinishStaleEpoch: JobComplete/JobFail at another epoch than the
+	// shard's (or the attempt's) is accepted.
+	FinishStaleEpoch
+	// FinishInvalidOwner: JobComplete/JobFail is accepted while the shard's
+	// ownership is not valid.
+	FinishInvalidOwner
+	// FinishWrongAttempt: JobComplete/JobFail for another attempt is
+	// accepted.
+	FinishWrongAttempt
+	// FinishFinished: JobComplete/JobFail of a finished job is not refused
+	// with ErrJobFinished first (a retry cannot tell it already finished).
+	FinishFinished
+	// FailNoDeadLetter: a JobFail of the last allowed attempt makes the job
+	// Pending again instead of Dead.
+	FailNoDeadLetter
+	// EnqueueDuplicateKey: a keyed JobEnqueue creates a second job for a
+	// key that is already retained.
+	EnqueueDuplicateKey
+	// AppStaleEpoch: an App command at another epoch is applied.
+	AppStaleEpoch
+	// AppInvalidOwner: an App command is applied while the shard's
+	// ownership is not valid.
+	AppInvalidOwner
 	numSwitches
 )
 
 var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew-from-ack",
 	"resume-after-handoff", "skip-apply-wait", "ignore-establish", "no-drift-margin",
-	"accept-stale-epoch", "ignore-drain-deadline"}
+	"accept-stale-epoch", "ignore-drain-deadline",
+	"heartbeat-stale-incarnation", "heartbeat-stale-liveness", "expire-ignore-seq",
+	"draining-stale-incarnation", "grant-over-valid-owner", "grant-empty-owner",
+	"new-owner-unchecked", "revoke-stale-epoch", "revoke-not-owned", "release-stale-epoch",
+	"release-not-owner", "release-twice", "transfer-stale-epoch", "transfer-invalid-owner",
+	"job-start-not-owner", "job-start-revoking", "job-start-stale-epoch", "job-start-wrong-attempt",
+	"job-start-finished", "job-start-running", "job-start-backoff", "finish-stale-epoch",
+	"finish-invalid-owner", "finish-wrong-attempt", "finish-finished", "fail-no-dead-letter",
+	"enqueue-duplicate-key", "app-stale-epoch", "app-invalid-owner"}
+
+// rules describes, per switch, the rule it disables (mutations.json).
+var rules = [...]string{
+	"",
+	"protocol: the leader expires a node only Lease·(1+δ) after it last saw its heartbeat",
+	"protocol: a Revoking shard is taken over only (Lease+Drain)·(1+δ) after the leader saw the Revoke",
+	"protocol: a lease counts from the heartbeat's ask time, not its ack",
+	"protocol rule 5: after proposing its handoff a node never acts on that epoch again",
+	"protocol rule 2: a heartbeat ack extends the lease only once the replica applied its index",
+	"protocol: a new leader waits out leases and drains it could not see (establishedAt)",
+	"protocol: the node counts Lease·(1−δ), the leader waits Lease·(1+δ)",
+	"ledger Grant: accepted only at ExpectedEpoch == the shard's epoch (ErrStaleEpoch)",
+	"protocol rule 4: a node acts on a Revoking shard only until its drain deadline",
+	"ledger Heartbeat: a lower incarnation is refused (ErrStaleIncarnation)",
+	"ledger Heartbeat: another liveness epoch is refused (ErrStaleLiveness)",
+	"ledger ExpireNode: a CAS on (incarnation, liveness, seq) (ErrConflict)",
+	"ledger SetDraining: only from the current incarnation (ErrStaleIncarnation)",
+	"ledger Grant: refused while the ownership is valid, unless a Takeover of a Revoking shard (ErrShardOwned)",
+	"ledger Grant: an empty owner is invalid (ErrInvalid)",
+	"ledger Grant/Transfer: the grantee's record matches (incarnation, liveness)",
+	"ledger Revoke: only at the shard's epoch (ErrStaleEpoch)",
+	"ledger Revoke: only of an Owned shard (ErrConflict)",
+	"ledger Release: only at the shard's epoch (ErrStaleEpoch)",
+	"ledger Release: only by the owner (ErrNotOwner)",
+	"ledger Release: not of an Unowned shard (ErrConflict)",
+	"ledger Transfer: only at the shard's epoch (ErrStaleEpoch)",
+	"ledger Transfer: only from the valid owner (ErrNotOwner)",
+	"ledger JobStart: only by the valid owner (ErrNotOwner)",
+	"ledger JobStart: not on a Revoking shard (ErrNotOwner)",
+	"ledger JobStart: only at the shard's epoch (ErrStaleEpoch)",
+	"ledger JobStart: Attempt is the job's current attempt (ErrWrongAttempt)",
+	"ledger JobStart: not of a finished job (ErrJobFinished)",
+	"ledger JobStart: a running attempt is superseded only when fenced out or timed out (ErrJobState)",
+	"ledger JobStart: not before the job's NotBefore (ErrJobState)",
+	"ledger JobComplete/JobFail: only at the shard's and the attempt's epoch (ErrStaleEpoch)",
+	"ledger JobComplete/JobFail: only while the ownership is valid (ErrNotOwner)",
+	"ledger JobComplete/JobFail: only for the current attempt (ErrWrongAttempt)",
+	"ledger JobComplete/JobFail: a finished job answers ErrJobFinished",
+	"ledger JobFail: the last allowed attempt's failure dead-letters the job",
+	"ledger JobEnqueue: a retained (shard, Key) returns the existing job (Duplicate)",
+	"ledger App: only at the shard's epoch (ErrStaleEpoch)",
+	"ledger App: only while the ownership is valid (ErrNotOwner)",
+}
+
+// Rule describes the rule switch s disables.
+func (s Switch) Rule() string {
+	if s <= 0 || s >= numSwitches {
+		return ""
+	}
+	return rules[s]
+}
 
 // String names the switch.
 func (s Switch) String() string {
@@ -78,3 +220,13 @@ func Set(s Switch) (restore func()) {
 
 // On reports whether switch s is on. It is one atomic load.
 func On(s Switch) bool { return Switch(active.Load()) == s }
+
+// ByName returns the switch named name.
+func ByName(name string) (Switch, bool) {
+	for s := None; s < numSwitches; s++ {
+		if names[s] == name {
+			return s, true
+		}
+	}
+	return None, false
+}

@@ -24,22 +24,8 @@ func TestTier2Mutations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mutation runs are skipped with -short")
 	}
-	cases := []struct {
-		sw    mutation.Switch
-		want  string // the guarantee a violation must name
-		fault Fault
-	}{
-		// The leader expires an owner cut off from everyone without
-		// waiting out its lease: the successor acts while the old owner
-		// still does.
-		{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 6 * time.Second}},
-		// The leader takes over a revoked shard without waiting out lease
-		// and drain timeout, while its draining owner's worker is still
-		// finishing (within the drain timeout): the successor overlaps it.
-		{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}},
-	}
 	const seeds = 16
-	for _, c := range cases {
+	for _, c := range mutationCases {
 		t.Run(c.sw.String(), func(t *testing.T) {
 			scenario := func(seed int64) Scenario {
 				return Scenario{Name: "mutation-" + c.sw.String(), Seed: seed, Nodes: 4,
@@ -67,6 +53,23 @@ func TestTier2Mutations(t *testing.T) {
 				c.sw, c.want, seeds, strings.Join(seen, "; "))
 		})
 	}
+}
+
+// mutationCases are the tier-2 scenarios, one per mutation they are built
+// to expose.
+var mutationCases = []struct {
+	sw    mutation.Switch
+	want  string // the guarantee a violation must name
+	fault Fault
+}{
+	// The leader expires an owner cut off from everyone without
+	// waiting out its lease: the successor acts while the old owner
+	// still does.
+	{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 6 * time.Second}},
+	// The leader takes over a revoked shard without waiting out lease
+	// and drain timeout, while its draining owner's worker is still
+	// finishing (within the drain timeout): the successor overlaps it.
+	{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}},
 }
 
 // slowDrain is a worker that needs 400 ms to wind down once its term ends

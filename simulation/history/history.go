@@ -1,0 +1,443 @@
+// Package history is the simulator's ledger-contract checker: fed every
+// committed command with its result, in log order, it keeps its own model
+// of the committed records (built only from what the commands and results
+// say, never from the FSM's state) and reports every accepted command the
+// contract of docs/ledger.md and docs/protocol.md forbids:
+//
+//   - S1: one owner per (shard, epoch); a shard's epoch changes only by +1,
+//     only on Grant/Transfer;
+//   - S2: every fenced command (JobStart, JobComplete, JobFail, App,
+//     Revoke, Release, Transfer) accepted only at the shard's current epoch
+//     and, where it has one, from the owner at that epoch whose ownership
+//     is valid;
+//   - jobs: transitions only along the documented state machine (Pending →
+//     Started → Completed/Dead or back to Pending), at most one job per
+//     idempotency key while it is retained, at most one running attempt;
+//   - liveness: the node-record compare-and-sets (Heartbeat, ExpireNode,
+//     SetDraining);
+//   - contract: a probe (a command the caller knows the contract rejects)
+//     rejected with the documented sentinel.
+//
+// S3 (acknowledged commands in the log) needs the log itself; the tier-1
+// simulator checks it with the acknowledgements it records. Tier 1 feeds the
+// checker from its reference replica, tier 2 from the first replica to
+// apply each entry.
+package history
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+type jobKey struct {
+	shard uint32
+	key   string
+}
+
+// Checker is the model. Not safe for concurrent use.
+type Checker struct {
+	violate  func(rule, msg string)
+	settings ledger.LedgerSettings
+
+	nodes    map[string]ledger.NodeRecord
+	shards   map[uint32]ledger.ShardRecord
+	jobs     map[uint64]ledger.JobRecord
+	keys     map[jobKey]uint64
+	owners   map[uint32]map[uint64]string
+	maxJob   uint64
+	finished int // jobs finished so far (an upper bound of those retained)
+}
+
+// New returns a checker for a ledger that starts empty with settings;
+// violate receives every violation (rule: S1, S2, jobs, liveness,
+// contract).
+func New(settings ledger.LedgerSettings, violate func(rule, msg string)) *Checker {
+	return &Checker{violate: violate, settings: settings, nodes: map[string]ledger.NodeRecord{},
+		shards: map[uint32]ledger.ShardRecord{}, jobs: map[uint64]ledger.JobRecord{}, keys: map[jobKey]uint64{},
+		owners: map[uint32]map[uint64]string{}}
+}
+
+func (c *Checker) fail(rule string, index uint64, cmd ledger.Command, format string, args ...any) {
+	c.violate(rule, fmt.Sprintf("#%d %s: ", index, Describe(cmd))+fmt.Sprintf(format, args...))
+}
+
+// Describe renders a command for violation messages.
+func Describe(cmd ledger.Command) string {
+	switch c := cmd.(type) {
+	case ledger.App:
+		return fmt.Sprintf("App{shard %d, epoch %d, %s}", c.Shard, c.Epoch, c.Type)
+	case ledger.JobEnqueue:
+		return fmt.Sprintf("JobEnqueue{shard %d, key %q, max %d}", c.Shard, c.Key, c.MaxAttempts)
+	case ledger.JobComplete:
+		return fmt.Sprintf("JobComplete{shard %d, epoch %d, job %d, attempt %d}", c.Shard, c.Epoch, c.Job, c.Attempt)
+	}
+	return fmt.Sprintf("%T%+v", cmd, cmd)
+}
+
+// valid is the ownership rule of docs/protocol.md, on the model's records.
+func (c *Checker) valid(r ledger.ShardRecord) bool {
+	if r.State != ledger.ShardOwned && r.State != ledger.ShardRevoking {
+		return false
+	}
+	n, ok := c.nodes[r.Owner]
+	return ok && n.Incarnation == r.OwnerIncarnation && n.Liveness == r.OwnerLiveness
+}
+
+func (c *Checker) shard(id uint32) ledger.ShardRecord {
+	r, ok := c.shards[id]
+	if !ok {
+		r = ledger.ShardRecord{Shard: id}
+	}
+	return r
+}
+
+// Probe checks a command the caller built to break exactly one rule of the
+// contract in the state the checker holds: it must be rejected with want
+// (nil: accepted, for probes that must be answered without an error such as
+// a duplicate enqueue). Then the command goes through Apply like any other.
+func (c *Checker) Probe(index uint64, from string, cmd ledger.Command, res ledger.Result, want error) {
+	switch {
+	case want == nil && res.Err != nil:
+		c.fail("contract", index, cmd, "rejected (%v), want accepted", res.Err)
+	case want != nil && res.Err == nil:
+		c.fail("contract", index, cmd, "accepted, want %v", want)
+	case want != nil && !errors.Is(res.Err, want):
+		c.fail("contract", index, cmd, "rejected with %v, want %v", res.Err, want)
+	}
+	c.Apply(index, from, cmd, res)
+}
+
+// Apply checks one committed command and its result and updates the model.
+// from is the proposing node when known ("" otherwise): an owner's command
+// accepted from another node is a violation.
+func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledger.Result) {
+	if b, ok := cmd.(ledger.Batch); ok {
+		for i, sc := range b.Commands {
+			if i < len(res.Results) {
+				c.Apply(index, from, sc, res.Results[i])
+			}
+		}
+		return
+	}
+	switch cmd := cmd.(type) {
+	case ledger.Heartbeat:
+		c.heartbeat(index, cmd, res)
+	case ledger.ExpireNode:
+		if res.Err != nil {
+			return
+		}
+		pre, ok := c.nodes[cmd.Node]
+		if !ok || pre.Incarnation != cmd.Incarnation || pre.Liveness != cmd.Liveness || pre.Seq != cmd.Seq {
+			c.fail("liveness", index, cmd, "accepted against record %+v (known %v)", pre, ok)
+		}
+		if res.Node.Liveness != pre.Liveness+1 {
+			c.fail("liveness", index, cmd, "liveness %d -> %d, want +1", pre.Liveness, res.Node.Liveness)
+		}
+		c.nodes[cmd.Node] = res.Node
+	case ledger.SetDraining:
+		if res.Err != nil {
+			return
+		}
+		if pre, ok := c.nodes[cmd.Node]; !ok || pre.Incarnation != cmd.Incarnation {
+			c.fail("liveness", index, cmd, "accepted against record %+v (known %v)", pre, ok)
+		}
+		c.nodes[cmd.Node] = res.Node
+	case ledger.Grant:
+		if res.Err != nil {
+			return
+		}
+		pre := c.shard(cmd.Shard)
+		if pre.Epoch != cmd.ExpectedEpoch {
+			c.fail("S1", index, cmd, "accepted at epoch %d", pre.Epoch)
+		}
+		if cmd.Owner == "" {
+			c.fail("S1", index, cmd, "granted to the empty node id")
+		}
+		if c.valid(pre) && !(cmd.Takeover && pre.State == ledger.ShardRevoking) {
+			c.fail("S1", index, cmd, "granted over %s's valid ownership (%s, epoch %d)", pre.Owner, pre.State, pre.Epoch)
+		}
+		c.checkGrantee(index, cmd, cmd.Owner, cmd.OwnerIncarnation, cmd.OwnerLiveness)
+		c.newOwner(index, cmd, pre, res.Shard, cmd.Owner)
+	case ledger.Revoke:
+		if res.Err != nil {
+			return
+		}
+		pre := c.shard(cmd.Shard)
+		if pre.Epoch != cmd.Epoch {
+			c.fail("S2", index, cmd, "accepted at epoch %d", pre.Epoch)
+		}
+		if pre.State != ledger.ShardOwned {
+			c.fail("S1", index, cmd, "revoked a shard in state %s", pre.State)
+		}
+		c.sameEpoch(index, cmd, pre, res.Shard, ledger.ShardRevoking)
+	case ledger.Release:
+		if res.Err != nil {
+			return
+		}
+		pre := c.shard(cmd.Shard)
+		if pre.Epoch != cmd.Epoch {
+			c.fail("S2", index, cmd, "accepted at epoch %d", pre.Epoch)
+		}
+		if pre.Owner != cmd.Owner || (from != "" && from != cmd.Owner) {
+			c.fail("S2", index, cmd, "released by %s (proposed by %q), owner %s", cmd.Owner, from, pre.Owner)
+		}
+		if pre.State == ledger.ShardUnowned {
+			c.fail("S1", index, cmd, "released a shard already Unowned at epoch %d", pre.Epoch)
+		}
+		c.sameEpoch(index, cmd, pre, res.Shard, ledger.ShardUnowned)
+	case ledger.Transfer:
+		if res.Err != nil {
+			return
+		}
+		pre := c.shard(cmd.Shard)
+		if pre.Epoch != cmd.Epoch {
+			c.fail("S2", index, cmd, "accepted at epoch %d", pre.Epoch)
+		}
+		if pre.Owner != cmd.From || !c.valid(pre) || (from != "" && from != cmd.From) {
+			c.fail("S2", index, cmd, "transfer from %s (proposed by %q), shard %s by %s valid %v", cmd.From, from, pre.State, pre.Owner, c.valid(pre))
+		}
+		if cmd.To == "" {
+			c.fail("S1", index, cmd, "transferred to the empty node id")
+		}
+		c.checkGrantee(index, cmd, cmd.To, cmd.ToIncarnation, cmd.ToLiveness)
+		c.newOwner(index, cmd, pre, res.Shard, cmd.To)
+	case ledger.JobEnqueue:
+		c.enqueue(index, cmd, res)
+	case ledger.JobStart:
+		c.start(index, from, cmd, res)
+	case ledger.JobComplete:
+		c.finish(index, from, cmd, cmd.Shard, cmd.Epoch, cmd.Job, cmd.Attempt, res, func(pre ledger.JobRecord) ledger.JobState {
+			return ledger.JobCompleted
+		})
+	case ledger.JobFail:
+		c.finish(index, from, cmd, cmd.Shard, cmd.Epoch, cmd.Job, cmd.Attempt, res, func(pre ledger.JobRecord) ledger.JobState {
+			if pre.Attempt >= pre.MaxAttempts {
+				return ledger.JobDead
+			}
+			return ledger.JobPending
+		})
+	case ledger.App:
+		if res.Err != nil {
+			return
+		}
+		c.fenced(index, from, cmd, cmd.Shard, cmd.Epoch, false)
+	case ledger.Settings:
+		if res.Err != nil {
+			return
+		}
+		if cmd.JobRetention != 0 {
+			c.settings.JobRetention = cmd.JobRetention
+		}
+		if cmd.MaxFinishedJobs != 0 {
+			c.settings.MaxFinishedJobs = cmd.MaxFinishedJobs
+		}
+		if cmd.DefaultMaxAttempts != 0 {
+			c.settings.DefaultMaxAttempts = cmd.DefaultMaxAttempts
+		}
+	}
+}
+
+func (c *Checker) heartbeat(index uint64, cmd ledger.Heartbeat, res ledger.Result) {
+	if res.Err != nil {
+		return
+	}
+	pre, known := c.nodes[cmd.Node]
+	post := res.Node
+	switch {
+	case !known:
+		if post.Liveness != 1 || post.Incarnation != cmd.Incarnation {
+			c.fail("liveness", index, cmd, "first record %+v", post)
+		}
+	case cmd.Incarnation > pre.Incarnation:
+		if post.Liveness != pre.Liveness+1 || post.Incarnation != cmd.Incarnation {
+			c.fail("liveness", index, cmd, "restart from %+v to %+v: want liveness +1", pre, post)
+		}
+	case cmd.Incarnation < pre.Incarnation:
+		c.fail("liveness", index, cmd, "accepted from incarnation %d, record at %d", cmd.Incarnation, pre.Incarnation)
+	case cmd.Liveness != pre.Liveness && cmd.Liveness != 0:
+		c.fail("liveness", index, cmd, "accepted at liveness %d, record at %d", cmd.Liveness, pre.Liveness)
+	default:
+		if post.Liveness != pre.Liveness || post.Seq != pre.Seq+1 {
+			c.fail("liveness", index, cmd, "renewal from %+v to %+v", pre, post)
+		}
+	}
+	c.nodes[cmd.Node] = post
+}
+
+// checkGrantee: the new owner's record matches (inc, liveness).
+func (c *Checker) checkGrantee(index uint64, cmd ledger.Command, node string, inc, liveness uint64) {
+	n, ok := c.nodes[node]
+	if !ok || n.Incarnation != inc || n.Liveness != liveness {
+		c.fail("S1", index, cmd, "granted to %s at (inc %d, liveness %d), record %+v (known %v)", node, inc, liveness, n, ok)
+	}
+}
+
+// newOwner checks and records an ownership change (Grant, Transfer).
+func (c *Checker) newOwner(index uint64, cmd ledger.Command, pre, post ledger.ShardRecord, owner string) {
+	if post.Epoch != pre.Epoch+1 || post.Owner != owner || post.State != ledger.ShardOwned {
+		c.fail("S1", index, cmd, "shard %d went from epoch %d to %d (%s by %s), want epoch +1 Owned by %s",
+			pre.Shard, pre.Epoch, post.Epoch, post.State, post.Owner, owner)
+	}
+	m := c.owners[post.Shard]
+	if m == nil {
+		m = map[uint64]string{}
+		c.owners[post.Shard] = m
+	}
+	if o, ok := m[post.Epoch]; ok && o != post.Owner {
+		c.fail("S1", index, cmd, "shard %d epoch %d owned by %s and %s", post.Shard, post.Epoch, o, post.Owner)
+	}
+	m[post.Epoch] = post.Owner
+	c.shards[post.Shard] = post
+}
+
+// sameEpoch checks and records a state change that keeps the epoch and
+// owner (Revoke, Release).
+func (c *Checker) sameEpoch(index uint64, cmd ledger.Command, pre, post ledger.ShardRecord, state ledger.ShardState) {
+	if post.Epoch != pre.Epoch || post.Owner != pre.Owner || post.State != state {
+		c.fail("S1", index, cmd, "shard %d went from %s by %s at epoch %d to %s by %s at %d", pre.Shard,
+			pre.State, pre.Owner, pre.Epoch, post.State, post.Owner, post.Epoch)
+	}
+	c.shards[post.Shard] = post
+}
+
+// fenced checks an accepted owner's command: current epoch, valid
+// ownership, proposed by the owner; owned additionally demands Owned (not
+// Revoking). It returns the shard record.
+func (c *Checker) fenced(index uint64, from string, cmd ledger.Command, shard uint32, epoch uint64, owned bool) ledger.ShardRecord {
+	pre := c.shard(shard)
+	switch {
+	case pre.Epoch != epoch:
+		c.fail("S2", index, cmd, "accepted at stale epoch %d (shard %d at epoch %d)", epoch, shard, pre.Epoch)
+	case !c.valid(pre):
+		c.fail("S2", index, cmd, "accepted while shard %d (%s by %s, epoch %d) has no valid owner", shard, pre.State, pre.Owner, pre.Epoch)
+	case from != "" && from != pre.Owner:
+		c.fail("S2", index, cmd, "accepted from %s, shard %d's owner at epoch %d is %s", from, shard, epoch, pre.Owner)
+	case owned && pre.State != ledger.ShardOwned:
+		c.fail("S2", index, cmd, "accepted while shard %d is %s", shard, pre.State)
+	}
+	return pre
+}
+
+// retained reports whether the finished job j is certainly still kept by
+// the ledger at now (pruning drops the oldest beyond the settings).
+func (c *Checker) retained(j ledger.JobRecord, now int64) bool {
+	if !j.State.Finished() {
+		return true
+	}
+	return c.finished <= int(c.settings.MaxFinishedJobs) && now-j.FinishedAt < c.settings.JobRetention
+}
+
+func (c *Checker) enqueue(index uint64, cmd ledger.JobEnqueue, res ledger.Result) {
+	if res.Err != nil {
+		return
+	}
+	k := jobKey{cmd.Shard, cmd.Key}
+	if res.Duplicate {
+		if id, ok := c.keys[k]; cmd.Key == "" || (ok && id != res.Job.ID) || res.Job.Key != cmd.Key {
+			c.fail("jobs", index, cmd, "duplicate of job %d (key %q), the key's job is %d", res.Job.ID, res.Job.Key, id)
+		}
+		return
+	}
+	j := res.Job
+	if j.ID <= c.maxJob || j.State != ledger.JobPending || j.Attempt != 0 || j.Shard != cmd.Shard || j.Key != cmd.Key {
+		c.fail("jobs", index, cmd, "created %+v (last id %d)", j, c.maxJob)
+	}
+	if cmd.Key != "" {
+		if id, ok := c.keys[k]; ok {
+			if old := c.jobs[id]; c.retained(old, cmd.Now) {
+				c.fail("jobs", index, cmd, "a second job %d for key %q while job %d (%s) is retained", j.ID, cmd.Key, id, old.State)
+			}
+		}
+		c.keys[k] = j.ID
+	}
+	c.maxJob = max(c.maxJob, j.ID)
+	c.jobs[j.ID] = j
+}
+
+// abandoned: a started attempt may be superseded (fenced out, or timed out).
+func abandoned(j ledger.JobRecord, epoch uint64, now int64) bool {
+	return j.Epoch < epoch || (j.Timeout > 0 && now > j.StartedAt && uint64(now)-uint64(j.StartedAt) > uint64(j.Timeout))
+}
+
+func (c *Checker) start(index uint64, from string, cmd ledger.JobStart, res ledger.Result) {
+	pre, known := c.jobs[cmd.Job]
+	if res.Err != nil {
+		// The one rejection that changes the job: an abandoned attempt that
+		// used the last one is dead-lettered.
+		if known && !pre.State.Finished() && res.Job.ID == cmd.Job && res.Job.State == ledger.JobDead {
+			sh := c.shard(cmd.Shard)
+			if pre.State != ledger.JobStarted || !abandoned(pre, sh.Epoch, cmd.Now) || pre.Attempt < pre.MaxAttempts {
+				c.fail("jobs", index, cmd, "dead-lettered job %+v", pre)
+			}
+			c.finishJob(res.Job)
+		}
+		return
+	}
+	sh := c.fenced(index, from, cmd, cmd.Shard, cmd.Epoch, true)
+	if sh.Owner != cmd.Owner {
+		c.fail("S2", index, cmd, "started by %s, shard %d's owner at epoch %d is %s", cmd.Owner, cmd.Shard, sh.Epoch, sh.Owner)
+	}
+	switch {
+	case !known || pre.Shard != cmd.Shard:
+		c.fail("jobs", index, cmd, "started an unknown job (known %v, on shard %d)", known, pre.Shard)
+	case pre.State.Finished():
+		c.fail("jobs", index, cmd, "started a %s job", pre.State)
+	case cmd.Attempt != pre.Attempt:
+		c.fail("jobs", index, cmd, "started after attempt %d, the job is at %d", cmd.Attempt, pre.Attempt)
+	case pre.State == ledger.JobPending && cmd.Now < pre.NotBefore:
+		c.fail("jobs", index, cmd, "started at %d, backing off until %d", cmd.Now, pre.NotBefore)
+	case pre.State == ledger.JobStarted && !abandoned(pre, sh.Epoch, cmd.Now):
+		c.fail("jobs", index, cmd, "a second attempt while attempt %d (epoch %d, started %d, timeout %d) runs", pre.Attempt, pre.Epoch, pre.StartedAt, pre.Timeout)
+	}
+	post := res.Job
+	if post.State != ledger.JobStarted || post.Attempt != pre.Attempt+1 || post.Owner != cmd.Owner || post.Epoch != cmd.Epoch {
+		c.fail("jobs", index, cmd, "start made %+v from %+v", post, pre)
+	}
+	c.jobs[cmd.Job] = post
+}
+
+func (c *Checker) finish(index uint64, from string, cmd ledger.Command, shard uint32, epoch, id uint64, attempt uint32,
+	res ledger.Result, next func(ledger.JobRecord) ledger.JobState) {
+	pre, known := c.jobs[id]
+	if res.Err != nil {
+		// A retried finish must say the job finished (ErrJobFinished), unless
+		// the job was pruned or the command itself is malformed.
+		if known && pre.Shard == shard && pre.State.Finished() && !errors.Is(res.Err, ledger.ErrJobFinished) &&
+			!errors.Is(res.Err, ledger.ErrUnknownJob) && !errors.Is(res.Err, ledger.ErrTooLarge) && !errors.Is(res.Err, ledger.ErrInvalid) {
+			c.fail("contract", index, cmd, "finish of %s job %d rejected with %v, want %v", pre.State, id, res.Err, ledger.ErrJobFinished)
+		}
+		return
+	}
+	c.fenced(index, from, cmd, shard, epoch, false)
+	switch {
+	case !known || pre.Shard != shard:
+		c.fail("jobs", index, cmd, "finished an unknown job (known %v, on shard %d)", known, pre.Shard)
+	case pre.State != ledger.JobStarted:
+		c.fail("jobs", index, cmd, "finished a %s job", pre.State)
+	case pre.Attempt != attempt:
+		c.fail("jobs", index, cmd, "finished attempt %d, the job is at %d", attempt, pre.Attempt)
+	case pre.Epoch != epoch:
+		c.fail("S2", index, cmd, "finished attempt %d at epoch %d, it started at %d", attempt, epoch, pre.Epoch)
+	}
+	post := res.Job
+	if want := next(pre); post.State != want || post.Attempt != pre.Attempt {
+		c.fail("jobs", index, cmd, "made %s attempt %d from %s attempt %d of %d, want %s", post.State, post.Attempt,
+			pre.State, pre.Attempt, pre.MaxAttempts, want)
+	}
+	c.finishJob(post)
+}
+
+func (c *Checker) finishJob(j ledger.JobRecord) {
+	if j.State.Finished() && !c.jobs[j.ID].State.Finished() {
+		c.finished++
+	}
+	c.jobs[j.ID] = j
+}
+
+// Shard returns the model's record of shard id (probes are built from it).
+func (c *Checker) Shard(id uint32) ledger.ShardRecord { return c.shard(id) }
+
+// Valid reports whether the model holds r's ownership valid.
+func (c *Checker) Valid(r ledger.ShardRecord) bool { return c.valid(r) }
