@@ -30,7 +30,7 @@ func TestTier2Mutations(t *testing.T) {
 			scenario := func(seed int64) Scenario {
 				return Scenario{Name: "mutation-" + c.sw.String(), Seed: seed, Nodes: 4,
 					Duration: 30 * time.Second, FaultsUntil: 15 * time.Second, Faults: []Fault{c.fault},
-					App: App{Worker: slowDrain}}
+					App: App{Worker: c.worker}}
 			}
 			// The control: the scenario is clean with every rule on.
 			if res := runQuiet(t, scenario(1)); res.Failed() {
@@ -58,18 +58,21 @@ func TestTier2Mutations(t *testing.T) {
 // mutationCases are the tier-2 scenarios, one per mutation they are built
 // to expose.
 var mutationCases = []struct {
-	sw    mutation.Switch
-	want  string // the guarantee a violation must name
-	fault Fault
+	sw     mutation.Switch
+	want   string // the guarantee a violation must name
+	fault  Fault
+	worker func(context.Context, *Env, node.Token) error // nil: returns when its context ends
 }{
 	// The leader expires an owner cut off from everyone without
 	// waiting out its lease: the successor acts while the old owner
-	// still does.
-	{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 6 * time.Second}},
+	// still does. The worker stops when its context ends, as workers
+	// must: an expiry leaves no drain time (a worker that kept running
+	// past its lease would overlap even with every rule on).
+	{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 6 * time.Second}, nil},
 	// The leader takes over a revoked shard without waiting out lease
 	// and drain timeout, while its draining owner's worker is still
 	// finishing (within the drain timeout): the successor overlaps it.
-	{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}},
+	{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}, slowDrain},
 }
 
 // slowDrain is a worker that needs 400 ms to wind down once its term ends

@@ -59,7 +59,7 @@ func TestTier2MutationsReport(t *testing.T) {
 				scenario = func(seed int64) Scenario {
 					return Scenario{Name: "mutation-" + e.Name, Seed: seed, Nodes: 4,
 						Duration: 30 * time.Second, FaultsUntil: 15 * time.Second, Faults: []Fault{c.fault},
-						App: App{Worker: slowDrain}}
+						App: App{Worker: c.worker}}
 				}
 			}
 		}
