@@ -262,8 +262,8 @@ func TestRetriesAcrossLeaderKills(t *testing.T) {
 				id := NewRequestID()
 				var a Applied
 				var err error
-				for try := 0; try < 5; try++ { // the caller's own retries, same id
-					shard := uint32(r.IntN(16))
+				shard := uint32(r.IntN(16))
+				for try := 0; try < 5; try++ { // the caller's own retries: same id, same command
 					owner, tok, ok := ownerToken(cctx, nodesNow, shard)
 					if !ok {
 						err = cctx.Err()
@@ -301,7 +301,7 @@ func TestRetriesAcrossLeaderKills(t *testing.T) {
 		go client(c, rng.Uint64())
 	}
 
-	kills := 3
+	kills := 4
 	for k := range kills {
 		time.Sleep(time.Duration(800+rng.IntN(800)) * time.Millisecond)
 		mu.Lock()
@@ -389,6 +389,21 @@ func TestRetriesAcrossLeaderKills(t *testing.T) {
 			}
 		}
 	}
+	// Retries that reached the log: a request id in more than one entry.
+	_, cmds := logEntries(t, tc.nodes[0])
+	seen := map[ledger.RequestID]int{}
+	for _, c := range cmds {
+		if s, ok := c.(ledger.Session); ok {
+			seen[s.ID]++
+		}
+	}
+	retried := 0
+	for _, n := range seen {
+		if n > 1 {
+			retried++
+		}
+	}
+	t.Logf("seed %d: %d request ids in the log, %d of them in more than one entry (retries the session table answered)", seed, len(seen), retried)
 	t.Logf("seed %d: %d enqueue answers (%v), %d app commands acknowledged (%d answered by a replay), %d errors; %d sessions remembered",
 		seed, len(answers), keyedPerKind, len(acked), replays, unknown, st.NumSessions())
 	for _, err := range append(enqErrs, proposeErrs...) {
