@@ -45,7 +45,8 @@ func (p Proposer) String() string {
 //     forwardable);
 //   - operators may drain any node and change Settings;
 //   - once the cluster's configuration is recorded, any member may propose
-//     a ClusterConfig (finalizing an upgrade; the FSM checks it).
+//     a ClusterConfig (finalizing an upgrade; the FSM checks it);
+//   - a Session is judged by the command it wraps.
 //
 // Epoch checks read st, the leader's applied state: the caller must make sure
 // st includes every entry committed when the command arrived (a member can
@@ -117,6 +118,13 @@ func Authorize(st *State, p Proposer, c Command) error {
 			return deny("the leader records the cluster's first configuration")
 		}
 		return nil
+	case Session:
+		// A request id changes nothing about who may propose what.
+		switch c.Command.(type) {
+		case Batch, Session, nil:
+			return deny("a session wraps one plain command")
+		}
+		return Authorize(st, p, c.Command)
 	case Batch:
 		for i, sub := range c.Commands {
 			if err := Authorize(st, p, sub); err != nil {

@@ -259,6 +259,8 @@ func (k Kind) String() string {
 		return "DeclareElection"
 	case KindClusterConfig:
 		return "ClusterConfig"
+	case KindSession:
+		return "Session"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

@@ -20,6 +20,12 @@ type Config struct {
 	MaxFinishedJobs int
 	// DefaultMaxAttempts is the MaxAttempts of jobs enqueued with 0.
 	DefaultMaxAttempts int
+	// SessionWindow is how long the session table remembers a request id
+	// (measured with the proposers' clocks, command Now); 0 means
+	// DefaultSessionWindow. MaxSessions bounds how many it remembers; 0
+	// means DefaultMaxSessions. The oldest go first (docs/ledger.md).
+	SessionWindow time.Duration
+	MaxSessions   int
 }
 
 // Defaults.
@@ -28,6 +34,8 @@ const (
 	DefaultJobRetention       = 24 * time.Hour
 	DefaultMaxFinishedJobs    = 100_000
 	DefaultDefaultMaxAttempts = 5
+	DefaultSessionWindow      = 10 * time.Minute
+	DefaultMaxSessions        = 65_536
 )
 
 // DefaultConfig returns the default configuration.
@@ -37,6 +45,8 @@ func DefaultConfig() Config {
 		JobRetention:       DefaultJobRetention,
 		MaxFinishedJobs:    DefaultMaxFinishedJobs,
 		DefaultMaxAttempts: DefaultDefaultMaxAttempts,
+		SessionWindow:      DefaultSessionWindow,
+		MaxSessions:        DefaultMaxSessions,
 	}
 }
 
@@ -51,8 +61,26 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ledger: MaxFinishedJobs %d must be in (0, %d]", c.MaxFinishedJobs, uint32(1<<32-1))
 	case c.DefaultMaxAttempts <= 0 || c.DefaultMaxAttempts > 1<<32-1:
 		return fmt.Errorf("ledger: DefaultMaxAttempts %d must be in (0, %d]", c.DefaultMaxAttempts, uint32(1<<32-1))
+	case c.SessionWindow < 0:
+		return fmt.Errorf("ledger: SessionWindow %v must not be negative", c.SessionWindow)
+	case c.MaxSessions < 0:
+		return fmt.Errorf("ledger: MaxSessions %d must not be negative", c.MaxSessions)
 	}
 	return nil
+}
+
+func (c Config) sessionWindow() int64 {
+	if c.SessionWindow == 0 {
+		return int64(DefaultSessionWindow)
+	}
+	return int64(c.SessionWindow)
+}
+
+func (c Config) maxSessions() int {
+	if c.MaxSessions == 0 {
+		return DefaultMaxSessions
+	}
+	return c.MaxSessions
 }
 
 func (c Config) settings() LedgerSettings {

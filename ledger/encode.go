@@ -16,11 +16,11 @@ import (
 
 // Version is the newest encoding version, written as the first byte.
 // Version 2 added Release.Avoid and DeclareElection; version 3
-// Heartbeat.MinVersion/MaxVersion and ClusterConfig. Encode writes the
-// oldest version that can express the command (version 1 for everything
-// else), so nodes of the previous release keep reading it; Decode reads
-// versions 1 and 2.
-const Version byte = 3
+// Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
+// command with a request id). Encode writes the oldest version that can
+// express the command (version 1 for everything else), so nodes of the
+// previous release keep reading it; Decode reads versions 1 to 4.
+const Version byte = 4
 
 // minVersion is the oldest version Decode reads.
 const minVersion byte = 1
@@ -40,6 +40,8 @@ func versionFor(c Command) byte {
 		}
 	case ClusterConfig:
 		return 3
+	case Session:
+		return 4
 	case Batch:
 		v := minVersion
 		for _, sc := range c.Commands {
@@ -378,6 +380,20 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.u(uint64(c.Partitions))
 		w.u(uint64(c.Version))
 		w.i(c.Now)
+	case Session:
+		switch c.Command.(type) {
+		case nil, Batch, Session:
+			return fmt.Errorf("%w: a session wraps one command, not %T", ErrInvalid, c.Command)
+		}
+		if c.ID.IsZero() {
+			return fmt.Errorf("%w: session with the zero request id", ErrInvalid)
+		}
+		if w.ver < 4 {
+			return fmt.Errorf("%w: Session needs encoding version 4", ErrInvalid)
+		}
+		w.b = append(w.b, byte(KindSession))
+		w.b = append(w.b, c.ID[:]...)
+		return encodeBody(w, c.Command, true)
 	case DeclareElection:
 		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
 			return err
@@ -496,6 +512,27 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
+	case KindSession:
+		if r.ver < 4 {
+			r.fail(fmt.Errorf("%w: Session in a version %d entry", ErrMalformed, r.ver))
+			return nil
+		}
+		id := r.requestID()
+		switch {
+		case r.err != nil:
+			return nil
+		case id.IsZero():
+			r.fail(fmt.Errorf("%w: session with the zero request id", ErrMalformed))
+			return nil
+		case len(r.b) > 0 && Kind(r.b[0]) == KindSession:
+			r.fail(fmt.Errorf("%w: nested session", ErrMalformed))
+			return nil
+		}
+		c := decodeBody(r, true) // inBatch: a session does not wrap a batch
+		if r.err != nil {
+			return nil
+		}
+		return Session{ID: id, Command: c}
 	case KindBatch:
 		if inBatch {
 			r.fail(fmt.Errorf("%w: nested batch", ErrMalformed))

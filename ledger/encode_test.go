@@ -31,6 +31,9 @@ func sampleCommands() []Command {
 		Batch{Commands: []Command{Heartbeat{Node: "a", Incarnation: 1}, JobComplete{Shard: 1, Epoch: 1, Job: 1, Attempt: 1}}},
 		DeclareElection{Group: "eu", Name: "indexer", Partitions: 271, Now: 10},
 		Batch{Commands: []Command{Release{Shard: 1, Epoch: 1, Owner: "a", Avoid: true}, DeclareElection{Group: "us", Name: "x", Partitions: 8}}},
+		Session{ID: RequestID{1, 2, 3}, Command: JobEnqueue{Shard: 2, Key: "order-18", Type: "email", Payload: []byte("hi"), Now: 11}},
+		Session{ID: RequestID{15: 9}, Command: Heartbeat{Node: "n1", Incarnation: 1, Now: 1, MinVersion: 1, MaxVersion: 2}},
+		Batch{Commands: []Command{Heartbeat{Node: "a", Incarnation: 1}, Session{ID: RequestID{4}, Command: App{Shard: 9, Epoch: 1, Type: "kv", Payload: []byte("x"), Now: 12}}}},
 	}
 }
 

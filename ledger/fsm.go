@@ -136,7 +136,8 @@ const (
 	dirtyNodes dirtySet = 1 << iota
 	dirtyShards
 	dirtyJobs
-	dirtyAll = dirtyNodes | dirtyShards | dirtyJobs
+	dirtySessions
+	dirtyAll = dirtyNodes | dirtyShards | dirtyJobs | dirtySessions
 )
 
 func (f *FSM) publish() {
@@ -163,6 +164,11 @@ func (f *FSM) publish() {
 		c.finished = f.st.finished.Clone()
 	} else {
 		c.jobs, c.jobIdx, c.keyIdx, c.finished = prev.jobs, prev.jobIdx, prev.keyIdx, prev.finished
+	}
+	if f.dirty&dirtySessions != 0 {
+		c.sessions, c.sessionOrder = f.st.sessions.Clone(), f.st.sessionOrder.Clone()
+	} else {
+		c.sessions, c.sessionOrder = prev.sessions, prev.sessionOrder
 	}
 	f.dirty = 0
 	f.pub.Store(&c)
@@ -339,6 +345,8 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 		r = f.clusterConfig(c)
 	case DeclareElection:
 		r = f.declareElection(c)
+	case Session:
+		r = f.session(index, c)
 	case nil:
 		r.Err = fmt.Errorf("%w: nil command", ErrInvalid)
 	default:

@@ -156,5 +156,12 @@ func dumpState(s *State) string {
 	for _, e := range s.Elections() {
 		fmt.Fprintf(&b, "%s at=%d\n", fmtElection(e), e.DeclaredAt)
 	}
+	fmt.Fprintf(&b, "sessionseq=%d\n", s.sessionSeq)
+	s.sessionOrder.Ascend(func(o sessionOrder) bool {
+		e, _ := s.sessions.Get(sessionEntry{id: o.id})
+		fmt.Fprintf(&b, "session %d %s now=%d %s/%d dup=%v err=%v job=%d resp=%q\n", e.seq, e.id, e.now, e.kind, e.shard,
+			e.res.Duplicate, e.res.Err, e.res.Job.ID, e.res.Response)
+		return true
+	})
 	return b.String()
 }

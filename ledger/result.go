@@ -33,6 +33,12 @@ type Result struct {
 	// Election is the record DeclareElection declared or found (Duplicate
 	// set when it existed).
 	Election ElectionRecord
+	// Replayed is set when a Session's request id was found in the session
+	// table: the wrapped command was not applied again and the rest of the
+	// Result is its first application's (the job's payload and result
+	// re-read from the job, if it is still kept). Local only: not part of
+	// the wire form, and Results of a Batch are not remembered.
+	Replayed bool
 }
 
 // resultVersion 2 added ShardRecord.AvoidOwner and Result.Election;

@@ -15,9 +15,9 @@ import (
 // the sink one by one.
 
 // snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
-// version 3 the cluster config and NodeRecord's version range. Versions 1
-// and 2 are still read.
-const snapshotVersion byte = 3
+// version 3 the cluster config and NodeRecord's version range; version 4
+// the session table. Versions 1 to 3 are still read.
+const snapshotVersion byte = 4
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -96,6 +96,21 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	w.u(uint64(st.cluster.Partitions))
 	w.u(uint64(st.cluster.Version))
 	w.i(st.cluster.FinalizedAt)
+	w.u(st.sessionSeq)
+	w.u(uint64(st.sessionOrder.Len()))
+	st.sessionOrder.Ascend(func(o sessionOrder) bool {
+		e, ok := st.sessions.Get(sessionEntry{id: o.id})
+		if !ok {
+			err = fmt.Errorf("ledger: session table: request %s in the order index only", o.id)
+			return false
+		}
+		if eerr := encodeSessionEntry(w, e); eerr != nil {
+			err = eerr
+			return false
+		}
+		flush()
+		return err == nil
+	})
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
 		w.str(a.typ)
@@ -192,6 +207,25 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 	}
 	if r.ver >= 3 {
 		st.cluster = ClusterInfo{Name: r.str(), Partitions: r.u32(), Version: r.u32(), FinalizedAt: r.i()}
+	}
+	if r.ver >= 4 {
+		st.sessionSeq = r.u()
+		for n := count(); n > 0 && r.err == nil; n-- {
+			e := decodeSessionEntry(r)
+			if r.err != nil {
+				break
+			}
+			if _, dup := st.sessions.Get(e); dup || e.id.IsZero() || e.seq == 0 || e.seq > st.sessionSeq {
+				r.fail(fmt.Errorf("%w: snapshot session %s (seq %d of %d): zero, repeated or out of sequence", ErrMalformed, e.id, e.seq, st.sessionSeq))
+				break
+			}
+			if o, ok := st.sessionOrder.Max(); ok && o.seq >= e.seq {
+				r.fail(fmt.Errorf("%w: snapshot sessions out of order (seq %d after %d)", ErrMalformed, e.seq, o.seq))
+				break
+			}
+			st.sessions.ReplaceOrInsert(e)
+			st.sessionOrder.ReplaceOrInsert(sessionOrder{seq: e.seq, id: e.id})
+		}
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

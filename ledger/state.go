@@ -48,6 +48,10 @@ type State struct {
 	elections  *btree.BTreeG[ElectionRecord] // by (group, name); published with the shards
 	partitions uint32                        // recorded by the first DeclareElection
 
+	sessions     *btree.BTreeG[sessionEntry] // remembered requests by id (session.go)
+	sessionOrder *btree.BTreeG[sessionOrder] // the same, in insertion order
+	sessionSeq   uint64                      // last session insertion number
+
 	cluster   ClusterInfo // the committed ClusterConfig
 	settings  LedgerSettings
 	nextJob   uint64 // last assigned job id
@@ -55,7 +59,7 @@ type State struct {
 	applied   uint64
 }
 
-func newState(s LedgerSettings) *State {
+func newStateTables(s LedgerSettings) *State {
 	return &State{
 		shards: btree.NewG(btreeDegree, func(a, b ShardRecord) bool { return a.Shard < b.Shard }),
 		nodes:  btree.NewG(btreeDegree, func(a, b NodeRecord) bool { return a.ID < b.ID }),
@@ -86,6 +90,12 @@ func newState(s LedgerSettings) *State {
 	}
 }
 
+func newState(s LedgerSettings) *State {
+	st := newStateTables(s)
+	st.sessions, st.sessionOrder = newSessionTrees()
+	return st
+}
+
 // clone returns a copy sharing structure; both may be used independently
 // (the writer's next changes copy the nodes they touch).
 func (s *State) clone() *State {
@@ -97,6 +107,8 @@ func (s *State) clone() *State {
 	c.keyIdx = s.keyIdx.Clone()
 	c.finished = s.finished.Clone()
 	c.elections = s.elections.Clone()
+	c.sessions = s.sessions.Clone()
+	c.sessionOrder = s.sessionOrder.Clone()
 	return &c
 }
 

@@ -13,7 +13,9 @@ const (
 	// in.
 	MinClusterVersion uint32 = 1
 	// MaxClusterVersion is the newest cluster version this binary speaks.
-	MaxClusterVersion uint32 = 1
+	// Version 2: retried commands carry request ids (Session, encoding
+	// version 4; VersionRequestIDs).
+	MaxClusterVersion uint32 = 2
 )
 
 // KindClusterConfig is the wire kind of ClusterConfig (encoding version 3).
@@ -109,6 +111,8 @@ func unreadable(c Command) error {
 		if c.Version > MaxClusterVersion {
 			return fmt.Errorf("%w: cluster version %d (this binary speaks %d to %d)", ErrVersion, c.Version, MinClusterVersion, MaxClusterVersion)
 		}
+	case Session:
+		return unreadable(c.Command)
 	case Batch:
 		for _, sc := range c.Commands {
 			if err := unreadable(sc); err != nil {

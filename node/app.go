@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // StateMachine is an application state machine replicated by the cluster
@@ -39,10 +41,43 @@ type StateMachine interface {
 // Applied is the outcome of a committed application command.
 type Applied struct {
 	// Index is the command's log index; every node's state machine has
-	// applied it once its replica's applied index reaches Index.
+	// applied it once its replica's applied index reaches Index. For a
+	// retry answered from the session table it is the retry's own entry;
+	// the command was applied at an earlier one.
 	Index uint64
-	// Result is what the state machine's Apply returned on the leader.
+	// Result is what the state machine's Apply returned on the leader (for
+	// a retry: on the first try).
 	Result []byte
+	// RequestID is the id the command carried (WithRequestID, or one the
+	// node drew); zero when the cluster does not run version 2 yet and the
+	// command carried none. After an ErrNoQuorum, Propose again with
+	// WithRequestID(RequestID) to learn the outcome without applying twice.
+	RequestID RequestID
+	// Replayed: the ledger had already applied this request id; Result is
+	// the first application's and nothing was applied now.
+	Replayed bool
+}
+
+// RequestID identifies one logical command across its retries
+// (ledger.RequestID: 16 bytes, e.g. a UUIDv4; the zero id means none).
+type RequestID = ledger.RequestID
+
+// NewRequestID returns a random request id.
+func NewRequestID() RequestID { return ledger.NewRequestID() }
+
+// ProposeOption configures one Propose.
+type ProposeOption func(*proposeOptions)
+
+type proposeOptions struct{ id RequestID }
+
+// WithRequestID makes Propose carry id. The ledger remembers the outcome
+// of each id for its session window (docs/guarantees.md, "Retries"): a
+// Propose with an id already applied within the window is not applied
+// again and returns the first application's result. Use one id per
+// logical command, and the same id for every retry of it — also from
+// another process, or on another node. The zero id means none.
+func WithRequestID(id RequestID) ProposeOption {
+	return func(o *proposeOptions) { o.id = id }
 }
 
 // Propose commits an application command of type typ for tok's shard and
@@ -50,19 +85,34 @@ type Applied struct {
 // ErrStaleToken, and no state machine sees it, if the shard has moved past
 // tok's epoch — a deposed owner cannot write. ErrUnknownType means no
 // state machine is registered for typ; an error returned by the state
-// machine's Apply is returned wrapped. ErrNoQuorum means the command could
-// not be committed or — when the control group's leader changed while
-// committing — that its outcome is unknown: Propose does not retry it,
-// because a retry could apply it twice; make commands idempotent (carry an
-// id the state machine deduplicates) if you retry.
-func (n *Node) Propose(ctx context.Context, tok Token, typ string, payload []byte) (Applied, error) {
+// machine's Apply is returned wrapped.
+//
+// Retries (cluster version 2 and later, docs/guarantees.md "Retries"): the
+// command carries a request id — the caller's (WithRequestID) or one the
+// node draws — and when the control group's leader changes while it
+// commits (outcome unknown), Propose retries it until ctx ends; a retry
+// that finds the first try applied returns that result. ErrNoQuorum then
+// means ctx ended before any try's outcome was known: Propose again with
+// WithRequestID(applied.RequestID) within the session window to get the
+// outcome, applied exactly once.
+//
+// Before the cluster runs version 2 (a rolling upgrade from an older
+// release not finalized yet) the id is not sent and Propose behaves as
+// the older release did: ErrNoQuorum may mean that the outcome is unknown,
+// Propose does not retry, and a retry by the caller could apply the
+// command twice (Applied.RequestID is zero then).
+func (n *Node) Propose(ctx context.Context, tok Token, typ string, payload []byte, opts ...ProposeOption) (Applied, error) {
 	if n.isClosed() {
 		return Applied{}, ErrClosed
 	}
 	if _, ok := n.cfg.StateMachines[typ]; !ok {
 		return Applied{}, fmt.Errorf("node: propose %q: %w", typ, ErrUnknownType)
 	}
-	a, err := n.be.propose(ctx, tok, typ, payload)
+	var o proposeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	a, err := n.be.propose(ctx, tok, typ, payload, o.id)
 	if err != nil {
 		return a, fmt.Errorf("node: propose %q with token %s: %w", typ, tok, err)
 	}

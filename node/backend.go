@@ -56,8 +56,10 @@ type backend interface {
 	// it in the ledger the first time.
 	electionShard(ctx context.Context, group, name string) (uint32, error)
 
-	// propose commits an application command fenced by tok.
-	propose(ctx context.Context, tok Token, typ string, payload []byte) (Applied, error)
+	// propose commits an application command fenced by tok, carrying
+	// request id (zero: the backend may draw one) when the cluster runs
+	// ledger.VersionRequestIDs.
+	propose(ctx context.Context, tok Token, typ string, payload []byte, id RequestID) (Applied, error)
 
 	// Job commands. Errors wrap ErrStaleToken, ErrNotOwner, ErrJobState,
 	// ErrJobNotFound; the returned job is the current record when known.

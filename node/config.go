@@ -204,6 +204,10 @@ type Config struct {
 	// finalizes as soon as every node holding a lease speaks the newer
 	// version. Finalizing is irreversible (docs/upgrades.md).
 	ManualFinalize bool
+
+	// speakMax, if non-zero, caps the cluster versions this node
+	// advertises (tests: a node standing in for an older release).
+	speakMax uint32
 }
 
 // DefaultConfig returns the default configuration with the node's identity

@@ -247,7 +247,8 @@ func (n *Node) FailJob(ctx context.Context, job Job, reason string, backoff time
 
 // Job returns the job with id from this node's replica, or ErrJobNotFound
 // (never enqueued, or dropped by retention after it finished). The replica
-// may lag the leader by a few commits.
+// may lag the leader: usually by a few commits, by seconds after a pause
+// (docs/guarantees.md, "How far a replica's reads may lag").
 func (n *Node) Job(id uint64) (Job, error) {
 	j, ok := n.be.job(id)
 	if !ok {

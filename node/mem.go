@@ -35,6 +35,8 @@ type MemNetwork struct {
 	jobKeys     map[memJobKey]uint64
 	nextJob     uint64
 	appLog      []memEntry
+	requests    map[RequestID]memRequest // Propose outcomes by request id
+	requestLog  []RequestID              // insertion order, for the bound
 	incarnation map[string]uint64
 	// wrap, when set (tests), wraps every backend the network hands out.
 	wrap func(backend) backend
@@ -373,11 +375,46 @@ func (b *memBackend) fenced(tok Token) error {
 	return nil
 }
 
-func (b *memBackend) propose(_ context.Context, tok Token, typ string, payload []byte) (Applied, error) {
+func (b *memBackend) propose(_ context.Context, tok Token, typ string, payload []byte, id RequestID) (Applied, error) {
 	defer b.lock()()
 	if !b.self.alive {
 		return Applied{}, ErrClosed
 	}
+	if id.IsZero() {
+		return b.proposeLocked(tok, typ, payload)
+	}
+	// The in-memory network never loses an outcome, but a caller's own
+	// retry with a request id is answered as the ledger would: the first
+	// application's outcome, applied once.
+	if r, ok := b.net.requests[id]; ok {
+		b.net.index++
+		a := r.a
+		a.Index, a.Replayed = b.net.index, true
+		return a, r.err
+	}
+	before := b.net.index
+	a, err := b.proposeLocked(tok, typ, payload)
+	a.RequestID = id
+	if b.net.index != before { // applied (fenced refusals are not remembered here)
+		if b.net.requests == nil {
+			b.net.requests = map[RequestID]memRequest{}
+		}
+		b.net.requests[id] = memRequest{a, err}
+		b.net.requestLog = append(b.net.requestLog, id)
+		if len(b.net.requestLog) > maxMemRequests {
+			delete(b.net.requests, b.net.requestLog[0])
+			b.net.requestLog = b.net.requestLog[1:]
+		}
+	}
+	return a, err
+}
+
+type memRequest struct {
+	a   Applied
+	err error
+}
+
+func (b *memBackend) proposeLocked(tok Token, typ string, payload []byte) (Applied, error) {
 	if err := b.fenced(tok); err != nil {
 		return Applied{}, err
 	}
@@ -551,3 +588,7 @@ func cloneJob(j Job) Job {
 	j.Result = append([]byte(nil), j.Result...)
 	return j
 }
+
+// maxMemRequests bounds the in-memory network's request table, as
+// ledger.DefaultMaxSessions bounds the ledger's.
+const maxMemRequests = 65_536

@@ -157,6 +157,7 @@ func ownershipConfig(cfg Config) ownership.Config {
 		oc.ClusterName = cfg.Cluster
 	}
 	oc.ManualFinalize = cfg.ManualFinalize
+	oc.MaxVersion = cfg.speakMax
 	return oc
 }
 
@@ -830,12 +831,39 @@ func (b *netBackend) resign(ctx context.Context, s uint32, epoch uint64) error {
 	return err
 }
 
-func (b *netBackend) propose(ctx context.Context, tok Token, typ string, payload []byte) (Applied, error) {
-	r, err := b.commit(ctx, ledger.App{Shard: tok.Shard, Epoch: tok.Epoch, Type: typ, Payload: payload, Now: time.Now().UnixNano()})
-	if err != nil {
-		return Applied{Index: r.Index}, err
+// withRequestID wraps c in a ledger.Session — with id, or a fresh one when
+// id is zero — once the cluster runs ledger.VersionRequestIDs, as this
+// node's replica shows it; before that it returns c unchanged (nodes of
+// the previous release cannot read a Session) and a zero id.
+func (b *netBackend) withRequestID(c ledger.Command, id ledger.RequestID) (ledger.Command, ledger.RequestID) {
+	if !b.fsm.State().VersionActive(ledger.VersionRequestIDs) {
+		return c, ledger.RequestID{}
 	}
-	return Applied{Index: r.Index, Result: r.Response}, nil
+	if id.IsZero() {
+		id = ledger.NewRequestID()
+	}
+	return ledger.Session{ID: id, Command: c}, id
+}
+
+func (b *netBackend) propose(ctx context.Context, tok Token, typ string, payload []byte, id ledger.RequestID) (Applied, error) {
+	c, id := b.withRequestID(ledger.App{Shard: tok.Shard, Epoch: tok.Epoch, Type: typ, Payload: payload, Now: time.Now().UnixNano()}, id)
+	var r ledger.Result
+	var err error
+	if id.IsZero() {
+		// Cluster version 1: no request id, so no retry (it could apply
+		// the command twice).
+		r, err = b.commit(ctx, c)
+	} else {
+		// A retry with the same id is applied at most once: the ledger
+		// answers it with the first application's result.
+		r, err = b.commitRetry(ctx, c, nil)
+	}
+	a := Applied{Index: r.Index, RequestID: id, Replayed: r.Replayed}
+	if err != nil {
+		return a, err
+	}
+	a.Result = r.Response
+	return a, nil
 }
 
 func jobFromRecord(j ledger.JobRecord) Job {
@@ -858,8 +886,15 @@ func (b *netBackend) enqueueJob(ctx context.Context, shard uint32, spec JobSpec)
 		MaxAttempts: uint32(spec.MaxAttempts), Now: time.Now().UnixNano()}
 	var r ledger.Result
 	var err error
-	if spec.Key != "" {
-		// Idempotent by key: a retry returns the job the first try created.
+	if sc, id := b.withRequestID(c, ledger.RequestID{}); !id.IsZero() {
+		// A retry carries the first try's request id, so the ledger answers
+		// it with the first application's result: created stays true for
+		// the caller whose enqueue created the job, and a job without a key
+		// is created once.
+		r, err = b.commitRetry(ctx, sc, nil)
+	} else if spec.Key != "" {
+		// Cluster version 1. Idempotent by key: a retry returns the job
+		// the first try created, but as a duplicate (created false).
 		r, err = b.commitRetry(ctx, c, nil)
 	} else {
 		r, err = b.commit(ctx, c)

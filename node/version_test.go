@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +45,7 @@ func TestClusterConfigRecorded(t *testing.T) {
 	for i := range tc.nodes {
 		if !waitTrue(ctx, func() bool {
 			b, err := os.ReadFile(filepath.Join(tc.cfgs[i].DataDir, versionFileName))
-			return err == nil && strings.TrimSpace(string(b)) == "1"
+			return err == nil && strings.TrimSpace(string(b)) == fmt.Sprint(ledger.MaxClusterVersion)
 		}) {
 			t.Fatalf("n%d never recorded the cluster version in its data dir", i+1)
 		}

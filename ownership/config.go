@@ -52,6 +52,10 @@ type Config struct {
 	// operator finalizes (`tenure upgrade finalize`): until then every
 	// node may still go back to the previous binary.
 	ManualFinalize bool
+	// MaxVersion, if non-zero, caps the cluster versions this node's
+	// heartbeats advertise below ledger.MaxClusterVersion: the node then
+	// stands in for a binary of an older release (upgrade tests).
+	MaxVersion uint32
 }
 
 // FastConfig is the fast profile of docs/protocol.md: 1 s lease, 200 ms

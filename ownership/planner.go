@@ -168,6 +168,12 @@ func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, t table) 
 			live = append(live, t.nodes[id])
 		}
 	}
+	if cur.Name == "" && len(live) == 0 {
+		// No node has registered its versions yet: VersionTarget of
+		// nobody is this binary's newest, which nodes of an older release
+		// starting alongside could not run. Record once one has.
+		return ledger.ClusterConfig{}, false
+	}
 	target, _ := ledger.VersionTarget(live)
 	c := ledger.ClusterConfig{Name: p.cfg.ClusterName, Partitions: uint32(p.cfg.Ring.Partitions), Version: max(target, 1), Now: now.UnixNano()}
 	switch {

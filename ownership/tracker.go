@@ -122,8 +122,12 @@ func (t *Tracker) Fenced() bool { return t.fenced }
 func (t *Tracker) HeartbeatAsked(now time.Time) (token uint64, hb ledger.Heartbeat) {
 	t.nextToken++
 	t.asks[t.nextToken] = now
+	hi := ledger.MaxClusterVersion
+	if t.cfg.MaxVersion != 0 {
+		hi = max(ledger.MinClusterVersion, min(hi, t.cfg.MaxVersion))
+	}
 	return t.nextToken, ledger.Heartbeat{Node: t.id, Incarnation: t.inc, Liveness: t.sendLiveness, Now: now.UnixNano(),
-		MinVersion: ledger.MinClusterVersion, MaxVersion: ledger.MaxClusterVersion}
+		MinVersion: ledger.MinClusterVersion, MaxVersion: hi}
 }
 
 // HeartbeatAcked reports that the heartbeat of token was committed at log

@@ -140,7 +140,7 @@ func appDigest(typ string, payload []byte) uint64 { return digest([]byte(typ), p
 
 // fence returns the shard and epoch an owner's command is fenced by.
 func fence(c ledger.Command) (uint32, uint64, bool) {
-	switch c := c.(type) {
+	switch c := ledger.Unwrap(c).(type) {
 	case ledger.App:
 		return c.Shard, c.Epoch, true
 	case ledger.JobStart:
@@ -192,10 +192,10 @@ func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, 
 	} else if !ok {
 		r.log[ek] = d
 	}
-	if a, ok := c.(ledger.App); ok && res.Err == nil {
+	if a, ok := ledger.Unwrap(c).(ledger.App); ok && res.Err == nil && !res.Replayed {
 		rp.apps[index] = append(rp.apps[index], appDigest(a.Type, a.Payload))
 	}
-	if res.Err != nil {
+	if res.Err != nil || res.Replayed { // a replay applied nothing
 		return
 	}
 	// S2: an owner's command is accepted only at the shard's current epoch.
@@ -204,7 +204,7 @@ func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, 
 			r.violate("S2", "%s#%d accepted %s at index %d fenced by epoch %d while shard %d is at epoch %d", id, inc, describe(c, res), index, e, s, cur)
 		}
 	}
-	switch c := c.(type) {
+	switch c := ledger.Unwrap(c).(type) {
 	case ledger.Grant, ledger.Revoke, ledger.Release, ledger.Transfer:
 		sh := res.Shard
 		// S1: a shard's epoch only increases; one owner per epoch.
