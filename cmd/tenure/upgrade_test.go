@@ -56,7 +56,7 @@ func TestRollingUpgrade(t *testing.T) {
 	t.Logf("previous release %s → current tree", oldRev)
 
 	dir := t.TempDir()
-	dc, err := startDemo(oldBin, dir, 5, partitions, "fast", "--manual-finalize")
+	dc, err := startDemo(oldBin, dir, 5, partitions, "fast", "--manual-finalize", "--tick", "5ms")
 	if dc != nil {
 		t.Cleanup(func() {
 			dc.stop(testWriter{t})
