@@ -907,11 +907,14 @@ func (g *ControlGroup) Close(ctx context.Context) error {
 			g.sub.Close()
 		}
 		f := g.raft.Shutdown()
-		err := g.waitCtx(ctx, f)
+		// Close the transport before waiting for raft's goroutines: a
+		// replication goroutine blocked sending to a peer that is gone
+		// would otherwise hold the shutdown until ctx ends.
 		g.mux.close()
 		if c, ok := g.trans.(raft.WithClose); ok {
 			_ = c.Close()
 		}
+		err := g.waitCtx(ctx, f)
 		g.pool.close()
 		g.wg.Wait()
 		g.events.closeOut()

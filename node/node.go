@@ -298,7 +298,7 @@ func (n *Node) Close(ctx context.Context) error {
 	if !n.beginClose() {
 		return ErrClosed
 	}
-	drainErr := n.Drain(ctx)
+	drainErr := n.drainForClose(ctx)
 	n.mu.Lock()
 	n.closed = true
 	n.mu.Unlock()
@@ -752,6 +752,46 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	return n.waitFor(ctx, func() bool {
 		return (!n.protocolActing() && !n.ownsCommitted()) || (!n.othersEligible() && !n.handingOver())
+	})
+}
+
+// drainForClose is Close's drain. It hands the shards over like Drain, but
+// gives up as soon as no handover is possible: without a control-group
+// quorum nothing can be granted to anyone (the shards fail over once their
+// leases end, as after a crash), so stopping every node of a cluster at
+// once — the last ones without a quorum — returns in about a lease
+// instead of waiting out ctx.
+func (n *Node) drainForClose(ctx context.Context) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	if !n.be.control().quorum {
+		return nil
+	}
+	// The draining flag needs a commit; a quorum lost meanwhile must not
+	// hold Close until ctx ends.
+	cctx, cancel := context.WithTimeout(ctx, 3*n.timing.Lease)
+	err := n.be.setDraining(cctx, true)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && !n.be.control().quorum {
+			return nil
+		}
+		return fmt.Errorf("node: drain %s: %w", n.cfg.NodeID, err)
+	}
+	var lostAt time.Time
+	return n.waitFor(ctx, func() bool {
+		if (!n.protocolActing() && !n.ownsCommitted()) || (!n.othersEligible() && !n.handingOver()) {
+			return true
+		}
+		if n.be.control().quorum {
+			lostAt = time.Time{}
+			return false
+		}
+		if lostAt.IsZero() {
+			lostAt = time.Now()
+		}
+		return time.Since(lostAt) > n.timing.Lease // no quorum for a lease: nobody can take over
 	})
 }
 
