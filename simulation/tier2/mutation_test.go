@@ -14,11 +14,9 @@ import (
 // TestTier2Mutations shows that tier 2 can fail: with one safety rule of
 // the real code switched off (internal/mutation), a scenario built to
 // exercise that rule must report a violation of the guarantee the rule
-// protects within a few seeds. One seed can miss: goroutine scheduling
-// inside the bubble is not deterministic, and the overlap skip-expiry-wait
-// opens is a few hundred milliseconds that a run need not hit (measured: 4
-// seeds in 10 catch it under -race; CI once saw 3 misses in a row). A run
-// takes well under a second, so the test allows 16. The switches are process-wide, so this test
+// protects within a few seeds (goroutine scheduling inside the bubble is
+// not deterministic, so one seed can miss; a run takes well under a second
+// of wall time, so the test allows 16). The switches are process-wide, so this test
 // does not run in parallel with the others.
 func TestTier2Mutations(t *testing.T) {
 	if testing.Short() {
@@ -63,12 +61,10 @@ var mutationCases = []struct {
 	fault  Fault
 	worker func(context.Context, *Env, node.Token) error // nil: returns when its context ends
 }{
-	// The leader expires an owner cut off from everyone without
-	// waiting out its lease: the successor acts while the old owner
-	// still does. The worker stops when its context ends, as workers
-	// must: an expiry leaves no drain time (a worker that kept running
-	// past its lease would overlap even with every rule on).
-	{mutation.SkipExpiryWait, "S4", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 6 * time.Second}, nil},
+	// skip-expiry-wait is not here: the tier-1 sweep catches it within two
+	// seeds (mutations.json), and in tier 2 under the race detector the
+	// mutated leader expires nodes whose heartbeats are merely late, so a
+	// run breaks liveness (L1) more often than it shows an overlap.
 	// The leader takes over a revoked shard without waiting out lease
 	// and drain timeout, while its draining owner's worker is still
 	// finishing (within the drain timeout): the successor overlaps it.
