@@ -78,13 +78,16 @@ func TestLeaseExpiredMatches(t *testing.T) {
 
 // The timer cancels the context at the guard when nobody consults it, and
 // re-arms when the guard moved forward in between.
+// testCtxKey derives a context that is not the worker context itself.
+type testCtxKey struct{}
+
 func TestWorkerContextTimerFollowsRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		c := newWorkerCtx(context.Background(), start.Add(time.Second), true)
 		time.Sleep(500 * time.Millisecond)
 		c.setGuard(start.Add(1500 * time.Millisecond))
-		if d, ok := LeaseDeadline(context.WithValue(c, struct{}{}, 1)); !ok || !d.Equal(start.Add(1500*time.Millisecond)) {
+		if d, ok := LeaseDeadline(context.WithValue(c, testCtxKey{}, 1)); !ok || !d.Equal(start.Add(1500*time.Millisecond)) {
 			t.Fatalf("LeaseDeadline = %v, %v", d, ok)
 		}
 		time.Sleep(700 * time.Millisecond) // past the first guard
