@@ -167,6 +167,7 @@ func TestVoterConfig(t *testing.T) {
 	for _, v := range []VoterPreference{"", VoterAuto, VoterAlways, VoterNever, "sometimes"} {
 		c := ConfigFromEnv(func(string) string { return "" })
 		c.NodeID, c.DataDir, c.Voter = "n1", t.TempDir(), v
+		c.GossipAddr, c.RaftAddr = "127.0.0.1:7946", "127.0.0.1:7947"
 		err := c.Validate()
 		if ok := v != "sometimes"; ok != (err == nil) {
 			t.Errorf("Voter %q: Validate = %v", v, err)
