@@ -125,6 +125,9 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		if err := refuseOverwrite([]string{certPath(*dir, ids[0]), keyPath(*dir, ids[0])}, *force); err != nil {
 			return err
 		}
+		if err := os.MkdirAll(*dir, 0o700); err != nil {
+			return fmt.Errorf("tls cert: %w", err)
+		}
 	}
 	cb, err := os.ReadFile(caCert)
 	if err != nil {
