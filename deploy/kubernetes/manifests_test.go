@@ -204,7 +204,7 @@ func checkContainer(errorf func(string, ...any), where string, c corev1.Containe
 	probe("readiness", c.ReadinessProbe, "/readyz")
 	probe("liveness", c.LivenessProbe, "/healthz")
 	wantStop := []string{"/tenure", "drain", "--addr", fmt.Sprintf("127.0.0.1:%d", httpPort)}
-	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil || !slices.Equal(c.Lifecycle.PreStop.Exec.Command, wantStop) {
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil || len(c.Lifecycle.PreStop.Exec.Command) < len(wantStop) || !slices.Equal(c.Lifecycle.PreStop.Exec.Command[:len(wantStop)], wantStop) {
 		bad("preStop: want exec %q", wantStop)
 	}
 	for _, p := range []struct {
