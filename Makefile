@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test mutations tier3 test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test mutations tier3 k8s-manifests test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -23,6 +23,13 @@ test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
 	$(MAKE) tier3
+	$(MAKE) k8s-manifests
+
+# The Kubernetes manifests (deploy/kubernetes) decoded strictly into the
+# typed k8s.io/api structs and checked against the agent's flags, offline.
+# Its own module (deploy/kubernetes/go.mod).
+k8s-manifests:
+	cd deploy/kubernetes && $(GO) test -count=1 ./...
 
 # Every registered mutation (internal/mutation: one safety rule off each)
 # against the sweep (up to MUTATION_SEEDS seeds, stopping at the first
@@ -56,6 +63,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
 	cd simulation/tier3 && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd deploy/kubernetes && $(GO) vet ./...
 
 # Each fuzz target runs for FUZZTIME (go test allows one -fuzz per package run).
 fuzz:
@@ -99,6 +107,7 @@ docker: build
 tidy:
 	$(GO) mod tidy
 	cd simulation/tier3 && $(GO) mod tidy
+	cd deploy/kubernetes && $(GO) mod tidy
 
 clean:
 	rm -rf bin

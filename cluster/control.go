@@ -124,6 +124,12 @@ type ControlConfig struct {
 	// MaxVoters is the number of voters the reconcile loop keeps (odd, ≥
 	// BootstrapExpect). Other nodes are non-voters.
 	MaxVoters int
+	// Voter is this node's own VoterPreference ("" = VoterAuto). The
+	// reconcile loop reads every node's preference from gossip
+	// (Meta.Tags[TagVoter]), so the node must gossip the same value; this
+	// field covers the moments before gossip lists the node itself
+	// (bootstrap).
+	Voter VoterPreference
 
 	// FSM is the state machine. Its Apply response must be nil, []byte, an
 	// error, or implement encoding.BinaryMarshaler: the bytes are what
@@ -278,6 +284,9 @@ func (c ControlConfig) Validate() error {
 	}
 	if c.BootstrapExpect < 0 || c.BootstrapExpect > c.MaxVoters {
 		return bad("BootstrapExpect = %d, want 0..MaxVoters (%d)", c.BootstrapExpect, c.MaxVoters)
+	}
+	if _, err := ParseVoterPreference(string(c.Voter)); err != nil {
+		return bad("Voter: %v", err)
 	}
 	if c.FSM == nil || c.LogStore == nil || c.StableStore == nil || c.SnapshotStore == nil {
 		return bad("FSM, LogStore, StableStore and SnapshotStore are required")

@@ -21,8 +21,10 @@ import (
 //
 //  1. this node has no Raft state (no log, no snapshot);
 //  2. gossip shows at least BootstrapExpect alive members with a Raft
-//     address; the initial voters are the BootstrapExpect lowest ids;
-//  3. this node is the lowest of them;
+//     address that do not gossip VoterNever; the initial voters are the
+//     first BootstrapExpect of them, VoterAlways members first, then by id
+//     (rankVoterCandidates);
+//  3. this node is the first of them;
 //  4. every visible alive member answers a Status RPC and none has Raft
 //     state (if one has, a cluster exists and its leader will add us);
 //  5. every chosen voter's own view yields the same chosen set.
@@ -34,8 +36,8 @@ import (
 // assumption Consul makes; start nodes with common seeds.
 
 // aliveRaftMembers returns the alive members that advertise a Raft address,
-// sorted by id, with this node present (at its own address) even if gossip
-// does not list it yet.
+// sorted by id, with this node present (at its own address, with its own
+// ControlConfig.Voter preference) even if gossip does not list it yet.
 func (g *ControlGroup) aliveRaftMembers() []Member {
 	var out []Member
 	self := false
@@ -43,6 +45,7 @@ func (g *ControlGroup) aliveRaftMembers() []Member {
 		for _, m := range g.peers.Members() {
 			if m.ID == g.cfg.NodeID {
 				m.RaftAddr = g.addr
+				m.Tags = g.selfVoterTags(m.Tags)
 				self = true
 				out = append(out, m)
 				continue
@@ -54,26 +57,49 @@ func (g *ControlGroup) aliveRaftMembers() []Member {
 		}
 	}
 	if !self {
-		out = append(out, Member{Meta: Meta{ID: g.cfg.NodeID, RaftAddr: g.addr}, State: StateAlive})
+		out = append(out, Member{Meta: Meta{ID: g.cfg.NodeID, RaftAddr: g.addr, Tags: g.selfVoterTags(nil)}, State: StateAlive})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 
-// bootstrapChoice is the set of initial voters this node would choose now,
-// nil if not enough members are visible.
-func (g *ControlGroup) bootstrapChoice() []string {
-	n := g.cfg.BootstrapExpect
+// selfVoterTags returns tags with TagVoter set to this node's configured
+// preference (a copy; tags is not modified).
+func (g *ControlGroup) selfVoterTags(tags map[string]string) map[string]string {
+	out := make(map[string]string, len(tags)+1)
+	for k, v := range tags {
+		out[k] = v
+	}
+	delete(out, TagVoter)
+	if p, _ := ParseVoterPreference(string(g.cfg.Voter)); p != VoterAuto {
+		out[TagVoter] = string(p)
+	}
+	return out
+}
+
+// bootstrapVoters returns the initial voters chosen from members (sorted by
+// id): the first n that may vote, VoterAlways first; nil if fewer.
+func bootstrapVoters(members []Member, n int) []Member {
 	if n <= 0 {
 		return nil
 	}
-	members := g.aliveRaftMembers()
-	if len(members) < n {
+	ranked := rankVoterCandidates(slices.Clone(members))
+	if len(ranked) < n {
 		return nil
 	}
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = members[i].ID
+	return ranked[:n]
+}
+
+// bootstrapChoice is the set of initial voters this node would choose now,
+// nil if not enough members are visible.
+func (g *ControlGroup) bootstrapChoice() []string {
+	chosen := bootstrapVoters(g.aliveRaftMembers(), g.cfg.BootstrapExpect)
+	if chosen == nil {
+		return nil
+	}
+	ids := make([]string, len(chosen))
+	for i, m := range chosen {
+		ids[i] = m.ID
 	}
 	return ids
 }
@@ -101,18 +127,15 @@ func (g *ControlGroup) bootstrapLoop() {
 func (g *ControlGroup) tryBootstrap() (done bool) {
 	n := g.cfg.BootstrapExpect
 	members := g.aliveRaftMembers()
-	if len(members) < n {
-		return false
-	}
-	chosen := members[:n]
-	if chosen[0].ID != g.cfg.NodeID {
+	chosen := bootstrapVoters(members, n)
+	if chosen == nil || chosen[0].ID != g.cfg.NodeID {
 		return false
 	}
 	choice := make([]string, n)
 	for i, m := range chosen {
 		choice[i] = m.ID
 	}
-	for i, m := range members {
+	for _, m := range members {
 		if m.ID == g.cfg.NodeID {
 			continue
 		}
@@ -132,7 +155,7 @@ func (g *ControlGroup) tryBootstrap() (done bool) {
 			g.log.Info("cluster: peer has raft state; not bootstrapping", "peer", m.ID)
 			return true
 		}
-		if i < n && !slices.Equal(st.Bootstrap, choice) {
+		if slices.Contains(choice, m.ID) && !slices.Equal(st.Bootstrap, choice) {
 			g.log.Debug("cluster: peers disagree on initial voters", "peer", m.ID, "theirs", st.Bootstrap, "ours", choice)
 			return false
 		}

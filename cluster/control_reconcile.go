@@ -31,8 +31,14 @@ import (
 //     non-voter is promoted first, then the dead voter removed, so the voter
 //     count never drops — and without a replacement nothing happens; a
 //     non-voter not seen alive for DeadVoterTimeout is removed;
+//   - a voter whose member gossips VoterNever (not this leader itself) is
+//     demoted once a caught-up non-voter can replace it (promoted first);
 //   - while there are fewer than MaxVoters voters, caught-up alive
-//     non-voters are promoted (lowest id first).
+//     non-voters are promoted.
+//
+// Promotion candidates follow each member's gossiped VoterPreference
+// (voter.go): VoterNever members are never promoted, VoterAlways members
+// before VoterAuto ones, lowest id first within each.
 
 type changeKind uint8
 
@@ -41,6 +47,7 @@ const (
 	changePromote
 	changeRemove
 	changeUpdateAddr
+	changeDemote
 )
 
 func (k changeKind) String() string {
@@ -53,6 +60,8 @@ func (k changeKind) String() string {
 		return "remove"
 	case changeUpdateAddr:
 		return "update-addr"
+	case changeDemote:
+		return "demote"
 	}
 	return fmt.Sprintf("change(%d)", uint8(k))
 }
@@ -167,14 +176,19 @@ func planReconcile(s reconcileState) []raftChange {
 		cfg[m.ID] = ServerInfo{ID: m.ID, Addr: am.RaftAddr}
 	}
 
-	// Promotion candidates: caught-up alive non-voters, lowest id first. A
-	// non-voter added this round is not caught up yet.
-	var candidates []string
+	// Promotion candidates: caught-up alive non-voters that do not refuse
+	// to vote, VoterAlways first, then lowest id. A non-voter added this
+	// round is not caught up yet.
+	var cands []Member
 	for _, m := range members {
 		sv, in := cfg[m.ID]
-		if _, ok := alive[m.ID]; ok && in && !sv.Voter && s.CaughtUp[m.ID] {
-			candidates = append(candidates, m.ID)
+		if am, ok := alive[m.ID]; ok && in && !sv.Voter && s.CaughtUp[m.ID] {
+			cands = append(cands, am)
 		}
+	}
+	var candidates []string
+	for _, m := range rankVoterCandidates(cands) {
+		candidates = append(candidates, m.ID)
 	}
 	promote := func(reason string) bool {
 		if len(candidates) == 0 {
@@ -214,7 +228,24 @@ func planReconcile(s reconcileState) []raftChange {
 		}
 	}
 
-	// 5. Fill up to MaxVoters.
+	// 5. Voters that ask never to vote step aside for a replacement. The
+	// leader itself is left alone: the next leader demotes it.
+	for _, m := range members {
+		sv, in := cfg[m.ID]
+		if !in || !sv.Voter || m.ID == s.Self || VoterPreferenceOf(m.Meta) != VoterNever {
+			continue
+		}
+		if _, ok := alive[m.ID]; !ok {
+			continue
+		}
+		if countVoters(cfg) > s.MaxVoters || promote("replaces "+m.ID+" (voter=never)") {
+			out = append(out, raftChange{Kind: changeDemote, ID: m.ID, Addr: sv.Addr, Reason: "voter=never"})
+			sv.Voter = false
+			cfg[m.ID] = sv
+		}
+	}
+
+	// 6. Fill up to MaxVoters.
 	voters := countVoters(cfg)
 	for voters < s.MaxVoters && promote("fewer voters than MaxVoters") {
 		voters++
@@ -326,18 +357,24 @@ func needsCandidates(st reconcileState, plan []raftChange) bool {
 			cfg[c.ID] = false
 		}
 	}
-	voters, nonvoters := 0, 0
-	for _, v := range cfg {
-		if v {
+	pref := map[string]VoterPreference{}
+	for _, m := range st.Members {
+		pref[m.ID] = VoterPreferenceOf(m.Meta)
+	}
+	voters, nonvoters, never := 0, 0, false
+	for id, v := range cfg {
+		switch {
+		case v:
 			voters++
-		} else {
+			never = never || (pref[id] == VoterNever && id != st.Self)
+		case pref[id] != VoterNever:
 			nonvoters++
 		}
 	}
 	if nonvoters == 0 {
 		return false
 	}
-	return voters < st.MaxVoters || (st.DeadVoterTimeout > 0 && len(st.GoneSince) > 0)
+	return voters < st.MaxVoters || never || (st.DeadVoterTimeout > 0 && len(st.GoneSince) > 0)
 }
 
 // probeCaughtUp asks alive non-voters for their applied index.
@@ -386,6 +423,8 @@ func (g *ControlGroup) applyChange(c raftChange) error {
 		f = g.raft.AddNonvoter(id, addr, 0, to)
 	case changePromote:
 		f = g.raft.AddVoter(id, addr, 0, to)
+	case changeDemote:
+		f = g.raft.DemoteVoter(id, 0, to)
 	case changeRemove:
 		f = g.raft.RemoveServer(id, 0, to)
 	case changeUpdateAddr:
@@ -438,16 +477,15 @@ func (g *ControlGroup) removeServer(ctx context.Context, args wire.RemoveArgs) e
 	}
 	if target.Voter {
 		caught := g.probeCaughtUp(ctx, servers, members)
-		var cand string
-		var ids []string
-		for id, ok := range caught {
-			if ok && id != args.ID {
-				ids = append(ids, id)
+		var cands []Member
+		for _, m := range members {
+			if caught[m.ID] && m.ID != args.ID {
+				cands = append(cands, m)
 			}
 		}
-		sort.Strings(ids)
-		if len(ids) > 0 {
-			cand = ids[0]
+		var cand string
+		if ranked := rankVoterCandidates(cands); len(ranked) > 0 {
+			cand = ranked[0].ID
 		}
 		switch {
 		case cand != "":

@@ -13,6 +13,12 @@ func mem(id, addr string, st MemberState) Member {
 	return Member{Meta: Meta{ID: id, RaftAddr: addr, Incarnation: 1}, State: st}
 }
 
+// withVoter returns m gossiping voter preference p.
+func withVoter(m Member, p VoterPreference) Member {
+	m.Tags = map[string]string{TagVoter: string(p)}
+	return m
+}
+
 func planString(cs []raftChange) string {
 	var parts []string
 	for _, c := range cs {
@@ -26,6 +32,8 @@ func TestPlanReconcile(t *testing.T) {
 	v := func(id string) ServerInfo { return ServerInfo{ID: id, Addr: id + ":1", Voter: true} }
 	nv := func(id string) ServerInfo { return ServerInfo{ID: id, Addr: id + ":1"} }
 	alive := func(id string) Member { return mem(id, id+":1", StateAlive) }
+	never := func(id string) Member { return withVoter(alive(id), VoterNever) }
+	always := func(id string) Member { return withVoter(alive(id), VoterAlways) }
 	base := func() reconcileState {
 		return reconcileState{Self: "a", Now: t0, MaxVoters: 3, Left: map[string]uint64{}, GoneSince: map[string]time.Time{}, CaughtUp: map[string]bool{}}
 	}
@@ -138,6 +146,64 @@ func TestPlanReconcile(t *testing.T) {
 			s.Members = []Member{alive("a"), alive("b"), alive("c"), alive("d")}
 			s.Left["d"] = 1
 		}, ""},
+		{"voter=never is not promoted", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), nv("b"), nv("c")}
+			s.Members = []Member{alive("a"), never("b"), never("c")}
+			s.CaughtUp = map[string]bool{"b": true, "c": true}
+		}, ""},
+		{"voter=never skipped, next candidate promoted", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), nv("b"), nv("c"), nv("d")}
+			s.Members = []Member{alive("a"), never("b"), alive("c"), never("d")}
+			s.CaughtUp = map[string]bool{"b": true, "c": true, "d": true}
+		}, "promote c"},
+		{"voter=always promoted before lower ids", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), nv("b"), nv("c"), nv("y"), nv("z")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), always("y"), always("z")}
+			s.CaughtUp = map[string]bool{"b": true, "c": true, "y": true, "z": true}
+		}, "promote y; promote z"},
+		{"voter=always not caught up waits", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), nv("b"), nv("z")}
+			s.Members = []Member{alive("a"), alive("b"), always("z")}
+			s.CaughtUp = map[string]bool{"b": true, "z": false}
+		}, "promote b"},
+		{"voter=always does not displace a voter at MaxVoters", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("z")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), always("z")}
+			s.CaughtUp = map[string]bool{"z": true}
+		}, ""},
+		{"dead voter replaced by voter=always, never voter=never", func(s *reconcileState) {
+			s.DeadVoterTimeout = time.Hour
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d"), nv("e"), nv("z")}
+			s.Members = []Member{alive("a"), alive("c"), never("d"), alive("e"), always("z")}
+			s.GoneSince["b"] = t0.Add(-time.Hour)
+			s.CaughtUp = map[string]bool{"d": true, "e": true, "z": true}
+		}, "promote z; remove b"},
+		{"dead voter with only voter=never candidates kept", func(s *reconcileState) {
+			s.DeadVoterTimeout = time.Hour
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
+			s.Members = []Member{alive("a"), alive("c"), never("d")}
+			s.GoneSince["b"] = t0.Add(-time.Hour)
+			s.CaughtUp = map[string]bool{"d": true}
+		}, ""},
+		{"voter turned voter=never demoted after its replacement", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
+			s.Members = []Member{alive("a"), never("b"), alive("c"), alive("d")}
+			s.CaughtUp = map[string]bool{"d": true}
+		}, "promote d; demote b"},
+		{"voter turned voter=never kept without replacement", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
+			s.Members = []Member{alive("a"), never("b"), alive("c"), alive("d")}
+		}, ""},
+		{"voter=never beyond MaxVoters demoted without promotion", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), v("d"), nv("e")}
+			s.Members = []Member{alive("a"), never("b"), alive("c"), alive("d"), alive("e")}
+			s.CaughtUp = map[string]bool{"e": true}
+		}, "demote b"},
+		{"leader gossiping voter=never not demoted by itself", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
+			s.Members = []Member{never("a"), alive("b"), alive("c"), alive("d")}
+			s.CaughtUp = map[string]bool{"d": true}
+		}, ""},
 		{"never removes self", func(s *reconcileState) {
 			s.DeadVoterTimeout = time.Hour
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
@@ -190,7 +256,11 @@ func TestPlanReconcileProperties(t *testing.T) {
 				st = StateAlive
 			}
 			if rng.Intn(5) > 0 {
-				s.Members = append(s.Members, mem(id, id+":1", st))
+				m := mem(id, id+":1", st)
+				if p := []VoterPreference{"", VoterAuto, VoterAlways, VoterNever}[rng.Intn(4)]; p != "" {
+					m = withVoter(m, p)
+				}
+				s.Members = append(s.Members, m)
 			}
 			if st == StateLeft && i != 0 {
 				s.Left[id] = 1
@@ -224,6 +294,10 @@ func TestPlanReconcileProperties(t *testing.T) {
 			return c
 		}
 		floor := count()
+		pref := map[string]VoterPreference{}
+		for _, m := range s.Members {
+			pref[m.ID] = VoterPreferenceOf(m.Meta)
+		}
 		for _, c := range plan {
 			switch c.Kind {
 			case changeRemove:
@@ -242,7 +316,18 @@ func TestPlanReconcileProperties(t *testing.T) {
 				if !s.CaughtUp[c.ID] {
 					t.Fatalf("iter %d: promoted %s which is not caught up", iter, c.ID)
 				}
+				if pref[c.ID] == VoterNever {
+					t.Fatalf("iter %d: promoted %s which gossips voter=never: %v", iter, c.ID, plan)
+				}
 				cfg[c.ID] = true
+			case changeDemote:
+				if pref[c.ID] != VoterNever || c.ID == s.Self || !cfg[c.ID] {
+					t.Fatalf("iter %d: demoted %s (pref %q, voter %v): %v", iter, c.ID, pref[c.ID], cfg[c.ID], plan)
+				}
+				cfg[c.ID] = false
+				if count() < floor {
+					t.Fatalf("iter %d: voter %s demoted without replacement: %v", iter, c.ID, plan)
+				}
 			case changeAddNonvoter:
 				cfg[c.ID] = false
 			}
@@ -250,5 +335,55 @@ func TestPlanReconcileProperties(t *testing.T) {
 		if count() > max(s.MaxVoters, floor) {
 			t.Fatalf("iter %d: %d voters > MaxVoters %d: %v", iter, count(), s.MaxVoters, plan)
 		}
+	}
+}
+
+// Bootstrap voters skip voter=never and take voter=always first; with too
+// few that may vote there is no choice at all.
+func TestBootstrapVoters(t *testing.T) {
+	m := func(id string, p VoterPreference) Member {
+		return withVoter(mem(id, id+":1", StateAlive), p)
+	}
+	ids := func(ms []Member) string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	tests := []struct {
+		name    string
+		members []Member
+		n       int
+		want    string
+	}{
+		{"auto: lowest ids", []Member{m("a", ""), m("b", VoterAuto), m("c", ""), m("d", "")}, 3, "a,b,c"},
+		{"never skipped", []Member{m("a", VoterNever), m("b", ""), m("c", ""), m("d", "")}, 3, "b,c,d"},
+		{"always first", []Member{m("a", ""), m("b", ""), m("x", VoterAlways), m("y", VoterAlways), m("z", VoterAlways)}, 3, "x,y,z"},
+		{"always then auto", []Member{m("a", ""), m("b", VoterNever), m("z", VoterAlways)}, 2, "z,a"},
+		{"too few that may vote", []Member{m("a", VoterNever), m("b", VoterNever), m("c", "")}, 3, ""},
+		{"unknown preference is auto", []Member{withVoter(mem("a", "a:1", StateAlive), "maybe"), m("b", "")}, 2, "a,b"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append([]Member(nil), tc.members...)
+			if got := ids(bootstrapVoters(in, tc.n)); got != tc.want {
+				t.Fatalf("bootstrapVoters = %q, want %q", got, tc.want)
+			}
+			if !reflect.DeepEqual(in, tc.members) {
+				t.Fatalf("bootstrapVoters modified its input")
+			}
+		})
+	}
+}
+
+func TestParseVoterPreference(t *testing.T) {
+	for in, want := range map[string]VoterPreference{"": VoterAuto, "auto": VoterAuto, "always": VoterAlways, "never": VoterNever} {
+		if got, err := ParseVoterPreference(in); err != nil || got != want {
+			t.Errorf("ParseVoterPreference(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseVoterPreference("sometimes"); err == nil {
+		t.Error("ParseVoterPreference(\"sometimes\") = nil error")
 	}
 }

@@ -9,6 +9,18 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster"
+)
+
+// VoterPreference is a node's place in the control group; see Config.Voter.
+type VoterPreference = cluster.VoterPreference
+
+// The voter preferences (Config.Voter).
+const (
+	VoterAuto   = cluster.VoterAuto
+	VoterAlways = cluster.VoterAlways
+	VoterNever  = cluster.VoterNever
 )
 
 // Environment variables DefaultConfig reads. They follow the Kubernetes
@@ -146,6 +158,29 @@ type Config struct {
 	// joins. A keyring installed at run time (Node.InstallKey) is kept in
 	// DataDir and takes precedence over this key on restart.
 	EncryptionKey []byte
+	// Voter is this node's place in the control group (docs/control-group.md,
+	// "Voter placement"): VoterAuto ("", the default) lets the control
+	// group promote it when it needs voters, lowest id first; VoterAlways
+	// puts it first in line (as a bootstrap voter and for promotion);
+	// VoterNever keeps it a non-voter for good — it is never a bootstrap
+	// voter nor promoted, and a voter restarted with it is demoted once a
+	// replacement has caught up. A cluster needs at least BootstrapExpect
+	// nodes that are not VoterNever. The preference is gossiped, so
+	// whichever node leads honours it. Networked nodes only: a MemNetwork
+	// has no real control group.
+	Voter VoterPreference
+	// VoterOwnsNoShards keeps this node from owning shards (and group
+	// election shards) while it is a control-group voter: the leader
+	// revokes them, gracefully, when it is promoted and grants it none
+	// until it is a non-voter again. Set it on every node that may vote so
+	// that a voter's death is only ever a control-group failure (an
+	// election, a few hundred ms) and never also an owner failure (a
+	// lease of waiting): the two failure paths stay apart. It costs the
+	// voters' capacity — with 3 voters and 2 members only the 2 members do
+	// work, and a cluster of only voters owns nothing. Networked nodes
+	// only.
+	VoterOwnsNoShards bool
+
 	// Tags are free-form labels gossiped with the node (region, version...).
 	// Keys starting "tenure." or "health." are reserved.
 	Tags map[string]string
@@ -299,6 +334,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPendingJobs < 0 {
 		bad("MaxPendingJobs %d: want >= 0 (0: no cap)", c.MaxPendingJobs)
+	}
+	if _, err := cluster.ParseVoterPreference(string(c.Voter)); err != nil {
+		bad("Voter %q: want %q, %q or %q", c.Voter, VoterAuto, VoterAlways, VoterNever)
 	}
 	if n := len(c.EncryptionKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		bad("EncryptionKey of %d bytes: want 16, 24 or 32", n)

@@ -58,7 +58,7 @@ func TestGossipKeyRequiredOffLoopback(t *testing.T) {
 // TestReservedTags: tags that would overwrite the node's own gossip
 // metadata are refused.
 func TestReservedTags(t *testing.T) {
-	for _, k := range []string{"tenure.partitions", "tenure.group", "health.db"} {
+	for _, k := range []string{"tenure.partitions", "tenure.group", "tenure.voter", "tenure.voter-shards", "health.db"} {
 		c := ConfigFromEnv(func(string) string { return "" })
 		c.NodeID, c.DataDir = "n1", t.TempDir()
 		c.Tags = map[string]string{k: "x"}
@@ -158,5 +158,32 @@ func TestGossipKeyRotation(t *testing.T) {
 		return alive == 3
 	}) {
 		t.Fatalf("n3 never rejoined after the restart: %+v", tc.nodes[0].Members())
+	}
+}
+
+// TestVoterConfig: Config.Voter takes auto, always, never (or ""); the
+// no-shards flag binds only while the node votes.
+func TestVoterConfig(t *testing.T) {
+	for _, v := range []VoterPreference{"", VoterAuto, VoterAlways, VoterNever, "sometimes"} {
+		c := ConfigFromEnv(func(string) string { return "" })
+		c.NodeID, c.DataDir, c.Voter = "n1", t.TempDir(), v
+		c.GossipAddr, c.RaftAddr = "127.0.0.1:7946", "127.0.0.1:7947"
+		err := c.Validate()
+		if ok := v != "sometimes"; ok != (err == nil) {
+			t.Errorf("Voter %q: Validate = %v", v, err)
+		}
+		if v == "sometimes" && !strings.Contains(fmt.Sprint(err), "Voter") {
+			t.Errorf("Voter %q: error %v does not name Voter", v, err)
+		}
+	}
+	no := map[string]string{voterShardsTag: "no"}
+	for _, tc := range []struct {
+		tags  map[string]string
+		voter bool
+		want  bool
+	}{{no, true, true}, {no, false, false}, {nil, true, false}, {map[string]string{voterShardsTag: "yes"}, true, false}} {
+		if got := ownsNoShards(tc.tags, tc.voter); got != tc.want {
+			t.Errorf("ownsNoShards(%v, voter %v) = %v, want %v", tc.tags, tc.voter, got, tc.want)
+		}
 	}
 }

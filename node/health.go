@@ -54,6 +54,9 @@ type Member struct {
 	Metadata map[string]string
 	Tags     map[string]string
 	Draining bool
+	// NoShards reports that the member owns no shards because it is a
+	// control-group voter started with Config.VoterOwnsNoShards.
+	NoShards bool
 	// Live reports whether the member's committed liveness is valid (its
 	// heartbeats are being committed).
 	Live bool
@@ -80,7 +83,8 @@ type Candidate struct {
 	// Healthy reports Health >= the cluster's minimum health score.
 	Healthy bool
 	// Eligible reports whether the node may be given shards: alive, live,
-	// healthy and not draining.
+	// healthy, not draining, and not a voter that owns no shards
+	// (Config.VoterOwnsNoShards).
 	Eligible bool
 	// Leader reports whether the node leads the election Candidates was
 	// called on (for Node.Candidates: whether it leads the control group).
@@ -113,7 +117,7 @@ func (n *Node) candidates(isLeader func(Member) bool, group string) []Candidate 
 			Health:     m.Health,
 			Metadata:   maps.Clone(m.Metadata),
 			Healthy:    healthy,
-			Eligible:   healthy && m.Live && !m.Draining && m.State == MemberAlive,
+			Eligible:   healthy && m.Live && !m.Draining && !m.NoShards && m.State == MemberAlive,
 			Leader:     isLeader(m),
 			LastUpdate: m.UpdatedAt,
 		})

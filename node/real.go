@@ -77,6 +77,18 @@ const groupTag = "tenure.group"
 // peer that gossips another count (cluster.Config.CheckPeer).
 const partitionsTag = "tenure.partitions"
 
+// voterShardsTag, set to "no", carries Config.VoterOwnsNoShards in the
+// gossiped tags: the leader's planner gives such a node no shards while
+// it is a voter (ownership.Member.NoShards). The voter preference travels
+// in cluster.TagVoter.
+const voterShardsTag = "tenure.voter-shards"
+
+// ownsNoShards reports whether a member with these tags asks to own no
+// shards, given whether it is a control-group voter now.
+func ownsNoShards(tags map[string]string, voter bool) bool {
+	return voter && tags[voterShardsTag] == "no"
+}
+
 // keyringFileName is the gossip keyring kept in DataDir (cluster.Config
 // KeyringFile).
 const keyringFileName = "gossip.keyring"
@@ -272,6 +284,12 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	meta.Tags[groupTag] = cfg.Group
 	meta.Tags[partitionsTag] = strconv.Itoa(cfg.Partitions)
+	if cfg.Voter != "" && cfg.Voter != VoterAuto {
+		meta.Tags[cluster.TagVoter] = string(cfg.Voter)
+	}
+	if cfg.VoterOwnsNoShards {
+		meta.Tags[voterShardsTag] = "no"
+	}
 	// Until ClaimID finds no other live process with this id, peers never
 	// take this instance for the node (cluster.TagClaiming).
 	meta.Tags[cluster.TagClaiming] = "1"
@@ -394,10 +412,14 @@ type loopSource struct{ b *netBackend }
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster()}
+	// The planner runs on the control-group leader, whose configuration
+	// is the voter set's latest word.
+	voters := s.b.ctl.Voters()
 	for _, m := range s.b.gossip.Members() {
 		in.Members = append(in.Members, ownership.Member{
 			ID: m.ID, Incarnation: m.Incarnation, State: ownership.GossipState(m.State),
 			Health: m.Health, Draining: m.Draining, Group: m.Tags[groupTag],
+			NoShards: ownsNoShards(m.Tags, slices.Contains(voters, m.ID)),
 		})
 	}
 	return in
@@ -638,11 +660,12 @@ func (b *netBackend) members() []Member {
 			Live:  known && rec.Incarnation == m.Incarnation && (m.State == cluster.StateAlive || m.State == cluster.StateSuspect),
 			Voter: slices.Contains(voters, m.ID), Leader: m.ID == leader, Version: m.Version,
 		}
+		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
 		if known && rec.HeartbeatAt != 0 {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
 		for k, v := range m.Tags {
-			if k == groupTag || k == partitionsTag || k == cluster.TagClaiming {
+			if strings.HasPrefix(k, "tenure.") { // reserved: groupTag, partitionsTag, TagClaiming, TagVoter...
 				continue
 			}
 			if meta, ok := strings.CutPrefix(k, healthTagPrefix); ok {

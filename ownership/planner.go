@@ -277,8 +277,8 @@ func (p *Planner) expiries(now time.Time, t table) []ledger.Command {
 // updateRing decides who is in the placement ring.
 //
 // Hard signals remove a node at once: no node record, no lease (expired or
-// not seen for Lease·(1+δ)), draining (ledger or gossip), or a graceful
-// leave. Soft signals — gossip suspect/dead/missing, health below MinHealth —
+// not seen for Lease·(1+δ)), draining (ledger or gossip), a graceful
+// leave, or Member.NoShards (a voter that owns no shards). Soft signals — gossip suspect/dead/missing, health below MinHealth —
 // remove it only after they have lasted StableFor, so a flapping node or a
 // brief false suspicion moves nothing. A node enters the ring after it has
 // been eligible for StableFor. A node that restarts (new incarnation) before
@@ -303,7 +303,7 @@ func (p *Planner) updateRing(now time.Time, t table, members []Member) {
 			e = &eligTrack{}
 			p.elig[id] = e
 		}
-		hard := !p.live(now, id) || n.Draining || (known && (m.Draining || m.State == GossipLeft))
+		hard := !p.live(now, id) || n.Draining || (known && (m.Draining || m.NoShards || m.State == GossipLeft))
 		soft := !known || m.State == GossipSuspect || m.State == GossipDead || m.Health < p.cfg.MinHealth
 		switch {
 		case hard:

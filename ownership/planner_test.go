@@ -118,7 +118,7 @@ func parseGossip(t testing.TB, s string) GossipState {
 //	config [partitions=N] [k=N] [stable=D] [minhealth=F]   reset the world
 //	join id=N [inc=I] [health=F] [group=G]  gossip alive + first heartbeat
 //	declare group=G name=E           a group election (shard Partitions+k)
-//	member id=N [inc=I] [state=S] [health=F] [draining] [gone]
+//	member id=N [inc=I] [state=S] [health=F] [draining] [noshards] [gone]
 //	heartbeat id=N [inc=I] [rejoin]  a committed heartbeat
 //	drain id=N [off]                 committed SetDraining
 //	release shard=S | transfer shard=S   the owner hands a Revoking shard over
@@ -164,6 +164,7 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 		m.State = parseGossip(t, argStr(td, "state", m.State.String()))
 		m.Health = argFloat(t, td, "health", 1)
 		m.Draining = td.HasArg("draining")
+		m.NoShards = td.HasArg("noshards")
 		e.members[id] = m
 		return ""
 	case "declare":

@@ -49,6 +49,12 @@ type Member struct {
 	// tag): group-scoped election shards are placed only on eligible
 	// members of their group.
 	Group string
+	// NoShards: the node must own nothing — node/ sets it for a
+	// control-group voter started with VoterOwnsNoShards, so a voter's
+	// death never sits on the owner-failure path. It is a hard signal: the
+	// node leaves the placement ring at once and its shards are revoked
+	// (drained and handed over).
+	NoShards bool
 }
 
 // Input is everything the planner looks at in one round: the leader's

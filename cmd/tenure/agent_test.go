@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/node"
 )
 
 func loadCfg(t *testing.T, env map[string]string, args ...string) (agentConfig, error) {
@@ -64,6 +66,31 @@ tags = zone=a,rack=r1
 	}
 }
 
+// --voter and --voters-own-shards reach node.Config (env names as the
+// Kubernetes manifests use them).
+func TestAgentVoterFlags(t *testing.T) {
+	c, err := loadCfg(t, map[string]string{"HOSTNAME": "m-0", "TENURE_VOTER": "never", "TENURE_VOTERS_OWN_SHARDS": "false"}, "--bootstrap-expect=1", "--insecure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DataDir = t.TempDir()
+	nc, err := nodeConfig(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.Voter != node.VoterNever || !nc.VoterOwnsNoShards {
+		t.Fatalf("node config Voter %q VoterOwnsNoShards %v, want never, true", nc.Voter, nc.VoterOwnsNoShards)
+	}
+	c, err = loadCfg(t, map[string]string{"HOSTNAME": "v-0"}, "--bootstrap-expect=1", "--voter=always", "--insecure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DataDir = t.TempDir()
+	if nc, err = nodeConfig(c, nil); err != nil || nc.Voter != node.VoterAlways || nc.VoterOwnsNoShards {
+		t.Fatalf("node config Voter %q VoterOwnsNoShards %v (%v), want always, false", nc.Voter, nc.VoterOwnsNoShards, err)
+	}
+}
+
 func TestAgentConfigJSONFile(t *testing.T) {
 	file := writeFile(t, "agent.json", `{"node-id": "j1", "bootstrap-expect": 3, "seeds": ["x:1","y:2"], "workload": false,
 		"tags": {"zone": "b"}, "encrypt": "MDEyMzQ1Njc4OWFiY2RlZg==", "tick": "250ms"}`)
@@ -103,6 +130,7 @@ func TestAgentConfigErrorsNameTheKey(t *testing.T) {
 		{"log level", nil, "", []string{"--bootstrap-expect", "1", "--log-level", "loud"}, []string{`log-level "loud"`}},
 		{"args", nil, "", []string{"--bootstrap-expect", "1", "extra"}, []string{`"extra"`}},
 		{"no node id", map[string]string{"HOSTNAME": ""}, "", []string{"--bootstrap-expect", "1"}, []string{"node-id is empty"}},
+		{"voter", map[string]string{"TENURE_VOTER": "sometimes"}, "", []string{"--bootstrap-expect", "1"}, []string{`voter "sometimes"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -73,14 +73,20 @@ type agentConfig struct {
 	// ManualFinalize: the cluster version is raised only by `tenure
 	// upgrade finalize` (node.Config.ManualFinalize).
 	ManualFinalize bool
-	Witness        string
-	Workload       bool
-	TickEvery      time.Duration
-	DrainOnStop    time.Duration
-	JobTimeout     time.Duration
-	Tags           map[string]string
-	LogFormat      string // auto, text, json
-	LogLevel       string // debug, info, warn, error
+	// Voter is the node's place in the control group: auto, always or
+	// never (node.Config.Voter).
+	Voter string
+	// VotersOwnShards false: while a voter, this node owns no shards
+	// (node.Config.VoterOwnsNoShards).
+	VotersOwnShards bool
+	Witness         string
+	Workload        bool
+	TickEvery       time.Duration
+	DrainOnStop     time.Duration
+	JobTimeout      time.Duration
+	Tags            map[string]string
+	LogFormat       string // auto, text, json
+	LogLevel        string // debug, info, warn, error
 	// Mutual TLS on the Raft/RPC port (node.Config.TLS*).
 	TLSCA   string
 	TLSCert string
@@ -102,6 +108,8 @@ func defaultAgentConfig() agentConfig {
 		Partitions:      defaultPartitions,
 		MinHealth:       defaultMinHealth,
 		Workload:        true,
+		Voter:           "auto",
+		VotersOwnShards: true,
 		TickEvery:       defaultTickEvery,
 		DrainOnStop:     defaultDrainOnStop,
 		JobTimeout:      defaultJobTimeout,
@@ -221,6 +229,8 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM private key for HTTPS on the API; re-read when it changes")
 	fs.IntVar(&c.HTTPMaxConnsPerClient, "http-max-conns-per-client", c.HTTPMaxConnsPerClient, "open HTTP connections one client IP may hold; more are closed at once (0: no cap)")
 	fs.BoolVar(&c.ManualFinalize, "manual-finalize", c.ManualFinalize, "after a rolling upgrade, keep the cluster version until `tenure upgrade finalize` (a window to go back to the previous binary); by default the leader finalizes once every live node runs the new binary")
+	fs.StringVar(&c.Voter, "voter", c.Voter, "this node's place in the control group: auto (promoted when voters are needed, lowest id first), always (bootstrap voter and promoted first) or never (never votes: for members beside a fixed voter set)")
+	fs.BoolVar(&c.VotersOwnShards, "voters-own-shards", c.VotersOwnShards, "false: while this node is a control-group voter it owns no shards, so a voter's death is never also an owner failure (set it on every node that may vote; costs the voters' capacity)")
 	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it answer 429 (checked by this node before proposing, so advisory under concurrent enqueues; 0: no cap)")
 	fs.StringVar(&c.Witness, "witness", c.Witness, "URL the demo workload POSTs its ticks to (see: tenure witness -h)")
 	fs.BoolVar(&c.Workload, "workload", c.Workload, "run the demo workload that ticks every owned shard")
@@ -546,6 +556,11 @@ func (c agentConfig) Validate() error {
 	}
 	if c.MaxPendingJobs < 0 {
 		bad("max-pending-jobs %d: want >= 0 (0: no cap)", c.MaxPendingJobs)
+	}
+	switch c.Voter {
+	case "auto", "always", "never":
+	default:
+		bad("voter %q: want auto, always or never", c.Voter)
 	}
 	if len(errs) == 0 {
 		return nil

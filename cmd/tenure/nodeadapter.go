@@ -67,11 +67,14 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 		JobTimeout:      c.JobTimeout,
 		MaxPendingJobs:  c.MaxPendingJobs,
 		ManualFinalize:  c.ManualFinalize,
-		Logger:          log,
-		TLSCAFile:       c.TLSCA,
-		TLSCertFile:     c.TLSCert,
-		TLSKeyFile:      c.TLSKey,
-		Insecure:        c.Insecure,
+		Voter:           node.VoterPreference(c.Voter),
+		// --voters-own-shards=false
+		VoterOwnsNoShards: !c.VotersOwnShards,
+		Logger:            log,
+		TLSCAFile:         c.TLSCA,
+		TLSCertFile:       c.TLSCert,
+		TLSKeyFile:        c.TLSKey,
+		Insecure:          c.Insecure,
 	}
 	return cfg, cfg.Validate()
 }

@@ -29,7 +29,7 @@ func init() {
 func runTLS(_ context.Context, m *Main, args []string) error {
 	if len(args) == 0 || (args[0] != "init" && args[0] != "cert") {
 		fmt.Fprintln(m.Stderr, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
-		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--operator] [--hosts h1,h2] [--force]")
+		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--operator] [--hosts h1,h2] [--force]")
 		return errors.New("tls: want a subcommand: init or cert")
 	}
 	sub := args[0]
@@ -42,7 +42,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 	keep := false
 	days := fset.Int("cert-days", tlsCertDays, "validity of issued certificates in days")
 	cluster := "tenure"
-	var node *string
+	var node, caDir *string
 	var operator *bool
 	if sub == "init" {
 		fset.Var(listValue{&nodes}, "nodes", "comma-separated node ids to issue certificates for")
@@ -50,6 +50,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		fset.BoolVar(&keep, "keep", false, "keep the files that exist and issue only the missing ones from the existing CA (idempotent: for init containers)")
 	} else {
 		node = fset.String("node", "", "node id (or operator name with --operator)")
+		caDir = fset.String("ca-dir", "", "directory holding ca.pem and ca-key.pem (default --dir): a read-only mount of the CA, e.g. a Kubernetes Secret in an init container")
 		operator = fset.Bool("operator", false, "issue an operator (client) certificate")
 	}
 	if err := fset.Parse(args[1:]); err != nil {
@@ -65,7 +66,11 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		return fmt.Errorf("tls %s: --cert-days %d: want 1..36500", sub, *days)
 	}
 	validFor := time.Duration(*days) * 24 * time.Hour
-	caCert, caKey := filepath.Join(*dir, "ca.pem"), filepath.Join(*dir, "ca-key.pem")
+	cad := *dir
+	if caDir != nil && *caDir != "" {
+		cad = *caDir
+	}
+	caCert, caKey := filepath.Join(cad, "ca.pem"), filepath.Join(cad, "ca-key.pem")
 	var ids []pki.Identity
 	if sub == "init" {
 		if len(nodes) == 0 {
@@ -119,6 +124,9 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		ids = []pki.Identity{{Name: *node, Role: role}}
 		if err := refuseOverwrite([]string{certPath(*dir, ids[0]), keyPath(*dir, ids[0])}, *force); err != nil {
 			return err
+		}
+		if err := os.MkdirAll(*dir, 0o700); err != nil {
+			return fmt.Errorf("tls cert: %w", err)
 		}
 	}
 	cb, err := os.ReadFile(caCert)

@@ -58,6 +58,22 @@ func TestTLSCommand(t *testing.T) {
 	if _, err := pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "n4.pem"), Key: filepath.Join(dir, "n4-key.pem")}, nil); err != nil {
 		t.Errorf("n4 issued by init --keep does not load against the existing CA: %v", err)
 	}
+	// --ca-dir: the CA read from another (read-only) directory, the
+	// certificate written to --dir (a Kubernetes init container).
+	podDir := filepath.Join(t.TempDir(), "pod")
+	if err := m.Run(ctx, []string{"tls", "cert", "--dir", podDir, "--ca-dir", dir, "--node", "member-x"}); err != nil {
+		t.Fatalf("cert --ca-dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(podDir, "ca-key.pem")); err == nil {
+		t.Error("cert --ca-dir copied the CA key into --dir")
+	}
+	r, err := pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(podDir, "member-x.pem"), Key: filepath.Join(podDir, "member-x-key.pem")}, nil)
+	if err != nil || r.Identity() != (pki.Identity{Name: "member-x", Role: pki.RoleNode}) {
+		t.Fatalf("member-x from --ca-dir: %v", err)
+	}
+	if err := m.Run(ctx, []string{"tls", "cert", "--dir", podDir, "--ca-dir", filepath.Join(t.TempDir(), "none"), "--node", "y"}); err == nil {
+		t.Error("cert with an empty --ca-dir: no error")
+	}
 	for _, bad := range [][]string{{"tls"}, {"tls", "init"}, {"tls", "init", "--dir", dir, "--nodes", "n1", "--keep", "--force"}, {"tls", "init", "--dir", dir}, {"tls", "cert", "--dir", dir, "--node", "a b"}} {
 		if err := m.Run(ctx, bad); err == nil {
 			t.Errorf("%q: no error", bad)
