@@ -38,8 +38,8 @@ type Planner struct {
 	revokes map[uint32]revokeTrack
 	elig    map[string]*eligTrack
 
-	ringKey []string
-	ring    *ring.Ring
+	ringKey []string // placement members, sorted
+	assign  []string // this round's ring.Assign result, by partition
 
 	groupOf map[string]string // last gossiped group of each node (elections.go)
 
@@ -99,7 +99,7 @@ func (p *Planner) Establish(now time.Time, in Input) {
 	p.nodes = make(map[string]*nodeTrack)
 	p.revokes = make(map[uint32]revokeTrack)
 	p.elig = make(map[string]*eligTrack)
-	p.ringKey, p.ring = nil, nil
+	p.ringKey, p.assign = nil, nil
 
 	seen, revoked := now, now
 	if mutation.On(mutation.IgnoreEstablish) {
@@ -124,7 +124,7 @@ func (p *Planner) Establish(now time.Time, in Input) {
 func (p *Planner) StepDown() {
 	p.leading = false
 	p.nodes, p.revokes, p.elig = nil, nil, nil
-	p.ringKey, p.ring = nil, nil
+	p.ringKey, p.assign = nil, nil
 }
 
 // RingMembers returns the current placement ring members, sorted.
@@ -348,6 +348,8 @@ func (p *Planner) inRing(id string) bool {
 	return e != nil && e.inRing
 }
 
+// buildRing decides this round's placement members and computes where every
+// partition should be (ring.Assign over the committed owners).
 func (p *Planner) buildRing(t table) error {
 	members := make([]string, 0, len(p.elig))
 	for id, e := range p.elig {
@@ -379,27 +381,42 @@ func (p *Planner) buildRing(t table) error {
 		members = members[:parts]
 		slices.Sort(members)
 	}
-	if p.ring != nil && slices.Equal(members, p.ringKey) {
-		return nil
-	}
-	p.ringKey, p.ring = members, nil
+	p.ringKey, p.assign = members, nil
 	if len(members) == 0 {
 		return nil
 	}
-	r, err := ring.New(p.cfg.Ring, members)
+	// The committed owner of every partition: Owned or Revoking records
+	// (valid or not: a restarted owner still in the ring gets its shards
+	// back), "" for Unowned ones. ring.Assign keeps what is within quota
+	// and places the rest; it returns the same target for any state on the
+	// way there, so the rounds that carry the moves out (and a new leader
+	// recomputing halfway) never move a shard twice for one change.
+	parts := p.cfg.Ring.Partitions
+	prev := make([]string, parts)
+	avoid := make([]string, parts)
+	for s := range uint32(parts) {
+		rec := t.shard(s)
+		if rec.State == ledger.ShardOwned || rec.State == ledger.ShardRevoking {
+			prev[s] = rec.Owner
+		}
+		avoid[s] = rec.AvoidOwner
+	}
+	a, err := ring.Assign(ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid})
 	if err != nil {
 		p.ringKey = nil
-		return fmt.Errorf("ownership: placement ring over %d members: %w", len(members), err)
+		return fmt.Errorf("ownership: placement over %d members: %w", len(members), err)
 	}
-	p.ring = r
+	p.assign = a
 	return nil
 }
 
+// target is the owner ring.Assign chose for partition s ("" when no node
+// is eligible).
 func (p *Planner) target(s uint32) string {
-	if p.ring == nil {
+	if int64(s) >= int64(len(p.assign)) {
 		return ""
 	}
-	return p.ring.Owner(s)
+	return p.assign[s]
 }
 
 // placement proposes grants, takeovers and revokes, one pass over the
