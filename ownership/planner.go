@@ -22,7 +22,9 @@ import (
 //   - expiries:  when a node's liveness is expired (lease rule).
 //   - updateRing: who is in the placement ring (eligibility, hysteresis,
 //     stickiness).
-//   - placement: grants, takeovers and revokes (ring, churn budget).
+//   - buildRing: where every partition should be (ring.Assign over the
+//     committed owners: sticky, balanced, one move per change).
+//   - placement: grants, takeovers and revokes (churn budget).
 //
 // Rounds do one kind of change: if any node must be expired, a round
 // proposes only ExpireNode commands (grants depend on their outcome);
@@ -359,10 +361,10 @@ func (p *Planner) buildRing(t table) error {
 	}
 	slices.Sort(members)
 	if parts := p.cfg.Ring.Partitions; len(members) > parts {
-		// More eligible nodes than shards: the ring cannot place them all
-		// (every member needs a shard). Keep the current owners first, then
-		// the others by id, so that the surplus nodes are idle spares and
-		// nothing moves.
+		// More eligible nodes than shards: not every node can own one.
+		// Keep the current owners first, then the others by id, so that the
+		// surplus nodes are idle spares and nothing moves (ring.Assign
+		// alone would pick the owners by its quota rank).
 		owners := map[string]bool{}
 		for _, rec := range t.shards {
 			if t.valid(rec) {
