@@ -92,9 +92,10 @@ func (p *Planner) Leading() bool { return p.leading }
 // term (a Raft Barrier). The new leader cannot know when the nodes last
 // heartbeated or when Revokes were seen, so it treats every node as seen,
 // and every Revoking shard as revoked, at now: it waits every lease out in
-// full before expiring or taking over. Nodes that own a validly owned shard
-// start in the placement ring (no movement on a leader change); other nodes
-// must be eligible for StableFor first.
+// full before expiring or taking over. Nodes that own a validly owned shard,
+// or are the target of a valid Revoking one, start in the placement ring
+// (no movement on a leader change); other nodes must be eligible for
+// StableFor first.
 func (p *Planner) Establish(now time.Time, in Input) {
 	p.leading = true
 	p.establishedAt = now
@@ -118,6 +119,13 @@ func (p *Planner) Establish(now time.Time, in Input) {
 		}
 		if t.valid(rec) && p.elig[rec.Owner] == nil {
 			p.elig[rec.Owner] = &eligTrack{inRing: true, since: now}
+		}
+		// The target of a planned move was in the last leader's ring too:
+		// without this, a joiner whose first shards are still Revoking
+		// would wait StableFor again and those shards would move back and
+		// forth (two moves for one join).
+		if _, known := t.nodes[rec.Target]; known && rec.State == ledger.ShardRevoking && t.valid(rec) && p.elig[rec.Target] == nil {
+			p.elig[rec.Target] = &eligTrack{inRing: true, since: now}
 		}
 	}
 }
