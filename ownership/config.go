@@ -40,7 +40,9 @@ type Config struct {
 	// MinHealth is the minimum gossiped health score (0..1) for a node to be
 	// eligible to own shards.
 	MinHealth float64
-	// Ring configures the placement ring; Ring.Partitions is the shard count.
+	// Ring configures placement; Ring.Partitions is the shard count. The
+	// planner places with ring.Assign, which uses only Partitions (Load,
+	// ReplicationFactor and MinLoad apply to the bounded-load ring.New).
 	Ring ring.Config
 	// ClusterName, if set, makes the leader record the cluster's
 	// configuration (name, Ring.Partitions, cluster version) in the ledger

@@ -108,15 +108,15 @@ func (p *Planner) groupView(in Input, t table) groupView {
 	return g
 }
 
-// placementTarget is where rec's shard should be. A partition follows the
-// ring (steered away from a resigner). An election shard is placed by
+// placementTarget is where rec's shard should be. A partition goes where
+// ring.Assign put it (which honours the resignation hint itself). An election shard is placed by
 // rendezvous hashing among the ring members (the eligible nodes) of its
 // group and is sticky: it stays with a valid owner that is still such a
 // candidate, so a member joining the group moves no leadership.
 func (p *Planner) placementTarget(t table, rec ledger.ShardRecord, valid bool) string {
 	group, isElection := t.groups.election[rec.Shard]
 	if !isElection {
-		return steer(rec, valid, p.target(rec.Shard), p.ringKey)
+		return p.target(rec.Shard)
 	}
 	var cands []string
 	for _, id := range p.ringKey {

@@ -22,7 +22,9 @@ import (
 //   - expiries:  when a node's liveness is expired (lease rule).
 //   - updateRing: who is in the placement ring (eligibility, hysteresis,
 //     stickiness).
-//   - placement: grants, takeovers and revokes (ring, churn budget).
+//   - buildRing: where every partition should be (ring.Assign over the
+//     committed owners: sticky, balanced, one move per change).
+//   - placement: grants, takeovers and revokes (churn budget).
 //
 // Rounds do one kind of change: if any node must be expired, a round
 // proposes only ExpireNode commands (grants depend on their outcome);
@@ -38,8 +40,8 @@ type Planner struct {
 	revokes map[uint32]revokeTrack
 	elig    map[string]*eligTrack
 
-	ringKey []string
-	ring    *ring.Ring
+	ringKey []string // placement members, sorted
+	assign  []string // this round's ring.Assign result, by partition
 
 	groupOf map[string]string // last gossiped group of each node (elections.go)
 
@@ -90,16 +92,17 @@ func (p *Planner) Leading() bool { return p.leading }
 // term (a Raft Barrier). The new leader cannot know when the nodes last
 // heartbeated or when Revokes were seen, so it treats every node as seen,
 // and every Revoking shard as revoked, at now: it waits every lease out in
-// full before expiring or taking over. Nodes that own a validly owned shard
-// start in the placement ring (no movement on a leader change); other nodes
-// must be eligible for StableFor first.
+// full before expiring or taking over. Nodes that own a validly owned shard,
+// or are the target of a valid Revoking one, start in the placement ring
+// (no movement on a leader change); other nodes must be eligible for
+// StableFor first.
 func (p *Planner) Establish(now time.Time, in Input) {
 	p.leading = true
 	p.establishedAt = now
 	p.nodes = make(map[string]*nodeTrack)
 	p.revokes = make(map[uint32]revokeTrack)
 	p.elig = make(map[string]*eligTrack)
-	p.ringKey, p.ring = nil, nil
+	p.ringKey, p.assign = nil, nil
 
 	seen, revoked := now, now
 	if mutation.On(mutation.IgnoreEstablish) {
@@ -117,6 +120,13 @@ func (p *Planner) Establish(now time.Time, in Input) {
 		if t.valid(rec) && p.elig[rec.Owner] == nil {
 			p.elig[rec.Owner] = &eligTrack{inRing: true, since: now}
 		}
+		// The target of a planned move was in the last leader's ring too:
+		// without this, a joiner whose first shards are still Revoking
+		// would wait StableFor again and those shards would move back and
+		// forth (two moves for one join).
+		if _, known := t.nodes[rec.Target]; known && rec.State == ledger.ShardRevoking && t.valid(rec) && p.elig[rec.Target] == nil {
+			p.elig[rec.Target] = &eligTrack{inRing: true, since: now}
+		}
 	}
 }
 
@@ -124,7 +134,7 @@ func (p *Planner) Establish(now time.Time, in Input) {
 func (p *Planner) StepDown() {
 	p.leading = false
 	p.nodes, p.revokes, p.elig = nil, nil, nil
-	p.ringKey, p.ring = nil, nil
+	p.ringKey, p.assign = nil, nil
 }
 
 // RingMembers returns the current placement ring members, sorted.
@@ -348,6 +358,8 @@ func (p *Planner) inRing(id string) bool {
 	return e != nil && e.inRing
 }
 
+// buildRing decides this round's placement members and computes where every
+// partition should be (ring.Assign over the committed owners).
 func (p *Planner) buildRing(t table) error {
 	members := make([]string, 0, len(p.elig))
 	for id, e := range p.elig {
@@ -357,10 +369,10 @@ func (p *Planner) buildRing(t table) error {
 	}
 	slices.Sort(members)
 	if parts := p.cfg.Ring.Partitions; len(members) > parts {
-		// More eligible nodes than shards: the ring cannot place them all
-		// (every member needs a shard). Keep the current owners first, then
-		// the others by id, so that the surplus nodes are idle spares and
-		// nothing moves.
+		// More eligible nodes than shards: not every node can own one.
+		// Keep the current owners first, then the others by id, so that the
+		// surplus nodes are idle spares and nothing moves (ring.Assign
+		// alone would pick the owners by its quota rank).
 		owners := map[string]bool{}
 		for _, rec := range t.shards {
 			if t.valid(rec) {
@@ -379,27 +391,42 @@ func (p *Planner) buildRing(t table) error {
 		members = members[:parts]
 		slices.Sort(members)
 	}
-	if p.ring != nil && slices.Equal(members, p.ringKey) {
-		return nil
-	}
-	p.ringKey, p.ring = members, nil
+	p.ringKey, p.assign = members, nil
 	if len(members) == 0 {
 		return nil
 	}
-	r, err := ring.New(p.cfg.Ring, members)
+	// The committed owner of every partition: Owned or Revoking records
+	// (valid or not: a restarted owner still in the ring gets its shards
+	// back), "" for Unowned ones. ring.Assign keeps what is within quota
+	// and places the rest; it returns the same target for any state on the
+	// way there, so the rounds that carry the moves out (and a new leader
+	// recomputing halfway) never move a shard twice for one change.
+	parts := p.cfg.Ring.Partitions
+	prev := make([]string, parts)
+	avoid := make([]string, parts)
+	for s := range uint32(parts) {
+		rec := t.shard(s)
+		if rec.State == ledger.ShardOwned || rec.State == ledger.ShardRevoking {
+			prev[s] = rec.Owner
+		}
+		avoid[s] = rec.AvoidOwner
+	}
+	a, err := ring.Assign(ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid})
 	if err != nil {
 		p.ringKey = nil
-		return fmt.Errorf("ownership: placement ring over %d members: %w", len(members), err)
+		return fmt.Errorf("ownership: placement over %d members: %w", len(members), err)
 	}
-	p.ring = r
+	p.assign = a
 	return nil
 }
 
+// target is the owner ring.Assign chose for partition s ("" when no node
+// is eligible).
 func (p *Planner) target(s uint32) string {
-	if p.ring == nil {
+	if int64(s) >= int64(len(p.assign)) {
 		return ""
 	}
-	return p.ring.Owner(s)
+	return p.assign[s]
 }
 
 // placement proposes grants, takeovers and revokes, one pass over the

@@ -47,8 +47,10 @@ type Move struct {
 	From, To string
 }
 
-// New builds the ring for members under cfg. The result depends only on
-// the set of names, never on their order. A nil or empty member list gives
+// New builds the bounded-load ring for members under cfg. The planner does
+// not use it (it places with Assign, which keeps shards where they are);
+// New stays for `tenure bench ring` and as a comparison. The result depends
+// only on the set of names, never on their order. A nil or empty member list gives
 // a valid ring on which every Owner is "".
 //
 // Placement: members are placed on a consistent-hashing circle (xxhash,

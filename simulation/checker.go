@@ -145,10 +145,25 @@ func (c *checker) final() {
 		}
 	}
 	slices.Sort(eligible)
-	rg, err := ring.New(s.cfg.Ownership.Ring, eligible)
+	// L2: the committed placement is ring.Assign's fixed point over the
+	// eligible nodes: every owner eligible, every node at its quota
+	// (floor or ceil of P/N), and nothing left to move.
+	owners := make([]string, parts)
+	for sh := range uint32(parts) {
+		if rec, _ := ref.Shard(sh); rec.State == ledger.ShardOwned {
+			owners[sh] = rec.Owner
+		}
+	}
+	want, err := ring.Assign(ring.Placement{Partitions: parts, Members: eligible, Prev: owners})
 	if err != nil {
-		s.violate("L2", "ring over %v: %v", eligible, err)
+		s.violate("L2", "placement over %v: %v", eligible, err)
 		return
+	}
+	quota := ring.Quotas(parts, eligible)
+	for id, l := range ring.Loads(owners, eligible) {
+		if l != quota[id] {
+			s.violate("L2", "%s owns %d shards, quota %d (P=%d over %d eligible nodes)", id, l, quota[id], parts, len(eligible))
+		}
 	}
 	for sh := range uint32(parts) {
 		rec, _ := ref.Shard(sh)
@@ -163,9 +178,8 @@ func (c *checker) final() {
 				sh, acting, rec.Owner, rec.State, rec.Epoch, s.cfg.Duration-s.cfg.FaultsUntil)
 			continue
 		}
-		// L2: placement converged to the ring over the eligible nodes.
-		if want := rg.Owner(sh); rec.Owner != want {
-			s.violate("L2", "shard %d owned by %s, ring proposes %s", sh, rec.Owner, want)
+		if want[sh] != owners[sh] {
+			s.violate("L2", "shard %d owned by %s, placement proposes %s", sh, rec.Owner, want[sh])
 		}
 	}
 	// L3: planned moves after the faults stopped handed over with a gap of
