@@ -145,6 +145,7 @@ func NewWithBackend(b Backend, o Options) (*Handler, error) {
 	}
 	h.mux = h.routes()
 	// Subscribe before returning, so no move after New is missed.
+	self := b.Status().Node
 	events, cancel := b.Subscribe()
 	ctx, stop := context.WithCancel(context.Background())
 	h.stop = stop
@@ -154,7 +155,7 @@ func NewWithBackend(b Backend, o Options) (*Handler, error) {
 		var wg sync.WaitGroup
 		if h.metrics != nil {
 			wg.Add(1)
-			go func() { defer wg.Done(); observeShards(ctx, b, h.metrics, o.ObserveInterval) }()
+			go func() { defer wg.Done(); observeShards(ctx, b, self, h.metrics, o.ObserveInterval) }()
 		}
 		h.recordMoves(ctx, events)
 		stop() // the node closed: stop sampling it too

@@ -1,38 +1,34 @@
-package httpapi
+package httpapi_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/internal/apifake"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
 )
 
 // serveScoped serves the API over a fakeNode with a write and a read token.
-func serveScoped(t *testing.T, metricsAuth bool) (*fakeNode, *httptest.Server) {
+func serveScoped(t *testing.T, metricsAuth bool) (*apifake.Node, *httptest.Server) {
 	t.Helper()
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Token: "w-token", ReadToken: "r-token", MetricsAuth: metricsAuth,
-		Metrics: newAgentMetrics().Handler(), Dashboard: dashboardHandler(), DrainWait: 200 * time.Millisecond})
-	srv := httptest.NewServer(a.Handler())
+	f := apifake.NewNode()
+	a, err := httpapi.NewWithBackend(f, httpapi.Options{Token: "w-token", ReadToken: "r-token", MetricsAuth: metricsAuth,
+		DrainWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
 	return f, srv
 }
@@ -83,7 +79,7 @@ func TestAPIScopes(t *testing.T) {
 		if c.errCode == "" {
 			continue
 		}
-		var e errorJSON
+		var e apitypes.ErrorBody
 		if err := json.Unmarshal([]byte(r.body), &e); err != nil || e.Code != c.errCode || e.Error == "" {
 			t.Errorf("%s %s %v: body %q, want a JSON error with code %q", c.method, c.path, c.hdr, r.body, c.errCode)
 		}
@@ -108,285 +104,10 @@ func TestAPIMetricsAuth(t *testing.T) {
 		t.Fatalf("/healthz: %d", r.code)
 	}
 	// The handler served while joining protects /metrics the same way.
-	auth := newTokenAuth("w", "r")
-	st := httptest.NewServer(startingHandler(metricsHandler(newAgentMetrics().Handler(), auth, true)))
+	st := httptest.NewServer(httpapi.StartingHandler(httpapi.Options{Token: "w", ReadToken: "r", MetricsAuth: true, Registry: prometheus.NewRegistry()}))
 	defer st.Close()
 	if r := do(t, st, "GET", "/metrics", ""); r.code != 401 {
 		t.Fatalf("starting /metrics without token: %d", r.code)
-	}
-}
-
-func TestAgentConfigTokens(t *testing.T) {
-	base := map[string]string{"HOSTNAME": "n1", "TENURE_BOOTSTRAP_EXPECT": "1"}
-	wf := writeFile(t, "write.token", "  w-secret\n")
-	rf := writeFile(t, "read.token", "r-secret\n")
-	c, err := loadCfg(t, base, "--token-file", wf, "--read-token-file", rf)
-	if err != nil || c.Token != "w-secret" || c.ReadToken != "r-secret" {
-		t.Fatalf("token files: %q %q %v", c.Token, c.ReadToken, err)
-	}
-	env := map[string]string{"HOSTNAME": "n1", "TENURE_BOOTSTRAP_EXPECT": "1", "TENURE_TOKEN": "w1", "TENURE_READ_TOKEN": "r1",
-		"TENURE_HTTP_TLS_CERT": "c.pem", "TENURE_HTTP_TLS_KEY": "k.pem", "TENURE_METRICS_AUTH": "true", "TENURE_HTTP_INSECURE": "1"}
-	c, err = loadCfg(t, env)
-	if err != nil || c.Token != "w1" || c.ReadToken != "r1" || c.HTTPTLSCert != "c.pem" || c.HTTPTLSKey != "k.pem" || !c.MetricsAuth || !c.HTTPInsecure {
-		t.Fatalf("env: %+v %v", c, err)
-	}
-	if c.HTTPMaxConnsPerClient != defaultMaxConnsPerClient || c.MaxPendingJobs != defaultMaxPendingJobs {
-		t.Fatalf("defaults: %d %d", c.HTTPMaxConnsPerClient, c.MaxPendingJobs)
-	}
-	empty := writeFile(t, "empty.token", "\n\n")
-	for _, bad := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--token", "a", "--token-file", wf}, "give one"},
-		{[]string{"--token-file", empty}, "empty"},
-		{[]string{"--token-file", filepath.Join(t.TempDir(), "missing")}, "token-file"},
-		{[]string{"--read-token", "r"}, "read-token without token"},
-		{[]string{"--token", "same", "--read-token", "same"}, "read-token equals token"},
-		{[]string{"--token", "has space"}, "token: contains white space"},
-		{[]string{"--http-tls-cert", "c.pem"}, "give both or neither"},
-		{[]string{"--http-max-conns-per-client", "-1"}, "http-max-conns-per-client"},
-		{[]string{"--max-pending-jobs", "-1"}, "max-pending-jobs"},
-	} {
-		_, err := loadCfg(t, base, bad.args...)
-		if err == nil || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("%v: %v, want an error with %q", bad.args, err, bad.want)
-		}
-		if err != nil && (strings.Contains(err.Error(), "w-secret") || strings.Contains(err.Error(), "has space")) {
-			t.Errorf("%v: error shows the token: %v", bad.args, err)
-		}
-	}
-}
-
-func TestHTTPExposure(t *testing.T) {
-	for addr, loop := range map[string]bool{"127.0.0.1:1": true, "localhost:1": true, "[::1]:1": true, "127.1.2.3:1": true,
-		"0.0.0.0:1": false, ":1": false, "[::]:1": false, "10.0.0.1:1": false, "example.com:1": false} {
-		if got := isLoopbackAddr(addr); got != loop {
-			t.Errorf("isLoopbackAddr(%q) = %v", addr, got)
-		}
-		c := agentConfig{HTTPAddr: addr}
-		_, err := c.checkHTTPExposure()
-		if (err == nil) != loop {
-			t.Errorf("%s without token: %v", addr, err)
-		}
-		c.Token = "t"
-		if warn, err := c.checkHTTPExposure(); err != nil || warn != "" {
-			t.Errorf("%s with token: %q %v", addr, warn, err)
-		}
-		c.Token, c.HTTPInsecure = "", true
-		if warn, err := c.checkHTTPExposure(); err != nil || (warn == "") == !loop {
-			t.Errorf("%s with --http-insecure: %q %v", addr, warn, err)
-		}
-	}
-}
-
-// The agent refuses a non-loopback HTTP address without a token before it
-// starts anything, and runs open with --http-insecure, saying so.
-func TestAgentRefusesOpenHTTP(t *testing.T) {
-	var started atomic.Bool
-	fr := &fakeRunning{fakeNode: newFakeNode()}
-	old := startNode
-	startNode = func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error) {
-		started.Store(true)
-		return fr, nil
-	}
-	t.Cleanup(func() { startNode = old })
-	args := []string{"agent", "--node-id", "n1", "--bootstrap-expect", "1", "--http-addr", "0.0.0.0:0",
-		"--gossip-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--workload=false", "--log-format", "json"}
-	var logs syncBuffer
-	m := &Main{Stdout: &logs, Stderr: &logs, Getenv: func(string) string { return "" }}
-	err := m.Run(context.Background(), args)
-	if err == nil || !strings.Contains(err.Error(), "not loopback") || started.Load() {
-		t.Fatalf("open non-loopback HTTP: err %v, node started %v", err, started.Load())
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, append(args, "--http-insecure")) }()
-	waitFor(t, 20*time.Second, "the agent to run", func() bool { return strings.Contains(logs.String(), "agent running") })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("agent: %v", err)
-	}
-	if !strings.Contains(logs.String(), "INSECURE: the HTTP API") {
-		t.Fatalf("no loud warning:\n%s", logs.String())
-	}
-}
-
-// writeKeyPair issues a server certificate for 127.0.0.1 from a fresh CA
-// into dir and returns the CA file.
-func writeKeyPair(t *testing.T, dir string) (caFile, certFile, keyFile string) {
-	t.Helper()
-	caPEM, caKey, err := pki.NewCA("http-test", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := pki.Issue(caPEM, caKey, pki.Identity{Name: "api", Role: pki.RoleNode}, []string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "api.pem"), filepath.Join(dir, "api-key.pem")
-	for p, b := range map[string][]byte{caFile: caPEM, certFile: certPEM, keyFile: keyPEM} {
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return caFile, certFile, keyFile
-}
-
-// serveReal serves h with the agent's server code on 127.0.0.1.
-func serveReal(t *testing.T, h http.Handler, lim httpLimits, tlsCfg *tls.Config, maxPerClient int) (string, net.Listener) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lln := limitPerClient(ln, maxPerClient, slog.New(slog.DiscardHandler))
-	srv := newHTTPServer(h, lim, tlsCfg, slog.New(slog.DiscardHandler))
-	go func() { _ = serveHTTP(srv, lln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return ln.Addr().String(), lln
-}
-
-func TestHTTPSAndCertReload(t *testing.T) {
-	dir := t.TempDir()
-	caFile, certFile, keyFile := writeKeyPair(t, dir)
-	tlsCfg, err := httpTLSConfig(certFile, keyFile, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Token: "w-token"})
-	addr, _ := serveReal(t, a.Handler(), defaultHTTPLimits, tlsCfg, 0)
-
-	// The CLI: a bare host:port with --ca speaks https and verifies.
-	env := map[string]string{"TENURE_ADDR": addr, "TENURE_TOKEN": "w-token"}
-	if out, stderr, err := runEnv(t, env, "status", "--ca", caFile); err != nil || !strings.Contains(out, "n1") {
-		t.Fatalf("status over https: %v %s %s", err, out, stderr)
-	}
-	if _, _, err := runEnv(t, map[string]string{"TENURE_ADDR": "https://" + addr, "TENURE_TOKEN": "w-token", "TENURE_HTTP_CA": caFile}, "members"); err != nil {
-		t.Fatalf("members over https with TENURE_HTTP_CA: %v", err)
-	}
-	tf := writeFile(t, "tok", "w-token\n")
-	if _, _, err := runEnv(t, map[string]string{"TENURE_ADDR": "https://" + addr}, "drain", "--undo", "--tls-ca", caFile, "--token-file", tf); err != nil {
-		t.Fatalf("drain --undo with --tls-ca and --token-file: %v", err)
-	}
-	if _, _, err := runEnv(t, map[string]string{"TENURE_ADDR": "https://" + addr, "TENURE_TOKEN": "w-token"}, "status"); err == nil {
-		t.Fatal("https without --ca trusted an unknown CA")
-	}
-	if _, _, err := runEnv(t, env, "status"); err == nil {
-		t.Fatal("plain http to an https port succeeded")
-	}
-	// TLS 1.1 is refused.
-	if c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11}); err == nil {
-		c.Close()
-		t.Fatal("TLS 1.1 handshake succeeded")
-	}
-
-	// Rotate: a certificate from another CA replaces the files; the server
-	// serves it once it notices (checked at most once a second).
-	leaf := func() []byte {
-		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.ConnectionState().PeerCertificates[0].Raw
-	}
-	first := leaf()
-	caFile2, _, _ := writeKeyPair(t, dir)
-	waitFor(t, 10*time.Second, "the rotated certificate to be served", func() bool { return !bytes.Equal(leaf(), first) })
-	pool := x509.NewCertPool()
-	b, _ := os.ReadFile(caFile2)
-	pool.AppendCertsFromPEM(b)
-	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool})
-	if err != nil {
-		t.Fatalf("new CA does not verify the rotated certificate: %v", err)
-	}
-	c.Close()
-}
-
-// A drain waits longer than the server's read and write timeouts: the
-// handler moves its own deadlines, so the answer still arrives.
-func TestDrainOutlivesServerTimeouts(t *testing.T) {
-	f := newFakeNode()
-	f.DrainBlocks = true
-	a := newAPI(apiConfig{Node: f})
-	lim := httpLimits{ReadHeaderTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
-		WriteTimeout: 100 * time.Millisecond, IdleTimeout: time.Second, MaxHeaderBytes: 4 << 10}
-	addr, _ := serveReal(t, a.Handler(), lim, nil, 0)
-	start := time.Now()
-	resp, err := http.Post("http://"+addr+"/v1/drain?wait=600ms", "", nil)
-	if err != nil {
-		t.Fatalf("drain past the server's timeouts: %v", err)
-	}
-	defer resp.Body.Close()
-	var d drainJSON
-	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("drain: %d %v", resp.StatusCode, err)
-	}
-	if el := time.Since(start); el < 600*time.Millisecond {
-		t.Fatalf("drain answered after %v, before its wait", el)
-	}
-	// Other requests still obey the limits: an oversized header is refused.
-	req, _ := http.NewRequest("GET", "http://"+addr+"/healthz", nil)
-	req.Header.Set("X-Big", strings.Repeat("a", 64<<10))
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-			t.Fatalf("oversized header: %d", resp.StatusCode)
-		}
-	}
-}
-
-func TestPerClientConnectionCap(t *testing.T) {
-	a := newAPI(apiConfig{Node: newFakeNode()})
-	addr, ln := serveReal(t, a.Handler(), defaultHTTPLimits, nil, 2)
-	pl := ln.(*perClientListener)
-	get := func(c net.Conn) (int, error) {
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			return 0, err
-		}
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			return 0, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
-	var conns []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if code, err := get(c); err != nil || code != 200 {
-			t.Fatalf("connection under the cap: %d %v", code, err)
-		}
-		conns = append(conns, c)
-	}
-	if n := pl.openConns("127.0.0.1"); n != 2 {
-		t.Fatalf("open connections %d, want 2", n)
-	}
-	third, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer third.Close()
-	if code, err := get(third); err == nil {
-		t.Fatalf("third connection served (%d) over a cap of 2", code)
-	}
-	conns[0].Close()
-	waitFor(t, 10*time.Second, "the closed connection's slot to free", func() bool { return pl.openConns("127.0.0.1") == 1 })
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if code, err := get(c); err != nil || code != 200 {
-		t.Fatalf("connection after a slot freed: %d %v", code, err)
 	}
 }
 
@@ -404,7 +125,7 @@ func TestAPIEnqueueLimits(t *testing.T) {
 		{fmt.Sprintf(`{"type":%q,"key":"k"}`, long), 400, `type\" is 4097 bytes`},
 		{fmt.Sprintf(`{"type":"x","key":"k","shard_key":%q}`, long), 400, `shard_key\" is 4097 bytes`},
 		{fmt.Sprintf(`{"type":"x","key":"k","payload":"%s"}`, strings.Repeat("p", ledger.DefaultMaxPayload)), 413, `payload\" is 1048578 bytes`},
-		{fmt.Sprintf(`{"type":"x","key":"k","payload":"%s"}`, strings.Repeat("p", maxBodyBytes)), 413, "body larger than"},
+		{fmt.Sprintf(`{"type":"x","key":"k","payload":"%s"}`, strings.Repeat("p", httpapi.MaxBodyBytes)), 413, "body larger than"},
 	} {
 		start := time.Now()
 		r := do(t, srv, "POST", "/v1/jobs", c.body)
@@ -412,21 +133,21 @@ func TestAPIEnqueueLimits(t *testing.T) {
 			t.Errorf("%.40s…: %d %.200s after %v, want %d with %q", c.body, r.code, r.body, time.Since(start), c.code, c.want)
 		}
 	}
-	if n := len(f.Jobs(jobQuery{})); n != 0 {
+	if n := len(f.Jobs(httpapi.JobQuery{})); n != 0 {
 		t.Fatalf("%d jobs reached the node", n)
 	}
 	// What the node refuses: invalid → 400, queue full → 429 with a code.
-	f.EnqueueErr = classify(fmt.Errorf("node: enqueue: %w: key too long: %w", node.ErrInvalid, ledger.ErrTooLarge))
+	f.EnqueueErr = httpapi.Classify(fmt.Errorf("node: enqueue: %w: key too long: %w", node.ErrInvalid, ledger.ErrTooLarge))
 	if r := do(t, srv, "POST", "/v1/jobs", `{"type":"x","key":"k"}`); r.code != 400 {
 		t.Fatalf("node.ErrInvalid: %d %s", r.code, r.body)
 	}
-	f.EnqueueErr = classify(fmt.Errorf("node: enqueue: %w: shard 3 holds 10 pending jobs", node.ErrQueueFull))
+	f.EnqueueErr = httpapi.Classify(fmt.Errorf("node: enqueue: %w: shard 3 holds 10 pending jobs", node.ErrQueueFull))
 	r := do(t, srv, "POST", "/v1/jobs", `{"type":"x","key":"k"}`)
-	var e errorJSON
+	var e apitypes.ErrorBody
 	if r.code != http.StatusTooManyRequests || json.Unmarshal([]byte(r.body), &e) != nil || e.Code != "queue_full" || r.hdr.Get("Retry-After") == "" {
 		t.Fatalf("node.ErrQueueFull: %d %s %v", r.code, r.body, r.hdr)
 	}
-	if !errors.Is(f.EnqueueErr, errQueueFull) {
+	if !errors.Is(f.EnqueueErr, httpapi.ErrQueueFull) {
 		t.Fatal("classify lost ErrQueueFull")
 	}
 }
@@ -445,7 +166,7 @@ func TestAPIPagination(t *testing.T) {
 			t.Fatal("pagination does not end")
 		}
 		r := do(t, srv, "GET", "/v1/jobs?limit=3&after="+after, "")
-		js := decodeAs[jobsJSON](t, r)
+		js := decodeAs[apitypes.JobList](t, r)
 		if len(js.Jobs) > 3 || js.Counts["pending"] != 7 {
 			t.Fatalf("page: %d jobs, counts %v", len(js.Jobs), js.Counts)
 		}
@@ -468,41 +189,23 @@ func TestAPIPagination(t *testing.T) {
 	// Shards: an array page with the next cursor in headers.
 	all := f.Shards()
 	r := do(t, srv, "GET", "/v1/shards?limit=3", "")
-	page := decodeAs[[]shardJSON](t, r)
+	page := decodeAs[[]apitypes.Shard](t, r)
 	if len(page) != 3 || r.hdr.Get("X-Next-After") != fmt.Sprint(page[2].Shard) || !strings.Contains(r.hdr.Get("Link"), `rel="next"`) {
 		t.Fatalf("shards page: %d, next %q, link %q", len(page), r.hdr.Get("X-Next-After"), r.hdr.Get("Link"))
 	}
 	r = do(t, srv, "GET", "/v1/shards?limit=100&after="+r.hdr.Get("X-Next-After"), "")
-	rest := decodeAs[[]shardJSON](t, r)
+	rest := decodeAs[[]apitypes.Shard](t, r)
 	if len(rest) != len(all)-3 || rest[0].Shard != page[2].Shard+1 || r.hdr.Get("X-Next-After") != "" {
 		t.Fatalf("second shards page: %d of %d, next %q", len(rest), len(all), r.hdr.Get("X-Next-After"))
 	}
 	r = do(t, srv, "GET", "/v1/members?limit=1", "")
-	ms := decodeAs[[]memberJSON](t, r)
+	ms := decodeAs[[]apitypes.Member](t, r)
 	r2 := do(t, srv, "GET", "/v1/members?after="+r.hdr.Get("X-Next-After"), "")
-	ms2 := decodeAs[[]memberJSON](t, r2)
+	ms2 := decodeAs[[]apitypes.Member](t, r2)
 	if len(ms) != 1 || len(ms2) != len(f.Members())-1 || ms2[0].ID <= ms[0].ID {
 		t.Fatalf("members pages: %v then %v", ms, ms2)
 	}
 	if r := do(t, srv, "GET", "/v1/moves?limit=0", ""); r.code != 400 {
 		t.Fatalf("moves?limit=0: %d", r.code)
-	}
-}
-
-func TestCLIJobsListPages(t *testing.T) {
-	_, srv := serveFake(t, "")
-	env := map[string]string{"TENURE_ADDR": srv.URL}
-	for i := range 3 {
-		if _, _, err := runEnv(t, env, "jobs", "enqueue", "--type", "t", "--key", fmt.Sprint("k", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, _, err := runEnv(t, env, "jobs", "list", "--limit", "2")
-	if err != nil || !strings.Contains(out, "more: tenure jobs list --after 2") {
-		t.Fatalf("first page: %v %q", err, out)
-	}
-	out, _, err = runEnv(t, env, "jobs", "list", "--limit", "2", "--after", "2")
-	if err != nil || strings.Contains(out, "more:") || !strings.Contains(out, "k2") || strings.Contains(out, "k0") {
-		t.Fatalf("second page: %v %q", err, out)
 	}
 }

@@ -224,8 +224,9 @@ func b2f(b bool) float64 {
 }
 
 // observeShards runs the observer every interval until ctx ends.
-func observeShards(ctx context.Context, n Backend, m *metrics, interval time.Duration) {
-	o := newShardObserver(m, n.Status().Node)
+// self is the node's id.
+func observeShards(ctx context.Context, n Backend, self string, m *metrics, interval time.Duration) {
+	o := newShardObserver(m, self)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	counts := map[string]int{}
