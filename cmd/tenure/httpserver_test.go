@@ -1,4 +1,4 @@
-package httpapi
+package main
 
 import (
 	"bufio"
@@ -7,13 +7,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,10 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/internal/apifake"
 	"github.com/tenurehq/tenure/internal/pki"
-	"github.com/tenurehq/tenure/ledger"
-	"github.com/tenurehq/tenure/node"
 )
+
 func TestAgentConfigTokens(t *testing.T) {
 	base := map[string]string{"HOSTNAME": "n1", "TENURE_BOOTSTRAP_EXPECT": "1"}
 	wf := writeFile(t, "write.token", "  w-secret\n")
@@ -93,7 +93,7 @@ func TestHTTPExposure(t *testing.T) {
 // starts anything, and runs open with --http-insecure, saying so.
 func TestAgentRefusesOpenHTTP(t *testing.T) {
 	var started atomic.Bool
-	fr := &fakeRunning{fakeNode: newFakeNode()}
+	fr := &fakeRunning{Node: apifake.NewNode()}
 	old := startNode
 	startNode = func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error) {
 		started.Store(true)
@@ -164,9 +164,9 @@ func TestHTTPSAndCertReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Token: "w-token"})
-	addr, _ := serveReal(t, a.Handler(), defaultHTTPLimits, tlsCfg, 0)
+	f := apifake.NewNode()
+	a := newFakeAPI(t, f, httpapi.Options{Token: "w-token"})
+	addr, _ := serveReal(t, a, defaultHTTPLimits, tlsCfg, 0)
 
 	// The CLI: a bare host:port with --ca speaks https and verifies.
 	env := map[string]string{"TENURE_ADDR": addr, "TENURE_TOKEN": "w-token"}
@@ -218,19 +218,19 @@ func TestHTTPSAndCertReload(t *testing.T) {
 // A drain waits longer than the server's read and write timeouts: the
 // handler moves its own deadlines, so the answer still arrives.
 func TestDrainOutlivesServerTimeouts(t *testing.T) {
-	f := newFakeNode()
+	f := apifake.NewNode()
 	f.DrainBlocks = true
-	a := newAPI(apiConfig{Node: f})
+	a := newFakeAPI(t, f, httpapi.Options{})
 	lim := httpLimits{ReadHeaderTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
 		WriteTimeout: 100 * time.Millisecond, IdleTimeout: time.Second, MaxHeaderBytes: 4 << 10}
-	addr, _ := serveReal(t, a.Handler(), lim, nil, 0)
+	addr, _ := serveReal(t, a, lim, nil, 0)
 	start := time.Now()
 	resp, err := http.Post("http://"+addr+"/v1/drain?wait=600ms", "", nil)
 	if err != nil {
 		t.Fatalf("drain past the server's timeouts: %v", err)
 	}
 	defer resp.Body.Close()
-	var d drainJSON
+	var d apitypes.Drain
 	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("drain: %d %v", resp.StatusCode, err)
 	}
@@ -249,8 +249,8 @@ func TestDrainOutlivesServerTimeouts(t *testing.T) {
 }
 
 func TestPerClientConnectionCap(t *testing.T) {
-	a := newAPI(apiConfig{Node: newFakeNode()})
-	addr, ln := serveReal(t, a.Handler(), defaultHTTPLimits, nil, 2)
+	a := newFakeAPI(t, apifake.NewNode(), httpapi.Options{})
+	addr, ln := serveReal(t, a, defaultHTTPLimits, nil, 2)
 	pl := ln.(*perClientListener)
 	get := func(c net.Conn) (int, error) {
 		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
