@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/internal/apifake"
@@ -289,5 +290,50 @@ func TestDashboardServed(t *testing.T) {
 	}
 	if r := do(t, srv, "GET", "/metrics", ""); r.code != 200 || !strings.Contains(r.body, "tenure_shards_owned") {
 		t.Fatalf("/metrics: %d", r.code)
+	}
+}
+
+func TestAPIOwner(t *testing.T) {
+	_, srv := serveFake(t, "")
+	r := do(t, srv, "GET", "/v1/owner?key=abc", "")
+	o := decodeAs[apitypes.Owner](t, r)
+	if r.code != 200 || o.Key != "abc" || o.Shard != 3 || o.Owner != "n1" || !o.Valid || o.HTTPAddr != "127.0.0.1:9946" {
+		t.Fatalf("owner of abc: %d %s", r.code, r.body)
+	}
+	// The fake's shard 7 is unowned: no owner, no address.
+	r = do(t, srv, "GET", "/v1/owner?key=1234567", "")
+	if o := decodeAs[apitypes.Owner](t, r); r.code != 200 || o.Shard != 7 || o.Owner != "" || o.HTTPAddr != "" || o.State != "unowned" {
+		t.Fatalf("owner of an unowned shard: %d %s", r.code, r.body)
+	}
+	if r := do(t, srv, "GET", "/v1/owner", ""); r.code != 400 || !strings.Contains(r.body, "invalid") {
+		t.Fatalf("no key: %d %s", r.code, r.body)
+	}
+	if r := do(t, srv, "POST", "/v1/owner?key=a", ""); r.code != 405 {
+		t.Fatalf("POST: %d", r.code)
+	}
+}
+
+// The embedder's registry gets the tenure_* metrics, and /metrics serves
+// everything on it; a second handler on the same registry is refused.
+func TestAPIRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	mine := prometheus.NewCounter(prometheus.CounterOpts{Name: "service_requests_total", Help: "x"})
+	reg.MustRegister(mine)
+	h, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	r := do(t, srv, "GET", "/metrics", "")
+	if r.code != 200 || !strings.Contains(r.body, "service_requests_total") || !strings.Contains(r.body, "tenure_shards_owned") {
+		t.Fatalf("/metrics: %d %.300s", r.code, r.body)
+	}
+	if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Registry: reg}); err == nil {
+		t.Fatal("a second handler registered on the same registry")
+	}
+	if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{ReadToken: "r"}); err == nil {
+		t.Fatal("a read token without a write token accepted")
 	}
 }

@@ -76,8 +76,11 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m.jobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "jobs", Help: "Jobs by state, as this node's replica shows them."}, []string{"state"})
 	m.health = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "health_status", Help: "1 for this node's current health status (healthy, degraded, unhealthy)."}, []string{"status"})
 	cs = append(cs, m.jobs, m.health)
-	for _, c := range cs {
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
 			return nil, fmt.Errorf("httpapi: metrics: %w (one registry per handler)", err)
 		}
 	}
