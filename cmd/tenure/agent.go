@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tenurehq/tenure/httpapi"
 )
 
 func init() {
@@ -22,10 +24,11 @@ func init() {
 
 // runningNode is a started node as the agent drives it.
 type runningNode interface {
-	agentNode
 	actingSource
 	// ID is the node id.
 	ID() string
+	// API returns the node's HTTP API (httpapi.New).
+	API(o httpapi.Options) (*httpapi.Handler, error)
 	// ProcessJobs starts and completes the runnable jobs of the shards the
 	// node acts on (the demo workload's job handling).
 	ProcessJobs(ctx context.Context)
@@ -37,9 +40,6 @@ type runningNode interface {
 // node is registered with the control group or ctx ends. nodeadapter.go
 // wires it to package node; tests may replace it.
 var startNode func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error)
-
-// observeEvery is how often the agent samples the node for metrics.
-const observeEvery = 100 * time.Millisecond
 
 func runAgent(ctx context.Context, m *Main, args []string) error {
 	c, err := loadAgentConfig(args, m.getenv, m.Stderr)
@@ -58,15 +58,16 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		return errors.New("agent: this build has no node implementation")
 	}
 	metrics := newAgentMetrics()
-	if err := metrics.bridgeGoMetrics(); err != nil {
+	if err := httpapi.BridgeGoMetrics(metrics.reg); err != nil {
 		return err
 	}
+	apiOpts := httpapi.Options{Token: c.Token, ReadToken: c.ReadToken, MetricsAuth: c.MetricsAuth,
+		Registry: metrics.reg, Version: Version, Logger: log}
 
 	// Serve HTTP before joining: liveness answers and readiness explains
 	// while the node waits for its peers.
-	auth := newTokenAuth(c.Token, c.ReadToken)
 	var handler swapHandler
-	handler.set(startingHandler(metricsHandler(metrics.Handler(), auth, c.MetricsAuth)))
+	handler.set(httpapi.StartingHandler(apiOpts))
 	var srv *http.Server
 	var httpAddr string
 	httpTLS := c.HTTPTLSCert != ""
@@ -106,9 +107,14 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		}
 		return fmt.Errorf("agent: start node: %w", err)
 	}
-	a := newAPI(apiConfig{Node: n, Token: c.Token, ReadToken: c.ReadToken, MetricsAuth: c.MetricsAuth,
-		Metrics: metrics.Handler(), Dashboard: dashboardHandler(), Logger: log})
-	handler.set(a.Handler())
+	api, err := n.API(apiOpts)
+	if err != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), c.DrainOnStop)
+		_ = n.Close(dctx)
+		cancel()
+		return fmt.Errorf("agent: http api: %w", err)
+	}
+	handler.set(api)
 
 	runCtx, stopRun := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -116,8 +122,6 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f() }()
 	}
-	goRun(func() { a.Run(runCtx, nil) })
-	goRun(func() { observeShards(runCtx, n, metrics, observeEvery) })
 	var wit *witness
 	if c.Witness != "" {
 		wit = newWitness(c.Witness, log, metrics)
@@ -137,6 +141,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	cancel()
 	stopRun()
 	wg.Wait()
+	_ = api.Close()
 	if wit != nil {
 		log.Info("witness totals", "sent", wit.sent.Load(), "dropped", wit.dropped.Load())
 	}
@@ -174,23 +179,6 @@ func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
 
 func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*s.h.Load()).ServeHTTP(w, r)
-}
-
-// startingHandler answers while the node joins: alive, not ready.
-// metrics serves /metrics (behind the read scope with --metrics-auth).
-func startingHandler(metrics http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusServiceUnavailable, healthJSON{Status: statusUnhealthy, Reasons: []string{"starting: joining the cluster"}})
-	})
-	mux.Handle("/metrics", metrics)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusServiceUnavailable, "agent is starting: joining the cluster")
-	})
-	return mux
 }
 
 // newLogger returns a slog logger writing text to a terminal and JSON

@@ -179,22 +179,6 @@ func TestAdvertiseAddr(t *testing.T) {
 	}
 }
 
-func TestDashboardServed(t *testing.T) {
-	_, srv := serveFakeWithDashboard(t)
-	r := do(t, srv, "GET", "/", "")
-	if r.code != 200 || !strings.Contains(r.body, "shard-grid") {
-		t.Fatalf("/: %d %.200s", r.code, r.body)
-	}
-	for _, p := range []string{"/app.js", "/style.css"} {
-		if r := do(t, srv, "GET", p, ""); r.code != 200 || len(r.body) < 100 {
-			t.Fatalf("%s: %d", p, r.code)
-		}
-	}
-	if r := do(t, srv, "GET", "/metrics", ""); r.code != 200 || !strings.Contains(r.body, "tenure_shards_owned") {
-		t.Fatalf("/metrics: %d", r.code)
-	}
-}
-
 func TestDashboardURL(t *testing.T) {
 	for in, want := range map[string]string{"0.0.0.0:80": "http://127.0.0.1:80/", "[::]:8": "http://127.0.0.1:8/", "10.1.2.3:9": "http://10.1.2.3:9/", "": ""} {
 		if got := dashboardURL(in, false); got != want {

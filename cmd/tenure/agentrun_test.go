@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/internal/apifake"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,12 +16,16 @@ import (
 
 // fakeRunning is a runningNode over fakeNode for the agent's lifecycle.
 type fakeRunning struct {
-	*fakeNode
+	*apifake.Node
 	closed atomic.Bool
 	jobs   atomic.Int64
 }
 
 func (f *fakeRunning) ID() string { return "n1" }
+
+func (f *fakeRunning) API(o httpapi.Options) (*httpapi.Handler, error) {
+	return httpapi.NewWithBackend(f.Node, o)
+}
 
 func (f *fakeRunning) Owned() []ownedShard {
 	var out []ownedShard
@@ -42,7 +48,7 @@ func (f *fakeRunning) Close(ctx context.Context) error {
 // HTTP comes up, the workload ticks to the witness, and cancelling the
 // context (SIGTERM) closes the node and returns cleanly.
 func TestAgentLifecycle(t *testing.T) {
-	fr := &fakeRunning{fakeNode: newFakeNode()}
+	fr := &fakeRunning{Node: apifake.NewNode()}
 	old := startNode
 	startNode = func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error) {
 		if c.NodeID != "n1" || c.Profile != "fast" {
@@ -109,7 +115,7 @@ func TestAgentLifecycle(t *testing.T) {
 }
 
 func TestAgentStartingHandler(t *testing.T) {
-	srv := httptest.NewServer(startingHandler(newAgentMetrics().Handler()))
+	srv := httptest.NewServer(httpapi.StartingHandler(httpapi.Options{Registry: newAgentMetrics().reg}))
 	defer srv.Close()
 	for path, code := range map[string]int{"/healthz": 200, "/readyz": 503, "/v1/status": 503, "/metrics": 200} {
 		resp, err := http.Get(srv.URL + path)

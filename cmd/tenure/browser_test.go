@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/internal/apifake"
+	"net/http/httptest"
 )
 
 // The dashboard's browser tests drive Debian's chromium headless through
@@ -122,19 +126,14 @@ func checkDashboard(t *testing.T, ctx context.Context, url string, partitions in
 // fake node: the grid renders and follows a drain.
 func TestDashboardBrowserFake(t *testing.T) {
 	ctx := browser(t, 90*time.Second)
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Dashboard: dashboardHandler()})
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(runCtx, nil) }()
-	t.Cleanup(func() { stop(); <-done })
-	srv := newTestServer(t, a)
-	waitFor(t, 10*time.Second, "the API to subscribe", func() bool { return f.subscribers() > 0 })
+	f := apifake.NewNode()
+	hs := httptest.NewServer(newFakeAPI(t, f, httpapi.Options{}))
+	t.Cleanup(hs.Close)
+	srv := hs.URL
+	waitFor(t, 10*time.Second, "the API to subscribe", func() bool { return f.Subscribers() > 0 })
 	// The fake's shard 7 is unowned; give it to n3 so "no unowned cell"
 	// can be checked after the drain.
-	f.mu.Lock()
-	f.shards[7] = shardJSON{Shard: 7, Owner: "n3", Epoch: 4, State: "owned", Valid: true, Reason: "grant"}
-	f.mu.Unlock()
+	f.SetShard(apitypes.Shard{Shard: 7, Owner: "n3", Epoch: 4, State: "owned", Valid: true, Reason: "grant"})
 	checkDashboard(t, ctx, srv+"/", 8, "n1", func() {
 		if err := f.Drain(context.Background()); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,14 +9,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 )
 
 // Operator commands: they talk to any agent's HTTP API.
@@ -75,28 +75,10 @@ func (m *Main) clientFlagSet(name, usage string) (*flag.FlagSet, *clientFlags) {
 	return fs, cf
 }
 
-// apiClient calls one agent.
-type apiClient struct {
-	base  string
-	token string
-	hc    *http.Client
-}
-
-func (cf *clientFlags) client() (*apiClient, error) {
-	base := cf.addr
-	if !strings.Contains(base, "://") {
-		if cf.ca != "" {
-			base = "https://" + base
-		} else {
-			base = "http://" + base
-		}
-	}
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("--addr %q: want host:port, http://host:port or https://host:port", cf.addr)
-	}
+func (cf *clientFlags) client() (*client.Client, error) {
 	token := cf.token
 	if cf.tokenFile != "" { // the file wins over --token / TENURE_TOKEN
+		var err error
 		if token, err = readSecretFile("--token-file", cf.tokenFile); err != nil {
 			return nil, err
 		}
@@ -106,9 +88,9 @@ func (cf *clientFlags) client() (*apiClient, error) {
 			return nil, fmt.Errorf("token: %v", err)
 		}
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	o := client.Options{Token: token, Timeout: cf.timeout}
 	if cf.ca != "" {
-		if u.Scheme != "https" {
+		if strings.HasPrefix(cf.addr, "http://") {
 			return nil, fmt.Errorf("--ca is set but --addr %q is http://: use https://", cf.addr)
 		}
 		pem, err := os.ReadFile(cf.ca)
@@ -119,67 +101,27 @@ func (cf *clientFlags) client() (*apiClient, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("--ca %s: no PEM certificate in it", cf.ca)
 		}
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
 	}
-	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: token, hc: &http.Client{Timeout: cf.timeout, Transport: tr}}, nil
+	c, err := client.New(cf.addr, o)
+	if err != nil {
+		return nil, fmt.Errorf("--addr %q: want host:port, http://host:port or https://host:port", cf.addr)
+	}
+	return c, nil
 }
 
-// apiError is an error answer of the API.
-type apiError struct {
-	Code int
-	Msg  string
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("agent answered %d: %s", e.Code, e.Msg) }
-
-// call sends a request and decodes a 2xx answer into out (unless nil). It
-// returns the status code.
-func (c *apiClient) call(ctx context.Context, method, path string, body, out any) (int, error) {
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		r = bytes.NewReader(b)
+// explain turns a client error into what an operator can act on.
+func explain(c *client.Client, err error) error {
+	var ue *client.UnreachableError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ue):
+		return fmt.Errorf("no agent answers at %s (%v): start one with `tenure agent` or `tenure demo`, or point --addr / TENURE_ADDR at a running agent", c.Addr(), unwrapAll(err))
+	case errors.Is(err, client.ErrNotTenure):
+		return fmt.Errorf("%s is not a tenure agent: %w", c.Addr(), err)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		var ne net.Error
-		var oe *net.OpError
-		if errors.As(err, &oe) || (errors.As(err, &ne) && ne.Timeout()) {
-			return 0, fmt.Errorf("no agent answers at %s (%v): start one with `tenure agent` or `tenure demo`, or point --addr / TENURE_ADDR at a running agent", c.base, unwrapAll(err))
-		}
-		return 0, fmt.Errorf("calling agent at %s: %w", c.base, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return resp.StatusCode, fmt.Errorf("reading answer from %s: %w", c.base, err)
-	}
-	if resp.StatusCode >= 300 {
-		var e errorJSON
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return resp.StatusCode, &apiError{Code: resp.StatusCode, Msg: e.Error}
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decoding answer of %s%s: %w (is %s a tenure agent?)", c.base, path, err, c.base)
-		}
-	}
-	return resp.StatusCode, nil
+	return err
 }
 
 func unwrapAll(err error) error {
@@ -192,15 +134,15 @@ func unwrapAll(err error) error {
 	}
 }
 
-// fetch runs a GET for a command and prints either JSON or the table.
-func fetch[T any](ctx context.Context, m *Main, cf *clientFlags, path string, table func(io.Writer, any)) error {
+// fetch runs one call of a command and prints either JSON or the table.
+func fetch[T any](ctx context.Context, m *Main, cf *clientFlags, call func(*client.Client, context.Context) (T, error), table func(io.Writer, any)) error {
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
-	var v T
-	if _, err := c.call(ctx, http.MethodGet, path, nil, &v); err != nil {
-		return err
+	v, err := call(c, ctx)
+	if err != nil {
+		return explain(c, err)
 	}
 	return m.print(cf, v, table)
 }
@@ -232,8 +174,8 @@ func runStatus(ctx context.Context, m *Main, args []string) error {
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	return fetch[statusJSON](ctx, m, cf, "/v1/status", func(w io.Writer, v any) {
-		st := v.(statusJSON)
+	return fetch(ctx, m, cf, (*client.Client).Status, func(w io.Writer, v any) {
+		st := v.(apitypes.Status)
 		fmt.Fprintf(w, "node\t%s (group %s, incarnation %d, profile %s, version %s)\n", st.Node, st.Group, st.Incarnation, st.Profile, st.Version)
 		fmt.Fprintf(w, "control leader\t%s\n", orDash(st.ControlLeader))
 		fmt.Fprintf(w, "voters\t%s\n", orDash(strings.Join(st.Voters, ", ")))
@@ -244,7 +186,7 @@ func runStatus(ctx context.Context, m *Main, args []string) error {
 	})
 }
 
-func healthLine(h healthJSON) string {
+func healthLine(h apitypes.Health) string {
 	if len(h.Reasons) == 0 {
 		return h.Status
 	}
@@ -258,20 +200,15 @@ func runShards(ctx context.Context, m *Main, args []string) error {
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	q := url.Values{}
-	if *owner != "" {
-		q.Set("owner", *owner)
+	if *state != "" && !slices.Contains([]string{"unowned", "owned", "revoking"}, *state) {
+		return fmt.Errorf("shards: --state %q: want unowned, owned or revoking", *state)
 	}
-	if *state != "" {
-		q.Set("state", *state)
+	shards := func(c *client.Client, ctx context.Context) ([]apitypes.Shard, error) {
+		return c.Shards(ctx, client.ShardFilter{Owner: *owner, State: *state})
 	}
-	path := "/v1/shards"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	return fetch[[]shardJSON](ctx, m, cf, path, func(w io.Writer, v any) {
+	return fetch(ctx, m, cf, shards, func(w io.Writer, v any) {
 		fmt.Fprintln(w, "SHARD\tOWNER\tEPOCH\tSTATE\tVALID\tACTING HERE\tLEASE\tREASON")
-		for _, s := range v.([]shardJSON) {
+		for _, s := range v.([]apitypes.Shard) {
 			lease := "-"
 			if s.Acting {
 				lease = (time.Duration(s.LeaseRemainingMS) * time.Millisecond).String()
@@ -290,10 +227,10 @@ func runMembers(ctx context.Context, m *Main, args []string) error {
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	return fetch[[]memberJSON](ctx, m, cf, "/v1/members", func(w io.Writer, v any) { memberTable(w, v.([]memberJSON)) })
+	return fetch(ctx, m, cf, (*client.Client).Members, func(w io.Writer, v any) { memberTable(w, v.([]apitypes.Member)) })
 }
 
-func memberTable(w io.Writer, ms []memberJSON) {
+func memberTable(w io.Writer, ms []apitypes.Member) {
 	fmt.Fprintln(w, "ID\tSTATE\tHEALTH\tLIVE\tVOTER\tLEADER\tDRAINING\tGOSSIP\tHTTP")
 	for _, mb := range ms {
 		fmt.Fprintf(w, "%s\t%s\t%.2f\t%t\t%t\t%t\t%t\t%s\t%s\n", mb.ID, mb.State, mb.Health, mb.Live, mb.Voter, mb.Leader, mb.Draining, orDash(mb.Addr), orDash(mb.HTTPAddr))
@@ -305,8 +242,8 @@ func runElections(ctx context.Context, m *Main, args []string) error {
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	return fetch[[]electionJSON](ctx, m, cf, "/v1/elections", func(w io.Writer, v any) {
-		es := v.([]electionJSON)
+	return fetch(ctx, m, cf, (*client.Client).Elections, func(w io.Writer, v any) {
+		es := v.([]apitypes.Election)
 		if len(es) == 0 {
 			fmt.Fprintln(w, "no elections")
 			return
@@ -323,9 +260,10 @@ func runMoves(ctx context.Context, m *Main, args []string) error {
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	return fetch[[]moveJSON](ctx, m, cf, "/v1/moves", func(w io.Writer, v any) {
+	moves := func(c *client.Client, ctx context.Context) ([]apitypes.Move, error) { return c.Moves(ctx, 0) }
+	return fetch(ctx, m, cf, moves, func(w io.Writer, v any) {
 		fmt.Fprintln(w, "AT\tSHARD\tEPOCH\tFROM\tTO\tREASON\tCAUSE")
-		for _, mv := range v.([]moveJSON) {
+		for _, mv := range v.([]apitypes.Move) {
 			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", mv.At.Format("15:04:05.000"), mv.Shard, mv.Epoch, orDash(mv.From), orDash(mv.To), orDash(mv.Reason), orDash(mv.Cause))
 		}
 	})
@@ -347,25 +285,24 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		fs, cf := m.clientFlagSet("jobs list", "jobs list [--shard n] [--state s] [--limit n] [--addr host:port] [--json]")
 		shard := fs.Int("shard", -1, "only jobs of this shard")
 		state := fs.String("state", "", "only jobs in this state")
-		limit := fs.Int("limit", defaultJobsLimit, "at most this many jobs (one page)")
+		limit := fs.Int("limit", 100, "at most this many jobs (one page)")
 		after := fs.String("after", "", "list jobs after this id (the \"next\" of the previous page)")
 		if err := noArgs(fs, args[1:]); err != nil {
 			return err
 		}
-		q := url.Values{"limit": {strconv.Itoa(*limit)}}
-		if *after != "" {
-			q.Set("after", *after)
+		if *state != "" && !slices.Contains(apitypes.JobStates, *state) {
+			return fmt.Errorf("jobs list: --state %q: want one of %s", *state, strings.Join(apitypes.JobStates, ", "))
 		}
+		f := client.JobFilter{State: *state, Limit: *limit, After: *after}
 		if *shard >= 0 {
-			q.Set("shard", strconv.Itoa(*shard))
+			s := uint32(*shard)
+			f.Shard = &s
 		}
-		if *state != "" {
-			q.Set("state", *state)
-		}
-		return fetch[jobsJSON](ctx, m, cf, "/v1/jobs?"+q.Encode(), func(w io.Writer, v any) {
-			js := v.(jobsJSON)
-			counts := make([]string, 0, len(jobStates))
-			for _, s := range jobStates {
+		jobs := func(c *client.Client, ctx context.Context) (apitypes.JobList, error) { return c.Jobs(ctx, f) }
+		return fetch(ctx, m, cf, jobs, func(w io.Writer, v any) {
+			js := v.(apitypes.JobList)
+			counts := make([]string, 0, len(apitypes.JobStates))
+			for _, s := range apitypes.JobStates {
 				counts = append(counts, fmt.Sprintf("%s %d", s, js.Counts[s]))
 			}
 			fmt.Fprintf(w, "%s\n\n", strings.Join(counts, ", "))
@@ -382,8 +319,9 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		if fs.NArg() != 1 {
 			return errors.New("jobs get: want exactly one job id")
 		}
-		return fetch[jobJSON](ctx, m, cf, "/v1/jobs/"+url.PathEscape(fs.Arg(0)), func(w io.Writer, v any) {
-			jobTable(w, []jobJSON{v.(jobJSON)})
+		job := func(c *client.Client, ctx context.Context) (apitypes.Job, error) { return c.Job(ctx, fs.Arg(0)) }
+		return fetch(ctx, m, cf, job, func(w io.Writer, v any) {
+			jobTable(w, []apitypes.Job{v.(apitypes.Job)})
 		})
 	case "enqueue":
 		fs, cf := m.clientFlagSet("jobs enqueue", "jobs enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n]")
@@ -395,7 +333,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		if err := noArgs(fs, args[1:]); err != nil {
 			return err
 		}
-		req := jobRequest{Key: *key, ShardKey: *shardKey, Type: *typ, MaxAttempts: uint32(*maxAttempts)}
+		req := apitypes.JobRequest{Key: *key, ShardKey: *shardKey, Type: *typ, MaxAttempts: uint32(*maxAttempts)}
 		if *typ == "" {
 			return errors.New("jobs enqueue: --type is required")
 		}
@@ -412,16 +350,15 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		if err != nil {
 			return err
 		}
-		var j jobJSON
-		code, err := c.call(ctx, http.MethodPost, "/v1/jobs", req, &j)
+		j, created, err := c.EnqueueJob(ctx, req)
 		if err != nil {
-			return err
+			return explain(c, err)
 		}
 		if cf.json {
 			return m.print(cf, j, nil)
 		}
 		verb := "enqueued"
-		if code == http.StatusOK {
+		if !created {
 			verb = "already enqueued"
 		}
 		fmt.Fprintf(m.Stdout, "%s job %s on shard %d (%s)\n", verb, j.ID, j.Shard, j.State)
@@ -434,7 +371,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	return fmt.Errorf("jobs: unknown subcommand %q", args[0])
 }
 
-func jobTable(w io.Writer, js []jobJSON) {
+func jobTable(w io.Writer, js []apitypes.Job) {
 	fmt.Fprintln(w, "ID\tSHARD\tKEY\tTYPE\tSTATE\tATTEMPT\tOWNER\tEPOCH\tERROR")
 	for _, j := range js {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%s\n", j.ID, j.Shard, orDash(j.Key), j.Type, j.State, j.Attempt, j.MaxAttempts, orDash(j.Owner), j.Epoch, orDash(j.LastError))
@@ -444,7 +381,7 @@ func jobTable(w io.Writer, js []jobJSON) {
 func runDrain(ctx context.Context, m *Main, args []string) error {
 	fs, cf := m.clientFlagSet("drain", "drain [--undo] [--wait 60s] [--addr host:port] [--json]")
 	undo := fs.Bool("undo", false, "make a drained agent eligible for shards again")
-	wait := fs.Duration("wait", defaultDrainWait, "how long the agent waits for its shards to move before answering")
+	wait := fs.Duration("wait", 60*time.Second, "how long the agent waits for its shards to move before answering")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
@@ -455,13 +392,14 @@ func runDrain(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	path := "/v1/drain?wait=" + url.QueryEscape(wait.String())
+	var d apitypes.Drain
 	if *undo {
-		path = "/v1/undrain"
+		d, err = c.Undrain(ctx)
+	} else {
+		d, err = c.Drain(ctx, *wait)
 	}
-	var d drainJSON
-	if _, err := c.call(ctx, http.MethodPost, path, nil, &d); err != nil {
-		return err
+	if err != nil {
+		return explain(c, err)
 	}
 	if cf.json {
 		return m.print(cf, d, nil)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -143,7 +144,7 @@ func TestDockerChaos(t *testing.T) {
 		t.Helper()
 		var leader string
 		waitFor(t, 30*time.Second, "a control-group leader", func() bool {
-			st, err := getJSON[statusJSON](apiAddr["n1"], "/v1/status")
+			st, err := getJSON[apitypes.Status](apiAddr["n1"], "/v1/status")
 			leader = st.ControlLeader
 			return err == nil && leader != ""
 		})

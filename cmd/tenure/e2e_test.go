@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"net/http"
 	"os"
 	"os/exec"
@@ -114,7 +115,7 @@ func actingOwners(dc *demoCluster, live map[string]bool) (map[uint32][]string, e
 		if !live[a.id] {
 			continue
 		}
-		shards, err := getJSON[[]shardJSON](a.http, "/v1/shards")
+		shards, err := getJSON[[]apitypes.Shard](a.http, "/v1/shards")
 		if err != nil {
 			return nil, err
 		}

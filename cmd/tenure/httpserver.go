@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/internal/pki"
 )
 
@@ -37,6 +39,19 @@ var defaultHTTPLimits = httpLimits{
 	WriteTimeout:      30 * time.Second,
 	IdleTimeout:       2 * time.Minute,
 	MaxHeaderBytes:    64 << 10,
+}
+
+// writeJSON answers v as JSON (the demo's and the witness's own
+// endpoints; the API's are httpapi's).
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, apitypes.ErrorBody{Error: msg})
 }
 
 // newHTTPServer returns the server with its limits; tlsCfg, if set, makes

@@ -5,128 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/cluster"
-	"github.com/tenurehq/tenure/node"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 )
 
-// The gossip keyring, over the API and the CLI. Rotation is three rounds,
-// each done on every node before the next (docs/security.md): install the
-// new key, use it, remove the old one. `tenure keyring` runs one round on
-// every member the agent at --addr knows (or only that agent with --one).
-
-// keyringNode is the part of an agent's node that manages its gossip
-// keyring (optional: the API answers 501 without it).
-type keyringNode interface {
-	GossipKeys() ([]node.GossipKey, error)
-	GossipKeyOp(op string, key []byte) error
-}
-
-// keyringJSON is GET /v1/keyring and the answer to a keyring operation.
-type keyringJSON struct {
-	Node string           `json:"node"`
-	Keys []node.GossipKey `json:"keys"`
-}
-
-// keyringRequest is the body of POST /v1/keyring/{op}.
-type keyringRequest struct {
-	Key string `json:"key"` // base64, 16, 24 or 32 bytes
-}
-
-var keyringOps = []string{"install", "use", "remove"}
-
-func (a *nodeAdapter) GossipKeys() ([]node.GossipKey, error) {
-	ks, err := a.n.GossipKeys()
-	return ks, classifyKeyring(err)
-}
-
-func (a *nodeAdapter) GossipKeyOp(op string, key []byte) error {
-	var err error
-	switch op {
-	case "install":
-		err = a.n.InstallGossipKey(key)
-	case "use":
-		err = a.n.UseGossipKey(key)
-	case "remove":
-		err = a.n.RemoveGossipKey(key)
-	default:
-		err = fmt.Errorf("%w: unknown keyring operation %q", errBadInput, op)
-	}
-	return classifyKeyring(err)
-}
-
-// errNotImplemented: the node cannot do this (501).
-var errNotImplemented = errors.New("tenure: not supported by this node")
-
-func classifyKeyring(err error) error {
-	if errors.Is(err, node.ErrUnsupported) {
-		return fmt.Errorf("%w: %w", errNotImplemented, err)
-	}
-	return classify(err)
-}
-
-func (a *api) keyringNode(w http.ResponseWriter) (keyringNode, bool) {
-	kn, ok := a.cfg.Node.(keyringNode)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node has no gossip keyring")
-	}
-	return kn, ok
-}
-
-func (a *api) keyring(w http.ResponseWriter, r *http.Request) {
-	kn, ok := a.keyringNode(w)
-	if !ok {
-		return
-	}
-	keys, err := kn.GossipKeys()
-	if err != nil {
-		writeKeyringError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, keyringJSON{Node: a.cfg.Node.Status().Node, Keys: keys})
-}
-
-func (a *api) keyringOp(w http.ResponseWriter, r *http.Request) {
-	kn, ok := a.keyringNode(w)
-	if !ok {
-		return
-	}
-	op := r.PathValue("op")
-	known := false
-	for _, o := range keyringOps {
-		known = known || o == op
-	}
-	if !known {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("keyring operation %q: want one of %s", op, strings.Join(keyringOps, ", ")))
-		return
-	}
-	var req keyringRequest
-	if !decodeBody(w, r, &req) {
-		return
-	}
-	key, err := cluster.ParseGossipKey(req.Key)
-	if err != nil {
-		writeErrorCode(w, http.StatusBadRequest, "invalid", `"key": `+err.Error())
-		return
-	}
-	if err := kn.GossipKeyOp(op, key); err != nil {
-		writeKeyringError(w, err)
-		return
-	}
-	a.log.Info("gossip keyring changed", "op", op, "fingerprint", node.KeyFingerprint(key))
-	a.keyring(w, r)
-}
-
-func writeKeyringError(w http.ResponseWriter, err error) {
-	if errors.Is(err, errNotImplemented) {
-		writeError(w, http.StatusNotImplemented, err.Error())
-		return
-	}
-	writeNodeError(w, err)
-}
+// The gossip keyring over the CLI. Rotation is three rounds, each done on
+// every node before the next (docs/security.md): install the new key, use
+// it, remove the old one. `tenure keyring` runs one round on every member
+// the agent at --addr knows (or only that agent with --one).
 
 func init() {
 	register("keyring", "list or rotate the gossip encryption keys (list, install, use, remove)", runKeyring)
@@ -140,7 +31,7 @@ func runKeyring(ctx context.Context, m *Main, args []string) error {
 		return errors.New("keyring: want a subcommand: list, install, use or remove")
 	}
 	op := args[0]
-	if op != "list" && !contains(keyringOps, op) {
+	if op != "list" && !slices.Contains(apitypes.KeyringOps, op) {
 		return fmt.Errorf("keyring: unknown subcommand %q: want list, install, use or remove", op)
 	}
 	fs, cf := m.clientFlagSet("keyring "+op, usage)
@@ -161,24 +52,24 @@ func runKeyring(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	targets := []*apiClient{c}
+	targets := []*client.Client{c}
 	if !*one {
 		if targets, err = memberClients(ctx, c, cf); err != nil {
 			return err
 		}
 	}
-	var results []keyringJSON
+	var results []apitypes.Keyring
 	var errs []error
 	for _, t := range targets {
-		var kr keyringJSON
+		var kr apitypes.Keyring
 		var err error
 		if op == "list" {
-			_, err = t.call(ctx, http.MethodGet, "/v1/keyring", nil, &kr)
+			kr, err = t.Keyring(ctx)
 		} else {
-			_, err = t.call(ctx, http.MethodPost, "/v1/keyring/"+op, keyringRequest{Key: *key}, &kr)
+			kr, err = t.KeyringOp(ctx, op, *key)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", t.base, err))
+			errs = append(errs, fmt.Errorf("%s: %w", t.Addr(), explain(t, err)))
 			continue
 		}
 		results = append(results, kr)
@@ -199,12 +90,12 @@ func runKeyring(ctx context.Context, m *Main, args []string) error {
 
 // memberClients returns a client for every member c's agent lists with an
 // HTTP address, with c's token and TLS settings.
-func memberClients(ctx context.Context, c *apiClient, cf *clientFlags) ([]*apiClient, error) {
-	var members []memberJSON
-	if _, err := c.call(ctx, http.MethodGet, "/v1/members", nil, &members); err != nil {
-		return nil, fmt.Errorf("keyring: list members: %w", err)
+func memberClients(ctx context.Context, c *client.Client, cf *clientFlags) ([]*client.Client, error) {
+	members, err := c.Members(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("keyring: list members: %w", explain(c, err))
 	}
-	var out []*apiClient
+	var out []*client.Client
 	var missing []string
 	for _, mb := range members {
 		if mb.HTTPAddr == "" {
@@ -225,7 +116,7 @@ func memberClients(ctx context.Context, c *apiClient, cf *clientFlags) ([]*apiCl
 	return out, nil
 }
 
-func keyringTable(w io.Writer, rs []keyringJSON) {
+func keyringTable(w io.Writer, rs []apitypes.Keyring) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tKEY\tPRIMARY")
 	for _, r := range rs {
@@ -234,13 +125,4 @@ func keyringTable(w io.Writer, rs []keyringJSON) {
 		}
 	}
 	_ = tw.Flush()
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -34,7 +34,7 @@ func TestKeyringAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close(context.Background())
-	srv := httptest.NewServer(newAPI(apiConfig{Node: n}).Handler())
+	srv := httptest.NewServer(nodeAPI(t, n))
 	defer srv.Close()
 
 	b64 := base64.StdEncoding.EncodeToString
@@ -66,7 +66,7 @@ func TestKeyringAPI(t *testing.T) {
 	if err := m.Run(ctx, []string{"keyring", "remove", "--key", b64(oldKey), "--addr", srv.URL, "--one"}); err != nil {
 		t.Fatalf("keyring remove: %v\n%s", err, out.String())
 	}
-	keys, err := n.(*nodeAdapter).GossipKeys()
+	keys, err := n.(*realNode).n.GossipKeys()
 	if err != nil || len(keys) != 1 || keys[0].Fingerprint != node.KeyFingerprint(newKey) || !keys[0].Primary {
 		t.Fatalf("after rotation: %+v, %v", keys, err)
 	}
@@ -85,7 +85,7 @@ func TestKeyringAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n2.Close(context.Background())
-	srv2 := httptest.NewServer(newAPI(apiConfig{Node: n2}).Handler())
+	srv2 := httptest.NewServer(nodeAPI(t, n2))
 	defer srv2.Close()
 	if r := do(t, srv2, "GET", "/v1/keyring", ""); r.code != 501 {
 		t.Errorf("GET /v1/keyring without encryption: %d %s, want 501", r.code, r.body)

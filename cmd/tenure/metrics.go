@@ -1,249 +1,34 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"net/http"
-	"strings"
-	"time"
-
-	gometrics "github.com/hashicorp/go-metrics/compat"
-	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// latencyBuckets spans 10 ms to ~40 s: handoffs take a few commits,
-// failovers a lease plus detection.
-var latencyBuckets = prometheus.ExponentialBuckets(0.01, 2, 13)
-
-// agentMetrics are the agent's Prometheus metrics. The shard observer
-// (observeShards) and the workload feed them; raft and memberlist reach
-// the same registry through the go-metrics bridge (bridgeGoMetrics).
+// agentMetrics are the agent's own Prometheus metrics (the demo workload
+// and the witness) and the registry they share with httpapi's tenure_*
+// metrics and, through httpapi.BridgeGoMetrics, raft's and memberlist's.
 type agentMetrics struct {
 	reg *prometheus.Registry
 
-	ownershipChanges prometheus.Counter
-	acquired         prometheus.Counter
-	lost             prometheus.Counter
-	failover         prometheus.Histogram
-	handoff          prometheus.Histogram
-	commitToActing   prometheus.Histogram
-	renewalInterval  prometheus.Histogram
-	renewalFailing   prometheus.Gauge
-	renewalFailures  prometheus.Counter
-	leaseRemaining   prometheus.Gauge
-	replicaHalted    prometheus.Gauge
-	shardsOwned      prometheus.Gauge
-	shardsUnowned    prometheus.Gauge
-	jobs             *prometheus.GaugeVec
-	health           *prometheus.GaugeVec
-	ticks            prometheus.Counter
-	witnessSent      prometheus.Counter
-	witnessDropped   prometheus.Counter
-	witnessErrors    prometheus.Counter
+	ticks          prometheus.Counter
+	witnessSent    prometheus.Counter
+	witnessDropped prometheus.Counter
+	witnessErrors  prometheus.Counter
 }
 
 func newAgentMetrics() *agentMetrics {
 	reg := prometheus.NewRegistry()
-	f := func(c prometheus.Collector) { reg.MustRegister(c) }
-	m := &agentMetrics{reg: reg}
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenure", Name: name, Help: help})
-		f(c)
+		reg.MustRegister(c)
 		return c
 	}
-	gauge := func(name, help string) prometheus.Gauge {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "tenure", Name: name, Help: help})
-		f(g)
-		return g
-	}
-	hist := func(name, help string) prometheus.Histogram {
-		h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "tenure", Name: name, Help: help, Buckets: latencyBuckets})
-		f(h)
-		return h
-	}
-	m.ownershipChanges = counter("ownership_changes_total", "Committed owner or epoch changes this node observed (any shard).")
-	m.acquired = counter("shards_acquired_total", "Times this node started acting as owner of a shard.")
-	m.lost = counter("shards_lost_total", "Times this node stopped acting as owner of a shard.")
-	m.failover = hist("failover_seconds", "Unplanned moves: time from this node seeing a shard lose its valid owner (liveness expired, released) to seeing the next grant committed.")
-	m.handoff = hist("handoff_seconds", "Planned moves: time from this node seeing a shard revoked (drain, rebalance) to seeing the next owner committed.")
-	m.commitToActing = hist("commit_to_acting_seconds", "On the new owner: time from seeing its grant committed to acting on the shard.")
-	m.renewalInterval = hist("lease_renewal_interval_seconds", "Time between successive lease renewals of this node (renewal period plus commit latency).")
-	m.renewalFailing = gauge("lease_renewal_failing", "1 while this node's lease renewals are failing.")
-	m.renewalFailures = counter("lease_renewal_failures_total", "Times this node's lease renewals started failing.")
-	m.leaseRemaining = gauge("lease_remaining_seconds", "How long this node may act without another renewal.")
-	m.replicaHalted = gauge("replica_halted_index", "The log index at which this node's ledger replica stopped applying (a committed entry its binary cannot read; docs/upgrades.md); 0 while it applies.")
-	m.shardsOwned = gauge("shards_owned", "Shards this node acts on.")
-	m.shardsUnowned = gauge("shards_unowned", "Shards without a valid committed owner, as this node sees them.")
-	m.jobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "jobs", Help: "Jobs by state, as this node's replica shows them."}, []string{"state"})
-	f(m.jobs)
-	m.health = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "health_status", Help: "1 for this node's current health status (healthy, degraded, unhealthy)."}, []string{"status"})
-	f(m.health)
+	m := &agentMetrics{reg: reg}
 	m.ticks = counter("workload_ticks_total", "Demo workload ticks (one per owned shard per tick).")
 	m.witnessSent = counter("witness_ticks_sent_total", "Ticks delivered to the witness.")
 	m.witnessDropped = counter("witness_ticks_dropped_total", "Ticks dropped because the witness could not keep up (buffer full or POST failed).")
 	m.witnessErrors = counter("witness_post_errors_total", "Failed witness POSTs.")
-	f(collectors.NewGoCollector())
-	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
-}
-
-// Handler serves the registry in the Prometheus text format.
-func (m *agentMetrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-}
-
-// bridgeGoMetrics sends the go-metrics that raft and memberlist emit
-// (through go-metrics' global sink) to the registry, named tenure_raft_*,
-// tenure_memberlist_*. It replaces the process-wide go-metrics sink.
-func (m *agentMetrics) bridgeGoMetrics() error {
-	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Expiration: time.Minute, Registerer: m.reg, Name: "tenure_gometrics_bridge"})
-	if err != nil {
-		return fmt.Errorf("metrics: go-metrics prometheus sink: %w", err)
-	}
-	cfg := gometrics.DefaultConfig("tenure")
-	cfg.EnableHostname = false
-	cfg.EnableRuntimeMetrics = false // the Go collector covers the runtime
-	if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
-		return fmt.Errorf("metrics: go-metrics global: %w", err)
-	}
-	return nil
-}
-
-// observedShard is what the observer last saw of a shard.
-type observedShard struct {
-	owner    string
-	epoch    uint64
-	state    string
-	valid    bool
-	acting   bool
-	lostAt   time.Time // when it lost its valid owner (zero: has one)
-	revokeAt time.Time // when it was first seen revoking
-	grantAt  time.Time // when this node saw itself granted it (not yet acting)
-}
-
-// shardObserver derives ownership-latency metrics by diffing successive
-// snapshots of the node's shard table. It is not safe for concurrent use.
-type shardObserver struct {
-	m           *agentMetrics
-	self        string
-	prev        map[uint32]observedShard
-	lastRenewal time.Time
-	failing     bool
-}
-
-func newShardObserver(m *agentMetrics, self string) *shardObserver {
-	return &shardObserver{m: m, self: self, prev: map[uint32]observedShard{}}
-}
-
-// observe takes one snapshot taken at now.
-func (o *shardObserver) observe(now time.Time, shards []shardJSON, h healthJSON, jobCounts map[string]int) {
-	o.m.replicaHalted.Set(float64(h.ReplicaHaltedAt))
-	owned, unowned := 0, 0
-	for _, s := range shards {
-		cur := observedShard{owner: s.Owner, epoch: s.Epoch, state: s.State, valid: s.Valid, acting: s.Acting}
-		hasOwner := s.State != "unowned" && s.Valid
-		if s.Acting {
-			owned++
-		}
-		if !hasOwner {
-			unowned++
-		}
-		p, seen := o.prev[s.Shard]
-		if !seen {
-			o.prev[s.Shard] = cur
-			continue
-		}
-		cur.lostAt, cur.revokeAt, cur.grantAt = p.lostAt, p.revokeAt, p.grantAt
-		if !hasOwner && cur.lostAt.IsZero() {
-			cur.lostAt = now
-		}
-		if s.State == "revoking" && cur.revokeAt.IsZero() {
-			cur.revokeAt = now
-		}
-		if s.Epoch != p.epoch || s.Owner != p.owner {
-			o.m.ownershipChanges.Inc()
-		}
-		if hasOwner && s.Epoch != p.epoch {
-			switch {
-			case !cur.revokeAt.IsZero():
-				o.m.handoff.Observe(now.Sub(cur.revokeAt).Seconds())
-			case !cur.lostAt.IsZero():
-				o.m.failover.Observe(now.Sub(cur.lostAt).Seconds())
-			}
-			cur.lostAt, cur.revokeAt = time.Time{}, time.Time{}
-			if s.Owner == o.self {
-				cur.grantAt = now
-			}
-		}
-		if s.Acting && !p.acting {
-			o.m.acquired.Inc()
-			if !cur.grantAt.IsZero() {
-				o.m.commitToActing.Observe(now.Sub(cur.grantAt).Seconds())
-			}
-			cur.grantAt = time.Time{}
-		}
-		if !s.Acting && p.acting {
-			o.m.lost.Inc()
-		}
-		o.prev[s.Shard] = cur
-	}
-	o.m.shardsOwned.Set(float64(owned))
-	o.m.shardsUnowned.Set(float64(unowned))
-
-	if !h.LastRenewal.IsZero() && h.LastRenewal.After(o.lastRenewal) {
-		if !o.lastRenewal.IsZero() {
-			o.m.renewalInterval.Observe(h.LastRenewal.Sub(o.lastRenewal).Seconds())
-		}
-		o.lastRenewal = h.LastRenewal
-	}
-	failing := false
-	for _, r := range h.Reasons {
-		if strings.Contains(r, "renewal") || strings.Contains(r, "lease expired") {
-			failing = true
-		}
-	}
-	if failing && !o.failing {
-		o.m.renewalFailures.Inc()
-	}
-	o.failing = failing
-	o.m.renewalFailing.Set(b2f(failing))
-	o.m.leaseRemaining.Set(float64(h.LeaseRemainingMS) / 1000)
-	for _, st := range []string{statusHealthy, statusDegraded, statusUnhealthy} {
-		o.m.health.WithLabelValues(st).Set(b2f(h.Status == st))
-	}
-	for _, st := range jobStates {
-		o.m.jobs.WithLabelValues(st).Set(float64(jobCounts[st]))
-	}
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// observeShards runs the observer every interval until ctx ends.
-func observeShards(ctx context.Context, n agentNode, m *agentMetrics, interval time.Duration) {
-	o := newShardObserver(m, n.Status().Node)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	counts := map[string]int{}
-	for i := 0; ; i++ {
-		if i%10 == 0 { // counting jobs costs more than reading shards
-			counts = map[string]int{}
-			for _, j := range n.Jobs(jobQuery{}) {
-				counts[j.State]++
-			}
-		}
-		o.observe(time.Now(), n.Shards(), n.Health(), counts)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -5,74 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/tenurehq/tenure/node"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 )
 
-// Rolling upgrades (docs/upgrades.md): GET /v1/upgrade shows the cluster
-// version, what each node speaks and what blocks finalizing; POST
-// /v1/upgrade/finalize raises it (irreversible).
-
-// upgradeNode is the part of an agent's node that knows cluster versions
-// (optional: the API answers 501 without it).
-type upgradeNode interface {
-	UpgradeStatus() (node.UpgradeStatus, error)
-	FinalizeUpgrade(ctx context.Context) (node.UpgradeStatus, error)
-}
-
-func (a *nodeAdapter) UpgradeStatus() (node.UpgradeStatus, error) {
-	us, err := a.n.UpgradeStatus()
-	return us, classifyKeyring(err)
-}
-
-func (a *nodeAdapter) FinalizeUpgrade(ctx context.Context) (node.UpgradeStatus, error) {
-	us, err := a.n.FinalizeUpgrade(ctx)
-	if errors.Is(err, node.ErrNothingToFinalize) {
-		return us, fmt.Errorf("%w: %w", errConflict, err)
-	}
-	return us, classifyKeyring(err)
-}
-
-func (a *api) upgradeNode(w http.ResponseWriter) (upgradeNode, bool) {
-	un, ok := a.cfg.Node.(upgradeNode)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node has no cluster version")
-	}
-	return un, ok
-}
-
-func (a *api) upgradeStatus(w http.ResponseWriter, r *http.Request) {
-	un, ok := a.upgradeNode(w)
-	if !ok {
-		return
-	}
-	us, err := un.UpgradeStatus()
-	if err != nil {
-		writeKeyringError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, us)
-}
-
-func (a *api) upgradeFinalize(w http.ResponseWriter, r *http.Request) {
-	if !emptyBody(w, r) {
-		return
-	}
-	un, ok := a.upgradeNode(w)
-	if !ok {
-		return
-	}
-	us, err := un.FinalizeUpgrade(r.Context())
-	if err != nil {
-		writeKeyringError(w, err)
-		return
-	}
-	a.log.Warn("cluster version finalized: nodes can no longer go back to a binary that does not speak it", "version", us.Active)
-	writeJSON(w, http.StatusOK, us)
-}
+// Rolling upgrades over the CLI (docs/upgrades.md).
 
 func init() {
 	register("upgrade", "show the cluster version and what blocks finalizing, or finalize it (status, finalize)", runUpgrade)
@@ -93,14 +32,14 @@ func runUpgrade(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	var us node.UpgradeStatus
+	var us apitypes.UpgradeStatus
 	if op == "status" {
-		_, err = c.call(ctx, http.MethodGet, "/v1/upgrade", nil, &us)
+		us, err = c.UpgradeStatus(ctx)
 	} else {
-		_, err = c.call(ctx, http.MethodPost, "/v1/upgrade/finalize", nil, &us)
+		us, err = c.FinalizeUpgrade(ctx)
 	}
 	if err != nil {
-		return err
+		return explain(c, err)
 	}
 	if cf.json {
 		return m.print(cf, us, nil)
@@ -112,7 +51,7 @@ func runUpgrade(ctx context.Context, m *Main, args []string) error {
 	return nil
 }
 
-func upgradeTable(w io.Writer, us node.UpgradeStatus) {
+func upgradeTable(w io.Writer, us apitypes.UpgradeStatus) {
 	fmt.Fprintf(w, "active version %d; this binary speaks %d..%d; finalizable to %d", us.Active, us.BinaryMin, us.BinaryMax, us.Target)
 	switch {
 	case len(us.Blockers) > 0:

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -250,7 +251,7 @@ func agentByID(dc *demoCluster, id string) *demoAgent {
 }
 
 // mustStatus asks the first live agent that answers.
-func mustStatus(t *testing.T, dc *demoCluster, live map[string]bool) statusJSON {
+func mustStatus(t *testing.T, dc *demoCluster, live map[string]bool) apitypes.Status {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -258,7 +259,7 @@ func mustStatus(t *testing.T, dc *demoCluster, live map[string]bool) statusJSON 
 			if !live[a.id] {
 				continue
 			}
-			if st, err := getJSON[statusJSON](a.http, "/v1/status"); err == nil && st.ControlLeader != "" {
+			if st, err := getJSON[apitypes.Status](a.http, "/v1/status"); err == nil && st.ControlLeader != "" {
 				return st
 			}
 		}
@@ -423,7 +424,7 @@ func startJobLoad(t *testing.T, dc *demoCluster, seed uint64) *jobLoad {
 				if err != nil {
 					continue
 				}
-				var j jobJSON
+				var j apitypes.Job
 				err = json.NewDecoder(resp.Body).Decode(&j)
 				resp.Body.Close()
 				if err != nil || (resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK) {
@@ -478,7 +479,7 @@ func (l *jobLoad) checkDone(t *testing.T, dc *demoCluster, live map[string]bool,
 	}
 	for len(pending) > 0 {
 		for k, id := range pending {
-			j, err := getJSON[jobJSON](dc.agents[0].http, "/v1/jobs/"+id)
+			j, err := getJSON[apitypes.Job](dc.agents[0].http, "/v1/jobs/"+id)
 			if err == nil && j.State == "completed" {
 				if j.Attempt > 1 {
 					l.retried++

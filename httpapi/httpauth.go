@@ -1,21 +1,17 @@
-package main
+package httpapi
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"strings"
-	"unicode"
 )
 
 // The HTTP API's bearer tokens. Two scopes: read (GET of every /v1
 // endpoint, job payloads and results included) and write (everything).
 // The write token also grants read. With no token configured the API is
-// open, which the agent allows only on loopback or with --http-insecure
-// (checkHTTPExposure).
+// open, which the tenure agent allows only on loopback or with
+// --http-insecure.
 
 // scope is what a token grants.
 type scope int
@@ -104,34 +100,4 @@ func metricsHandler(h http.Handler, t *tokenAuth, protect bool) http.Handler {
 		return h
 	}
 	return t.read(h.ServeHTTP)
-}
-
-// readSecretFile reads a token from a file: the whole file with
-// surrounding white space trimmed, which must be non-empty.
-func readSecretFile(flagName, path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", flagName, err)
-	}
-	if len(b) > 4096 {
-		return "", fmt.Errorf("%s %s: %d bytes, want a token of at most 4096", flagName, path, len(b))
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return "", fmt.Errorf("%s %s: the file is empty", flagName, path)
-	}
-	return s, nil
-}
-
-// checkToken refuses tokens that cannot travel in a header intact.
-func checkToken(s string) error {
-	if len(s) > 4096 {
-		return errors.New("longer than 4096 bytes")
-	}
-	for _, r := range s {
-		if r > unicode.MaxASCII || !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return errors.New("contains white space, control or non-ASCII characters")
-		}
-	}
-	return nil
 }

@@ -7,13 +7,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,100 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/internal/apifake"
 	"github.com/tenurehq/tenure/internal/pki"
-	"github.com/tenurehq/tenure/ledger"
-	"github.com/tenurehq/tenure/node"
 )
-
-// serveScoped serves the API over a fakeNode with a write and a read token.
-func serveScoped(t *testing.T, metricsAuth bool) (*fakeNode, *httptest.Server) {
-	t.Helper()
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Token: "w-token", ReadToken: "r-token", MetricsAuth: metricsAuth,
-		Metrics: newAgentMetrics().Handler(), Dashboard: dashboardHandler(), DrainWait: 200 * time.Millisecond})
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
-	return f, srv
-}
-
-func TestAPIScopes(t *testing.T) {
-	_, srv := serveScoped(t, false)
-	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
-	// The write token enqueues (and a job's payload is then readable).
-	if r := do(t, srv, "POST", "/v1/jobs", `{"type":"x","key":"k","payload":{"secret":1}}`, bearer("w-token")...); r.code != 201 {
-		t.Fatalf("enqueue with the write token: %d %s", r.code, r.body)
-	}
-	cases := []struct {
-		method, path, body string
-		hdr                []string
-		code               int
-		errCode            string
-	}{
-		{"GET", "/v1/shards", "", nil, 401, "unauthorized"},
-		{"GET", "/v1/jobs/1", "", nil, 401, "unauthorized"},
-		{"GET", "/v1/jobs", "", nil, 401, "unauthorized"},
-		{"GET", "/v1/status", "", bearer("nope"), 401, "unauthorized"},
-		{"GET", "/v1/status", "", []string{"Authorization", "Basic r-token"}, 401, "unauthorized"},
-		{"GET", "/v1/nosuch", "", nil, 401, "unauthorized"},
-		{"GET", "/v1/shards", "", bearer("r-token"), 200, ""},
-		{"GET", "/v1/shards", "", []string{"Authorization", "bearer  r-token "}, 200, ""},
-		{"GET", "/v1/members", "", bearer("r-token"), 200, ""},
-		{"GET", "/v1/elections", "", bearer("r-token"), 200, ""},
-		{"GET", "/v1/moves", "", bearer("r-token"), 200, ""},
-		{"GET", "/v1/jobs/1", "", bearer("r-token"), 200, ""},
-		{"GET", "/v1/jobs", "", bearer("w-token"), 200, ""},
-		{"GET", "/v1/nosuch", "", bearer("r-token"), 404, ""},
-		{"POST", "/v1/jobs", `{"type":"x","key":"k2"}`, bearer("r-token"), 403, "forbidden"},
-		{"POST", "/v1/drain", "", bearer("r-token"), 403, "forbidden"},
-		{"POST", "/v1/undrain", "", bearer("r-token"), 403, "forbidden"},
-		{"POST", "/v1/drain", "", nil, 401, "unauthorized"},
-		{"POST", "/v1/undrain", "", bearer("w-token"), 200, ""},
-		{"GET", "/healthz", "", nil, 200, ""},
-		{"GET", "/readyz", "", nil, 200, ""},
-		{"GET", "/metrics", "", nil, 200, ""},
-		{"GET", "/", "", nil, 200, ""},
-	}
-	for _, c := range cases {
-		r := do(t, srv, c.method, c.path, c.body, c.hdr...)
-		if r.code != c.code {
-			t.Errorf("%s %s %v: %d %s, want %d", c.method, c.path, c.hdr, r.code, r.body, c.code)
-			continue
-		}
-		if c.errCode == "" {
-			continue
-		}
-		var e errorJSON
-		if err := json.Unmarshal([]byte(r.body), &e); err != nil || e.Code != c.errCode || e.Error == "" {
-			t.Errorf("%s %s %v: body %q, want a JSON error with code %q", c.method, c.path, c.hdr, r.body, c.errCode)
-		}
-		if c.code == 401 && !strings.HasPrefix(r.hdr.Get("WWW-Authenticate"), "Bearer") {
-			t.Errorf("%s %s: 401 without WWW-Authenticate: Bearer (%q)", c.method, c.path, r.hdr.Get("WWW-Authenticate"))
-		}
-	}
-	if r := do(t, srv, "GET", "/v1/jobs/1", "", bearer("r-token")...); !strings.Contains(r.body, `"secret":1`) {
-		t.Fatalf("read scope does not see the payload: %s", r.body)
-	}
-}
-
-func TestAPIMetricsAuth(t *testing.T) {
-	_, srv := serveScoped(t, true)
-	if r := do(t, srv, "GET", "/metrics", ""); r.code != 401 {
-		t.Fatalf("/metrics without token under --metrics-auth: %d", r.code)
-	}
-	if r := do(t, srv, "GET", "/metrics", "", "Authorization", "Bearer r-token"); r.code != 200 || !strings.Contains(r.body, "tenure_") {
-		t.Fatalf("/metrics with the read token: %d", r.code)
-	}
-	if r := do(t, srv, "GET", "/healthz", ""); r.code != 200 {
-		t.Fatalf("/healthz: %d", r.code)
-	}
-	// The handler served while joining protects /metrics the same way.
-	auth := newTokenAuth("w", "r")
-	st := httptest.NewServer(startingHandler(metricsHandler(newAgentMetrics().Handler(), auth, true)))
-	defer st.Close()
-	if r := do(t, st, "GET", "/metrics", ""); r.code != 401 {
-		t.Fatalf("starting /metrics without token: %d", r.code)
-	}
-}
 
 func TestAgentConfigTokens(t *testing.T) {
 	base := map[string]string{"HOSTNAME": "n1", "TENURE_BOOTSTRAP_EXPECT": "1"}
@@ -184,7 +93,7 @@ func TestHTTPExposure(t *testing.T) {
 // starts anything, and runs open with --http-insecure, saying so.
 func TestAgentRefusesOpenHTTP(t *testing.T) {
 	var started atomic.Bool
-	fr := &fakeRunning{fakeNode: newFakeNode()}
+	fr := &fakeRunning{Node: apifake.NewNode()}
 	old := startNode
 	startNode = func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error) {
 		started.Store(true)
@@ -255,9 +164,9 @@ func TestHTTPSAndCertReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Token: "w-token"})
-	addr, _ := serveReal(t, a.Handler(), defaultHTTPLimits, tlsCfg, 0)
+	f := apifake.NewNode()
+	a := newFakeAPI(t, f, httpapi.Options{Token: "w-token"})
+	addr, _ := serveReal(t, a, defaultHTTPLimits, tlsCfg, 0)
 
 	// The CLI: a bare host:port with --ca speaks https and verifies.
 	env := map[string]string{"TENURE_ADDR": addr, "TENURE_TOKEN": "w-token"}
@@ -309,19 +218,19 @@ func TestHTTPSAndCertReload(t *testing.T) {
 // A drain waits longer than the server's read and write timeouts: the
 // handler moves its own deadlines, so the answer still arrives.
 func TestDrainOutlivesServerTimeouts(t *testing.T) {
-	f := newFakeNode()
+	f := apifake.NewNode()
 	f.DrainBlocks = true
-	a := newAPI(apiConfig{Node: f})
+	a := newFakeAPI(t, f, httpapi.Options{})
 	lim := httpLimits{ReadHeaderTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
 		WriteTimeout: 100 * time.Millisecond, IdleTimeout: time.Second, MaxHeaderBytes: 4 << 10}
-	addr, _ := serveReal(t, a.Handler(), lim, nil, 0)
+	addr, _ := serveReal(t, a, lim, nil, 0)
 	start := time.Now()
 	resp, err := http.Post("http://"+addr+"/v1/drain?wait=600ms", "", nil)
 	if err != nil {
 		t.Fatalf("drain past the server's timeouts: %v", err)
 	}
 	defer resp.Body.Close()
-	var d drainJSON
+	var d apitypes.Drain
 	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("drain: %d %v", resp.StatusCode, err)
 	}
@@ -340,8 +249,8 @@ func TestDrainOutlivesServerTimeouts(t *testing.T) {
 }
 
 func TestPerClientConnectionCap(t *testing.T) {
-	a := newAPI(apiConfig{Node: newFakeNode()})
-	addr, ln := serveReal(t, a.Handler(), defaultHTTPLimits, nil, 2)
+	a := newFakeAPI(t, apifake.NewNode(), httpapi.Options{})
+	addr, ln := serveReal(t, a, defaultHTTPLimits, nil, 2)
 	pl := ln.(*perClientListener)
 	get := func(c net.Conn) (int, error) {
 		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
@@ -387,105 +296,6 @@ func TestPerClientConnectionCap(t *testing.T) {
 	defer c.Close()
 	if code, err := get(c); err != nil || code != 200 {
 		t.Fatalf("connection after a slot freed: %d %v", code, err)
-	}
-}
-
-// Enqueue limits answer at once, before anything reaches the node, and
-// node-side refusals map to 400 / 429.
-func TestAPIEnqueueLimits(t *testing.T) {
-	f, srv := serveFake(t, "")
-	long := strings.Repeat("k", ledger.MaxStringLen+1)
-	for _, c := range []struct {
-		body string
-		code int
-		want string
-	}{
-		{fmt.Sprintf(`{"type":"x","key":%q}`, long), 400, `key\" is 4097 bytes`},
-		{fmt.Sprintf(`{"type":%q,"key":"k"}`, long), 400, `type\" is 4097 bytes`},
-		{fmt.Sprintf(`{"type":"x","key":"k","shard_key":%q}`, long), 400, `shard_key\" is 4097 bytes`},
-		{fmt.Sprintf(`{"type":"x","key":"k","payload":"%s"}`, strings.Repeat("p", ledger.DefaultMaxPayload)), 413, `payload\" is 1048578 bytes`},
-		{fmt.Sprintf(`{"type":"x","key":"k","payload":"%s"}`, strings.Repeat("p", maxBodyBytes)), 413, "body larger than"},
-	} {
-		start := time.Now()
-		r := do(t, srv, "POST", "/v1/jobs", c.body)
-		if r.code != c.code || !strings.Contains(r.body, c.want) || time.Since(start) > 5*time.Second {
-			t.Errorf("%.40s…: %d %.200s after %v, want %d with %q", c.body, r.code, r.body, time.Since(start), c.code, c.want)
-		}
-	}
-	if n := len(f.Jobs(jobQuery{})); n != 0 {
-		t.Fatalf("%d jobs reached the node", n)
-	}
-	// What the node refuses: invalid → 400, queue full → 429 with a code.
-	f.EnqueueErr = classify(fmt.Errorf("node: enqueue: %w: key too long: %w", node.ErrInvalid, ledger.ErrTooLarge))
-	if r := do(t, srv, "POST", "/v1/jobs", `{"type":"x","key":"k"}`); r.code != 400 {
-		t.Fatalf("node.ErrInvalid: %d %s", r.code, r.body)
-	}
-	f.EnqueueErr = classify(fmt.Errorf("node: enqueue: %w: shard 3 holds 10 pending jobs", node.ErrQueueFull))
-	r := do(t, srv, "POST", "/v1/jobs", `{"type":"x","key":"k"}`)
-	var e errorJSON
-	if r.code != http.StatusTooManyRequests || json.Unmarshal([]byte(r.body), &e) != nil || e.Code != "queue_full" || r.hdr.Get("Retry-After") == "" {
-		t.Fatalf("node.ErrQueueFull: %d %s %v", r.code, r.body, r.hdr)
-	}
-	if !errors.Is(f.EnqueueErr, errQueueFull) {
-		t.Fatal("classify lost ErrQueueFull")
-	}
-}
-
-func TestAPIPagination(t *testing.T) {
-	f, srv := serveFake(t, "")
-	for i := range 7 {
-		if r := do(t, srv, "POST", "/v1/jobs", fmt.Sprintf(`{"type":"x","key":"k%d"}`, i)); r.code != 201 {
-			t.Fatal(r.body)
-		}
-	}
-	var ids []string
-	after := ""
-	for pages := 0; ; pages++ {
-		if pages > 10 {
-			t.Fatal("pagination does not end")
-		}
-		r := do(t, srv, "GET", "/v1/jobs?limit=3&after="+after, "")
-		js := decodeAs[jobsJSON](t, r)
-		if len(js.Jobs) > 3 || js.Counts["pending"] != 7 {
-			t.Fatalf("page: %d jobs, counts %v", len(js.Jobs), js.Counts)
-		}
-		for _, j := range js.Jobs {
-			ids = append(ids, j.ID)
-		}
-		if js.Next == "" {
-			break
-		}
-		after = js.Next
-	}
-	if strings.Join(ids, ",") != "1,2,3,4,5,6,7" {
-		t.Fatalf("paged ids %v", ids)
-	}
-	for _, q := range []string{"limit=0", "limit=10001", "limit=x", "after=x"} {
-		if r := do(t, srv, "GET", "/v1/jobs?"+q, ""); r.code != 400 {
-			t.Errorf("jobs?%s: %d", q, r.code)
-		}
-	}
-	// Shards: an array page with the next cursor in headers.
-	all := f.Shards()
-	r := do(t, srv, "GET", "/v1/shards?limit=3", "")
-	page := decodeAs[[]shardJSON](t, r)
-	if len(page) != 3 || r.hdr.Get("X-Next-After") != fmt.Sprint(page[2].Shard) || !strings.Contains(r.hdr.Get("Link"), `rel="next"`) {
-		t.Fatalf("shards page: %d, next %q, link %q", len(page), r.hdr.Get("X-Next-After"), r.hdr.Get("Link"))
-	}
-	r = do(t, srv, "GET", "/v1/shards?limit=100&after="+r.hdr.Get("X-Next-After"), "")
-	rest := decodeAs[[]shardJSON](t, r)
-	if len(rest) != len(all)-3 || rest[0].Shard != page[2].Shard+1 || r.hdr.Get("X-Next-After") != "" {
-		t.Fatalf("second shards page: %d of %d, next %q", len(rest), len(all), r.hdr.Get("X-Next-After"))
-	}
-	r = do(t, srv, "GET", "/v1/members?limit=1", "")
-	ms := decodeAs[[]memberJSON](t, r)
-	r2 := do(t, srv, "GET", "/v1/members?after="+r.hdr.Get("X-Next-After"), "")
-	ms2 := decodeAs[[]memberJSON](t, r2)
-	if len(ms) != 1 || len(ms2) != len(f.Members())-1 || ms2[0].ID <= ms[0].ID {
-		t.Fatalf("members pages: %v then %v", ms, ms2)
-	}
-	if r := do(t, srv, "GET", "/v1/moves?limit=0", ""); r.code != 400 {
-		t.Fatalf("moves?limit=0: %d", r.code)
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"cmp"
@@ -16,7 +16,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/node"
 )
 
 // API limits.
@@ -40,9 +45,8 @@ const (
 	defaultDrainWait = 60 * time.Second
 )
 
-// apiConfig configures the HTTP API.
-type apiConfig struct {
-	Node agentNode
+// Options configures the API.
+type Options struct {
 	// Token, if set, is the bearer token of the write scope: every
 	// endpoint. With it set, every /v1 endpoint needs a token.
 	Token string
@@ -52,41 +56,129 @@ type apiConfig struct {
 	ReadToken string
 	// MetricsAuth puts /metrics under the read scope (open otherwise).
 	MetricsAuth bool
-	// Metrics serves /metrics; nil serves 404 there.
-	Metrics http.Handler
-	// Dashboard serves / ; nil serves 404 there.
-	Dashboard http.Handler
-	// DrainWait bounds POST /v1/drain (defaultDrainWait if zero).
+	// Registry receives the API's tenure_* metrics and is what /metrics
+	// serves. Nil: a registry of the handler's own, with the Go and
+	// process collectors. Registering on a registry that already holds
+	// them (a second handler on it) fails.
+	Registry *prometheus.Registry
+	// NoMetrics serves no /metrics and registers nothing.
+	NoMetrics bool
+	// NoDashboard serves no dashboard at /.
+	NoDashboard bool
+	// DrainWait bounds POST /v1/drain without ?wait= (60s if zero).
 	DrainWait time.Duration
-	Logger    *slog.Logger
+	// Version is what /v1/status reports as the serving binary's version;
+	// empty reports the node's gossiped version.
+	Version string
+	// ObserveInterval is how often the node is sampled for metrics (100ms
+	// if zero).
+	ObserveInterval time.Duration
+	// Logger logs panics, keyring changes and finalized upgrades; nil
+	// discards.
+	Logger *slog.Logger
 }
 
-// api is the agent's HTTP API. Create it with newAPI, feed it ownership
-// events with Run and serve Handler.
-type api struct {
-	cfg   apiConfig
-	log   *slog.Logger
-	moves moveLog
-	auth  *tokenAuth
+// Handler serves the API. It records ownership moves (/v1/moves) and
+// samples the node for metrics in the background until Close or until the
+// node closes.
+type Handler struct {
+	opts    Options
+	node    Backend
+	log     *slog.Logger
+	moves   moveLog
+	auth    *tokenAuth
+	metrics *metrics
+	mux     http.Handler
+
+	stop context.CancelFunc
+	done chan struct{}
 }
 
-func newAPI(cfg apiConfig) *api {
-	if cfg.DrainWait <= 0 {
-		cfg.DrainWait = defaultDrainWait
+// New returns the API of n: the versioned JSON API under /v1/, /healthz,
+// /readyz, /metrics and the dashboard at /. Mount it on a mux at its root
+// (its paths are absolute: the dashboard and clients call /v1/...), and
+// Close it before closing n.
+func New(n *node.Node, o Options) (*Handler, error) {
+	if n == nil {
+		return nil, errors.New("httpapi: nil node")
 	}
-	a := &api{cfg: cfg, log: cfg.Logger, auth: newTokenAuth(cfg.Token, cfg.ReadToken)}
-	if a.log == nil {
-		a.log = slog.New(slog.DiscardHandler)
-	}
-	return a
+	return NewWithBackend(Adapt(n), o)
 }
 
-// Run records ownership moves for /v1/moves until ctx ends or the node's
-// event stream closes. observe, if not nil, sees every event too.
-func (a *api) Run(ctx context.Context, observe func(ownershipEvent)) {
-	events, cancel := a.cfg.Node.Subscribe()
-	defer cancel()
-	var members map[string]memberJSON
+// NewWithBackend is New over any Backend.
+func NewWithBackend(b Backend, o Options) (*Handler, error) {
+	if b == nil {
+		return nil, errors.New("httpapi: nil backend")
+	}
+	if o.ReadToken != "" && o.Token == "" {
+		return nil, errors.New("httpapi: a read token needs a write token")
+	}
+	if o.ReadToken != "" && o.ReadToken == o.Token {
+		return nil, errors.New("httpapi: the read token must differ from the write token")
+	}
+	for _, t := range []string{o.Token, o.ReadToken} {
+		if err := apitypes.CheckToken(t); err != nil {
+			return nil, fmt.Errorf("httpapi: token: %v", err)
+		}
+	}
+	if o.DrainWait <= 0 {
+		o.DrainWait = defaultDrainWait
+	}
+	if o.ObserveInterval <= 0 {
+		o.ObserveInterval = 100 * time.Millisecond
+	}
+	h := &Handler{opts: o, node: b, log: o.Logger, auth: newTokenAuth(o.Token, o.ReadToken), done: make(chan struct{})}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if !o.NoMetrics {
+		reg := o.Registry
+		if reg == nil {
+			reg = prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		}
+		m, err := newMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		h.metrics = m
+	}
+	h.mux = h.routes()
+	// Subscribe before returning, so no move after New is missed.
+	self := b.Status().Node
+	events, cancel := b.Subscribe()
+	ctx, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	go func() {
+		defer close(h.done)
+		defer cancel()
+		var wg sync.WaitGroup
+		if h.metrics != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); observeShards(ctx, b, self, h.metrics, o.ObserveInterval) }()
+		}
+		h.recordMoves(ctx, events)
+		stop() // the node closed: stop sampling it too
+		wg.Wait()
+	}()
+	return h, nil
+}
+
+// ServeHTTP serves the API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Close stops the background work (moves, metrics). The handler keeps
+// answering; /v1/moves stops growing.
+func (h *Handler) Close() error {
+	h.stop()
+	<-h.done
+	return nil
+}
+
+// recordMoves records ownership moves for /v1/moves until ctx ends or the
+// node's event stream closes.
+func (h *Handler) recordMoves(ctx context.Context, events <-chan OwnershipEvent) {
+	var members map[string]apitypes.Member
 	var membersAt time.Time
 	for {
 		select {
@@ -97,54 +189,70 @@ func (a *api) Run(ctx context.Context, observe func(ownershipEvent)) {
 				return
 			}
 			reason := ""
-			if sh, ok := a.cfg.Node.Shard(ev.Shard); ok && sh.Epoch == ev.Epoch {
+			if sh, ok := h.node.Shard(ev.Shard); ok && sh.Epoch == ev.Epoch {
 				reason = sh.Reason
 			}
 			if now := time.Now(); members == nil || now.Sub(membersAt) > 200*time.Millisecond {
-				members, membersAt = map[string]memberJSON{}, now
-				for _, m := range a.cfg.Node.Members() {
+				members, membersAt = map[string]apitypes.Member{}, now
+				for _, m := range h.node.Members() {
 					members[m.ID] = m
 				}
 			}
-			a.moves.add(moveJSON{At: ev.At, Shard: ev.Shard, Epoch: ev.Epoch, From: ev.Previous, To: ev.Owner, Reason: reason, Cause: moveCause(ev, members)})
-			if observe != nil {
-				observe(ev)
-			}
+			h.moves.add(apitypes.Move{At: ev.At, Shard: ev.Shard, Epoch: ev.Epoch, From: ev.Previous, To: ev.Owner, Reason: reason, Cause: moveCause(ev, members)})
 		}
 	}
 }
 
-// Handler returns the API's routes wrapped in panic recovery.
-func (a *api) Handler() http.Handler {
+// routes are the API's routes wrapped in panic recovery.
+func (h *Handler) routes() http.Handler {
 	mux := http.NewServeMux()
-	read, write := a.auth.read, a.auth.write
-	mux.Handle("/v1/status", methods{"GET": read(a.status)})
-	mux.Handle("/v1/shards", methods{"GET": read(a.shards)})
-	mux.Handle("/v1/shards/{id}", methods{"GET": read(a.shard)})
-	mux.Handle("/v1/members", methods{"GET": read(a.members)})
-	mux.Handle("/v1/elections", methods{"GET": read(a.elections)})
-	mux.Handle("/v1/moves", methods{"GET": read(a.listMoves)})
-	mux.Handle("/v1/jobs", methods{"GET": read(a.jobs), "POST": write(a.enqueue)})
-	mux.Handle("/v1/jobs/{id}", methods{"GET": read(a.job)})
-	mux.Handle("/v1/drain", methods{"POST": write(a.drain)})
-	mux.Handle("/v1/undrain", methods{"POST": write(a.undrain)})
-	mux.Handle("/v1/keyring", methods{"GET": write(a.keyring)})
-	mux.Handle("/v1/keyring/{op}", methods{"POST": write(a.keyringOp)})
-	mux.Handle("/v1/upgrade", methods{"GET": read(a.upgradeStatus)})
-	mux.Handle("/v1/upgrade/finalize", methods{"POST": write(a.upgradeFinalize)})
+	read, write := h.auth.read, h.auth.write
+	mux.Handle("/v1/status", methods{"GET": read(h.status)})
+	mux.Handle("/v1/shards", methods{"GET": read(h.shards)})
+	mux.Handle("/v1/shards/{id}", methods{"GET": read(h.shard)})
+	mux.Handle("/v1/owner", methods{"GET": read(h.owner)})
+	mux.Handle("/v1/members", methods{"GET": read(h.members)})
+	mux.Handle("/v1/elections", methods{"GET": read(h.elections)})
+	mux.Handle("/v1/moves", methods{"GET": read(h.listMoves)})
+	mux.Handle("/v1/jobs", methods{"GET": read(h.jobs), "POST": write(h.enqueue)})
+	mux.Handle("/v1/jobs/{id}", methods{"GET": read(h.job)})
+	mux.Handle("/v1/drain", methods{"POST": write(h.drain)})
+	mux.Handle("/v1/undrain", methods{"POST": write(h.undrain)})
+	mux.Handle("/v1/keyring", methods{"GET": write(h.keyring)})
+	mux.Handle("/v1/keyring/{op}", methods{"POST": write(h.keyringOp)})
+	mux.Handle("/v1/upgrade", methods{"GET": read(h.upgradeStatus)})
+	mux.Handle("/v1/upgrade/finalize", methods{"POST": write(h.upgradeFinalize)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	}))
-	mux.Handle("/healthz", methods{"GET": a.healthz})
-	mux.Handle("/readyz", methods{"GET": a.readyz})
-	if a.cfg.Metrics != nil {
-		mux.Handle("/metrics", metricsHandler(a.cfg.Metrics, a.auth, a.cfg.MetricsAuth))
+	mux.Handle("/healthz", methods{"GET": healthz})
+	mux.Handle("/readyz", methods{"GET": h.readyz})
+	if h.metrics != nil {
+		mux.Handle("/metrics", metricsHandler(h.metrics.handler(), h.auth, h.opts.MetricsAuth))
 	}
-	if a.cfg.Dashboard != nil {
-		mux.Handle("/", a.cfg.Dashboard)
+	if !h.opts.NoDashboard {
+		mux.Handle("/", dashboardHandler())
 	}
-	return a.recoverer(mux)
+	return recoverer(h.log, mux)
+}
+
+// StartingHandler answers while a node joins its cluster, before New can
+// run: /healthz alive, /readyz 503, /metrics from o.Registry (under the
+// read scope with o.MetricsAuth; absent without a registry), 503 elsewhere.
+func StartingHandler(o Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", healthz)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusServiceUnavailable, apitypes.Health{Status: apitypes.StatusUnhealthy, Reasons: []string{"starting: joining the cluster"}})
+	})
+	if o.Registry != nil && !o.NoMetrics {
+		mux.Handle("/metrics", metricsHandler(registryHandler(o.Registry), newTokenAuth(o.Token, o.ReadToken), o.MetricsAuth))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusServiceUnavailable, "agent is starting: joining the cluster")
+	})
+	return mux
 }
 
 // methods dispatches on the request method and answers others with 405
@@ -169,14 +277,14 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h(w, r)
 }
 
-func (a *api) recoverer(next http.Handler) http.Handler {
+func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				a.log.Error("http handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
+				log.Error("http handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
 				writeError(w, http.StatusInternalServerError, "internal error")
 			}
 		}()
@@ -184,13 +292,21 @@ func (a *api) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-func (a *api) status(w http.ResponseWriter, r *http.Request) {
-	st := a.cfg.Node.Status()
-	st.Version = Version
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
+	st := h.node.Status()
+	if h.opts.Version != "" {
+		st.Version = h.opts.Version
+	} else if st.Version == "" {
+		for _, m := range st.Members {
+			if m.ID == st.Node {
+				st.Version = m.Version
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 
-func (a *api) shards(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) shards(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	owner, state := q.Get("owner"), q.Get("state")
 	if state != "" && !slices.Contains([]string{"unowned", "owned", "revoking"}, state) {
@@ -210,14 +326,14 @@ func (a *api) shards(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n + 1
 	}
-	all := a.cfg.Node.Shards()
-	out := make([]shardJSON, 0, min(len(all), limit))
+	all := h.node.Shards()
+	out := make([]apitypes.Shard, 0, min(len(all), limit))
 	for _, s := range all {
 		if uint64(s.Shard) >= from && (owner == "" || s.Owner == owner) && (state == "" || s.State == state) {
 			out = append(out, s)
 		}
 	}
-	writeList(w, r, out, limit, func(s shardJSON) string { return strconv.FormatUint(uint64(s.Shard), 10) })
+	writeList(w, r, out, limit, func(s apitypes.Shard) string { return strconv.FormatUint(uint64(s.Shard), 10) })
 }
 
 // pageParams parses ?limit= (1..max, def when absent) and ?after= (a
@@ -271,13 +387,38 @@ func pageAfter[T any](items []T, after string, key func(T) string) []T {
 	return items[i:]
 }
 
-func (a *api) shard(w http.ResponseWriter, r *http.Request) {
+// owner answers the shard ?key= hashes to and its committed owner.
+func (h *Handler) owner(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" || len(key) > ledger.MaxStringLen {
+		writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("key: want 1..%d bytes", ledger.MaxStringLen))
+		return
+	}
+	id := h.node.ShardFor(key)
+	s, ok := h.node.Shard(id)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("key %q hashes to shard %d, which does not exist", key, id))
+		return
+	}
+	o := apitypes.Owner{Key: key, Shard: s.Shard, Epoch: s.Epoch, State: s.State, Valid: s.Valid}
+	if s.State != "unowned" {
+		o.Owner = s.Owner
+		for _, m := range h.node.Members() {
+			if m.ID == o.Owner {
+				o.HTTPAddr = m.HTTPAddr
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+func (h *Handler) shard(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseUint(r.PathValue("id"), 10, 32)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("shard id %q: want a non-negative integer", r.PathValue("id")))
 		return
 	}
-	s, ok := a.cfg.Node.Shard(uint32(id))
+	s, ok := h.node.Shard(uint32(id))
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("shard %d does not exist", id))
 		return
@@ -285,41 +426,41 @@ func (a *api) shard(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s)
 }
 
-func (a *api) members(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) members(w http.ResponseWriter, r *http.Request) {
 	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
 	if !ok {
 		return
 	}
-	id := func(m memberJSON) string { return m.ID }
-	ms := a.cfg.Node.Members()
-	slices.SortStableFunc(ms, func(x, y memberJSON) int { return strings.Compare(x.ID, y.ID) })
+	id := func(m apitypes.Member) string { return m.ID }
+	ms := h.node.Members()
+	slices.SortStableFunc(ms, func(x, y apitypes.Member) int { return strings.Compare(x.ID, y.ID) })
 	writeList(w, r, pageAfter(ms, after, id), limit, id)
 }
 
-func (a *api) elections(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) elections(w http.ResponseWriter, r *http.Request) {
 	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
 	if !ok {
 		return
 	}
-	name := func(e electionJSON) string { return e.Name }
-	es := a.cfg.Node.Elections()
-	slices.SortStableFunc(es, func(x, y electionJSON) int { return strings.Compare(x.Name, y.Name) })
+	name := func(e apitypes.Election) string { return e.Name }
+	es := h.node.Elections()
+	slices.SortStableFunc(es, func(x, y apitypes.Election) int { return strings.Compare(x.Name, y.Name) })
 	writeList(w, r, pageAfter(es, after, name), limit, name)
 }
 
 // listMoves answers the recent moves, newest first; ?limit= bounds them
 // (the log holds at most maxMoves, so there is no cursor).
-func (a *api) listMoves(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) listMoves(w http.ResponseWriter, r *http.Request) {
 	limit, _, ok := pageParams(w, r, maxMoves, maxMoves)
 	if !ok {
 		return
 	}
-	ms := a.moves.list()
+	ms := h.moves.list()
 	writeJSON(w, http.StatusOK, ms[:min(len(ms), limit)])
 }
 
-func (a *api) enqueue(w http.ResponseWriter, r *http.Request) {
-	var req jobRequest
+func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.JobRequest
 	if !decodeBody(w, r, &req) {
 		return
 	}
@@ -346,7 +487,7 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) {
 		writeErrorCode(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(`"payload" is %d bytes: at most %d`, len(req.Payload), ledger.DefaultMaxPayload))
 		return
 	}
-	job, created, err := a.cfg.Node.EnqueueJob(r.Context(), req)
+	job, created, err := h.node.EnqueueJob(r.Context(), req)
 	if err != nil {
 		writeNodeError(w, err)
 		return
@@ -359,9 +500,9 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, job)
 }
 
-func (a *api) job(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	j, ok := a.cfg.Node.Job(id)
+	j, ok := h.node.Job(id)
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %q not found", id))
 		return
@@ -369,9 +510,9 @@ func (a *api) job(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
-func (a *api) jobs(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var jq jobQuery
+	var jq JobQuery
 	if v := q.Get("shard"); v != "" {
 		s, err := strconv.ParseUint(v, 10, 32)
 		if err != nil {
@@ -382,8 +523,8 @@ func (a *api) jobs(w http.ResponseWriter, r *http.Request) {
 		jq.Shard = &s32
 	}
 	if v := q.Get("state"); v != "" {
-		if !slices.Contains(jobStates, v) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want one of %s", v, strings.Join(jobStates, ", ")))
+		if !slices.Contains(apitypes.JobStates, v) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want one of %s", v, strings.Join(apitypes.JobStates, ", ")))
 			return
 		}
 		jq.State = v
@@ -403,14 +544,14 @@ func (a *api) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	// Count every state of the shard filter, then page the state's jobs
 	// by id.
-	all := a.cfg.Node.Jobs(jobQuery{Shard: jq.Shard})
-	out := jobsJSON{Jobs: []jobJSON{}, Counts: map[string]int{}}
-	for _, s := range jobStates {
+	all := h.node.Jobs(JobQuery{Shard: jq.Shard})
+	out := apitypes.JobList{Jobs: []apitypes.Job{}, Counts: map[string]int{}}
+	for _, s := range apitypes.JobStates {
 		out.Counts[s] = 0
 	}
 	type idJob struct {
 		id uint64
-		j  jobJSON
+		j  apitypes.Job
 	}
 	var match []idJob
 	for _, j := range all {
@@ -430,11 +571,11 @@ func (a *api) jobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *api) drain(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) drain(w http.ResponseWriter, r *http.Request) {
 	if !emptyBody(w, r) {
 		return
 	}
-	wait := a.cfg.DrainWait
+	wait := h.opts.DrainWait
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > 10*time.Minute {
@@ -452,46 +593,46 @@ func (a *api) drain(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetWriteDeadline(deadline)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	err := a.cfg.Node.Drain(ctx)
+	err := h.node.Drain(ctx)
 	done := err == nil
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		writeNodeError(w, err)
 		return
 	}
-	st := a.cfg.Node.Status()
+	st := h.node.Status()
 	code := http.StatusOK
 	if !done {
 		code = http.StatusAccepted
 	}
-	writeJSON(w, code, drainJSON{Node: st.Node, Draining: true, Done: done, Owned: st.Owned})
+	writeJSON(w, code, apitypes.Drain{Node: st.Node, Draining: true, Done: done, Owned: st.Owned})
 }
 
-func (a *api) undrain(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) undrain(w http.ResponseWriter, r *http.Request) {
 	if !emptyBody(w, r) {
 		return
 	}
-	if err := a.cfg.Node.Undrain(r.Context()); err != nil {
+	if err := h.node.Undrain(r.Context()); err != nil {
 		writeNodeError(w, err)
 		return
 	}
-	st := a.cfg.Node.Status()
-	writeJSON(w, http.StatusOK, drainJSON{Node: st.Node, Draining: false, Done: true, Owned: st.Owned})
+	st := h.node.Status()
+	writeJSON(w, http.StatusOK, apitypes.Drain{Node: st.Node, Draining: false, Done: true, Owned: st.Owned})
 }
 
-func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
+func healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 }
 
 // readyz answers 200 while the node is Healthy or Degraded (it can act:
 // quorum and a valid lease) and 503 when Unhealthy; the body carries the
 // report with its reasons either way.
-func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
-	h := a.cfg.Node.Health()
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	rep := h.node.Health()
 	code := http.StatusOK
-	if h.Status != statusHealthy && h.Status != statusDegraded {
+	if rep.Status != apitypes.StatusHealthy && rep.Status != apitypes.StatusDegraded {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, h)
+	writeJSON(w, code, rep)
 }
 
 // decodeBody decodes one JSON object from the size-limited body into v,
@@ -536,18 +677,20 @@ func emptyBody(w http.ResponseWriter, r *http.Request) bool {
 func writeNodeError(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, errQueueFull):
+	case errors.Is(err, ErrQueueFull):
 		w.Header().Set("Retry-After", "1")
 		writeErrorCode(w, http.StatusTooManyRequests, "queue_full", err.Error())
 		return
-	case errors.Is(err, errBadInput):
+	case errors.Is(err, ErrBadInput):
 		code = http.StatusBadRequest
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, errConflict):
+	case errors.Is(err, ErrConflict):
 		code = http.StatusConflict
-	case errors.Is(err, errUnavailable):
+	case errors.Is(err, ErrUnavailable):
 		code = http.StatusServiceUnavailable
+	case errors.Is(err, ErrNotImplemented):
+		code = http.StatusNotImplemented
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		code = http.StatusGatewayTimeout
 	}
@@ -555,19 +698,19 @@ func writeNodeError(w http.ResponseWriter, err error) {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, errorJSON{Error: msg})
+	writeJSON(w, code, apitypes.ErrorBody{Error: msg})
 }
 
 // writeErrorCode is writeError with a machine-readable code.
 func writeErrorCode(w http.ResponseWriter, code int, errCode, msg string) {
-	writeJSON(w, code, errorJSON{Error: msg, Code: errCode})
+	writeJSON(w, code, apitypes.ErrorBody{Error: msg, Code: errCode})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		code = http.StatusInternalServerError
-		b, _ = json.Marshal(errorJSON{Error: "encoding the answer: " + err.Error()})
+		b, _ = json.Marshal(apitypes.ErrorBody{Error: "encoding the answer: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -583,7 +726,7 @@ func nonNil[T any](s []T) []T {
 }
 
 // moveCause explains a move from the previous owner's membership.
-func moveCause(ev ownershipEvent, members map[string]memberJSON) string {
+func moveCause(ev OwnershipEvent, members map[string]apitypes.Member) string {
 	prev := ev.Previous
 	switch {
 	case ev.Owner == "":
@@ -615,10 +758,10 @@ func moveCause(ev ownershipEvent, members map[string]memberJSON) string {
 // moveLog keeps the most recent ownership moves.
 type moveLog struct {
 	mu    sync.Mutex
-	moves []moveJSON // oldest first
+	moves []apitypes.Move // oldest first
 }
 
-func (l *moveLog) add(m moveJSON) {
+func (l *moveLog) add(m apitypes.Move) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.moves = append(l.moves, m)
@@ -628,10 +771,10 @@ func (l *moveLog) add(m moveJSON) {
 }
 
 // list returns the moves newest first.
-func (l *moveLog) list() []moveJSON {
+func (l *moveLog) list() []apitypes.Move {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]moveJSON, len(l.moves))
+	out := make([]apitypes.Move, len(l.moves))
 	for i, m := range l.moves {
 		out[len(out)-1-i] = m
 	}

@@ -1,6 +1,10 @@
-package main
+package httpapi
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -12,23 +16,23 @@ import (
 )
 
 func TestShardObserverLatencies(t *testing.T) {
-	m := newAgentMetrics()
+	m := testMetrics(t)
 	o := newShardObserver(m, "n1")
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	h := healthJSON{Status: statusHealthy}
-	snap := func(ms int, s0, s1 shardJSON) {
+	h := apitypes.Health{Status: apitypes.StatusHealthy}
+	snap := func(ms int, s0, s1 apitypes.Shard) {
 		s0.Shard, s1.Shard = 0, 1
-		o.observe(at(ms), []shardJSON{s0, s1}, h, map[string]int{"pending": 2})
+		o.observe(at(ms), []apitypes.Shard{s0, s1}, h, map[string]int{"pending": 2})
 	}
-	owned := func(owner string, epoch uint64) shardJSON {
-		return shardJSON{Owner: owner, Epoch: epoch, State: "owned", Valid: true}
+	owned := func(owner string, epoch uint64) apitypes.Shard {
+		return apitypes.Shard{Owner: owner, Epoch: epoch, State: "owned", Valid: true}
 	}
 	// Shard 0: n2 fails (invalid at 100 ms), n1 granted at 900 ms, acting at 1000 ms.
 	// Shard 1: n1 drains it: revoking at 100 ms, n3 owns it at 300 ms.
-	snap(0, owned("n2", 1), shardJSON{Owner: "n1", Epoch: 1, State: "owned", Valid: true, Acting: true})
-	snap(100, shardJSON{Owner: "n2", Epoch: 1, State: "owned"}, shardJSON{Owner: "n1", Epoch: 1, State: "revoking", Valid: true, Acting: true})
-	snap(300, shardJSON{Owner: "n2", Epoch: 1, State: "owned"}, owned("n3", 2))
+	snap(0, owned("n2", 1), apitypes.Shard{Owner: "n1", Epoch: 1, State: "owned", Valid: true, Acting: true})
+	snap(100, apitypes.Shard{Owner: "n2", Epoch: 1, State: "owned"}, apitypes.Shard{Owner: "n1", Epoch: 1, State: "revoking", Valid: true, Acting: true})
+	snap(300, apitypes.Shard{Owner: "n2", Epoch: 1, State: "owned"}, owned("n3", 2))
 	snap(900, owned("n1", 2), owned("n3", 2))
 	s0 := owned("n1", 2)
 	s0.Acting = true
@@ -58,21 +62,21 @@ func TestShardObserverLatencies(t *testing.T) {
 }
 
 func TestShardObserverLease(t *testing.T) {
-	m := newAgentMetrics()
+	m := testMetrics(t)
 	o := newShardObserver(m, "n1")
 	t0 := time.Unix(1000, 0)
-	for i, h := range []healthJSON{
-		{Status: statusHealthy, LastRenewal: t0, LeaseRemainingMS: 900},
-		{Status: statusHealthy, LastRenewal: t0.Add(250 * time.Millisecond), LeaseRemainingMS: 900},
-		{Status: statusDegraded, LastRenewal: t0.Add(250 * time.Millisecond), Reasons: []string{"lease renewals failing (2 in a row)"}},
-		{Status: statusUnhealthy, LastRenewal: t0.Add(250 * time.Millisecond), Reasons: []string{"lease expired: last renewal 1s ago"}},
+	for i, h := range []apitypes.Health{
+		{Status: apitypes.StatusHealthy, LastRenewal: t0, LeaseRemainingMS: 900},
+		{Status: apitypes.StatusHealthy, LastRenewal: t0.Add(250 * time.Millisecond), LeaseRemainingMS: 900},
+		{Status: apitypes.StatusDegraded, LastRenewal: t0.Add(250 * time.Millisecond), Reasons: []string{"lease renewals failing (2 in a row)"}},
+		{Status: apitypes.StatusUnhealthy, LastRenewal: t0.Add(250 * time.Millisecond), Reasons: []string{"lease expired: last renewal 1s ago"}},
 	} {
 		o.observe(t0.Add(time.Duration(i)*time.Second), nil, h, nil)
 	}
 	if got := testutil.ToFloat64(m.renewalFailures); got != 1 {
 		t.Errorf("renewal failures = %v, want 1 (one failing streak)", got)
 	}
-	if got := testutil.ToFloat64(m.health.WithLabelValues(statusUnhealthy)); got != 1 {
+	if got := testutil.ToFloat64(m.health.WithLabelValues(apitypes.StatusUnhealthy)); got != 1 {
 		t.Errorf("unhealthy gauge = %v", got)
 	}
 	if out := gather(t, m); !strings.Contains(out, "tenure_lease_renewal_interval_seconds_sum 0.25\n") {
@@ -81,8 +85,13 @@ func TestShardObserverLease(t *testing.T) {
 }
 
 func TestGoMetricsBridge(t *testing.T) {
-	m := newAgentMetrics()
-	if err := m.bridgeGoMetrics(); err != nil {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	m, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := BridgeGoMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	// raft and memberlist emit through go-metrics' global functions.
@@ -96,9 +105,18 @@ func TestGoMetricsBridge(t *testing.T) {
 	}
 }
 
-func gather(t *testing.T, m *agentMetrics) string {
+func testMetrics(t *testing.T) *metrics {
 	t.Helper()
-	srv := httptest.NewServer(m.Handler())
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func gather(t *testing.T, m *metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.handler())
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
 	if err != nil {

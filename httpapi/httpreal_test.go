@@ -1,4 +1,4 @@
-package main
+package httpapi_test
 
 import (
 	"context"
@@ -10,8 +10,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/node"
 )
+
+// startRealNode starts a single-node cluster on loopback (fast profile, 4
+// shards) and waits until it owns every shard; it closes with the test.
+func startRealNode(t *testing.T, ctx context.Context, mutate func(*node.Config)) *node.Node {
+	t.Helper()
+	cfg := node.DefaultConfig()
+	cfg.NodeID, cfg.BootstrapExpect, cfg.DataDir, cfg.Profile, cfg.Partitions = "n1", 1, t.TempDir(), node.ProfileFast, 4
+	cfg.GossipAddr, cfg.RaftAddr = freePort(t), freePort(t)
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = n.Close(cctx)
+	})
+	if err := n.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
 
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -32,17 +61,13 @@ func TestRealNodeEnqueueLimits(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := defaultAgentConfig()
-	c.NodeID, c.BootstrapExpect, c.DataDir, c.Profile, c.Partitions = "n1", 1, t.TempDir(), "fast", 4
-	c.GossipAddr, c.RaftAddr, c.HTTPAddr = freePort(t), freePort(t), ""
-	c.MaxPendingJobs = 2
-	n, err := startRealNode(ctx, c, slog.New(slog.DiscardHandler))
+	n := startRealNode(t, ctx, func(c *node.Config) { c.MaxPendingJobs = 2 })
+	a, err := httpapi.New(n, httpapi.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close(context.Background())
-	a := newAPI(apiConfig{Node: n})
-	srv := httptest.NewServer(a.Handler())
+	defer a.Close()
+	srv := httptest.NewServer(a)
 	defer srv.Close()
 
 	long := strings.Repeat("k", ledger.MaxStringLen+1)
@@ -53,12 +78,12 @@ func TestRealNodeEnqueueLimits(t *testing.T) {
 	}
 	// Behind the API's own check, the node answers the same way.
 	start = time.Now()
-	_, _, err = n.EnqueueJob(ctx, jobRequest{Key: long, Type: "x"})
+	_, _, err = httpapi.Adapt(n).EnqueueJob(ctx, apitypes.JobRequest{Key: long, Type: "x"})
 	if err == nil || !strings.Contains(err.Error(), "4097") || time.Since(start) > 5*time.Second {
 		t.Fatalf("node enqueue of a 4097-byte key: %v after %v", err, time.Since(start))
 	}
 	rec := httptest.NewRecorder()
-	writeNodeError(rec, err)
+	httpapi.WriteNodeError(rec, err)
 	if rec.Code != 400 {
 		t.Fatalf("node's refusal maps to %d", rec.Code)
 	}

@@ -1,27 +1,31 @@
-package main
+// Package apifake is an in-memory httpapi.Backend and HTTP helpers for
+// the tests of httpapi and the tenure CLI.
+package apifake
 
 import (
 	"context"
 	"fmt"
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 )
 
-// fakeNode is an in-memory agentNode for API and CLI tests: a 3-node
+// Node is an in-memory httpapi.Backend for API and CLI tests: a 3-node
 // cluster seen from "n1", with 8 shards, a job queue and a drain that
 // moves n1's shards to n2.
-type fakeNode struct {
+type Node struct {
 	mu       sync.Mutex
-	shards   []shardJSON
-	members  []memberJSON
-	jobs     map[string]jobJSON
+	shards   []apitypes.Shard
+	members  []apitypes.Member
+	jobs     map[string]apitypes.Job
 	keys     map[string]string // shard/key -> job id
 	nextJob  int
 	draining bool
-	health   healthJSON
-	subs     []chan ownershipEvent
+	health   apitypes.Health
+	subs     []chan httpapi.OwnershipEvent
 
 	// EnqueueErr and DrainErr, if set, are returned by EnqueueJob and Drain.
 	EnqueueErr error
@@ -32,34 +36,37 @@ type fakeNode struct {
 	PanicOnStatus bool
 }
 
-var _ agentNode = (*fakeNode)(nil)
+var _ httpapi.Backend = (*Node)(nil)
 
-var fakeEpoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+// Epoch is the fake's fixed time.
+var Epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func newFakeNode() *fakeNode {
-	f := &fakeNode{jobs: map[string]jobJSON{}, keys: map[string]string{}}
+// NewNode returns the fake: n1 of n1..n3, 8 shards, shard 7 unowned, an
+// election "cron" on shard 6.
+func NewNode() *Node {
+	f := &Node{jobs: map[string]apitypes.Job{}, keys: map[string]string{}}
 	owners := []string{"n1", "n2", "n3"}
 	for i := range 8 {
-		s := shardJSON{Shard: uint32(i), Owner: owners[i%3], Epoch: uint64(i + 1), State: "owned", Valid: true, ChangedAt: fakeEpoch, Reason: "join " + owners[i%3]}
+		s := apitypes.Shard{Shard: uint32(i), Owner: owners[i%3], Epoch: uint64(i + 1), State: "owned", Valid: true, ChangedAt: Epoch, Reason: "join " + owners[i%3]}
 		if s.Owner == "n1" {
 			s.Acting, s.LeaseRemainingMS = true, 900
 		}
 		f.shards = append(f.shards, s)
 	}
-	f.shards[7] = shardJSON{Shard: 7, Epoch: 3, State: "unowned", Reason: "release", ChangedAt: fakeEpoch}
+	f.shards[7] = apitypes.Shard{Shard: 7, Epoch: 3, State: "unowned", Reason: "release", ChangedAt: Epoch}
 	f.shards[6].Election = "cron"
 	for i, id := range owners {
-		f.members = append(f.members, memberJSON{
+		f.members = append(f.members, apitypes.Member{
 			ID: id, Group: "default", Incarnation: 1, Addr: "127.0.0.1:" + strconv.Itoa(7946+i),
 			RaftAddr: "127.0.0.1:" + strconv.Itoa(8946+i), HTTPAddr: "127.0.0.1:" + strconv.Itoa(9946+i),
 			State: "alive", Health: 1, Live: true, Voter: true, Leader: id == "n2", Version: "test",
 		})
 	}
-	f.health = healthJSON{Status: statusHealthy, Reasons: []string{}, ControlLeader: "n2", LastRenewal: fakeEpoch, LeaseRemainingMS: 900, Score: 1}
+	f.health = apitypes.Health{Status: apitypes.StatusHealthy, Reasons: []string{}, ControlLeader: "n2", LastRenewal: Epoch, LeaseRemainingMS: 900, Score: 1}
 	return f
 }
 
-func (f *fakeNode) Status() statusJSON {
+func (f *Node) Status() apitypes.Status {
 	if f.PanicOnStatus {
 		panic("fake: status exploded")
 	}
@@ -71,61 +78,77 @@ func (f *fakeNode) Status() statusJSON {
 			owned++
 		}
 	}
-	return statusJSON{
+	return apitypes.Status{
 		Node: "n1", Group: "default", Incarnation: 1, Profile: "fast", Partitions: len(f.shards),
 		ControlLeader: "n2", Voters: []string{"n1", "n2", "n3"}, AppliedIndex: 42, Owned: owned,
-		Health: f.health, Members: append([]memberJSON(nil), f.members...),
+		Health: f.health, Members: append([]apitypes.Member(nil), f.members...),
 	}
 }
 
-func (f *fakeNode) Shards() []shardJSON {
+func (f *Node) Shards() []apitypes.Shard {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]shardJSON(nil), f.shards...)
+	return append([]apitypes.Shard(nil), f.shards...)
 }
 
-func (f *fakeNode) Shard(id uint32) (shardJSON, bool) {
+func (f *Node) Shard(id uint32) (apitypes.Shard, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if int(id) >= len(f.shards) {
-		return shardJSON{}, false
+		return apitypes.Shard{}, false
 	}
 	return f.shards[id], true
 }
 
-func (f *fakeNode) Members() []memberJSON {
+// SetShard replaces a shard's record.
+func (f *Node) SetShard(s apitypes.Shard) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]memberJSON(nil), f.members...)
+	f.shards[s.Shard] = s
 }
 
-func (f *fakeNode) Elections() []electionJSON {
+// ShardFor is the shard the fake places key on (its length, modulo the
+// shards), as EnqueueJob does.
+func (f *Node) ShardFor(key string) uint32 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []electionJSON
+	return uint32(len(key) % len(f.shards))
+}
+
+func (f *Node) Members() []apitypes.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]apitypes.Member(nil), f.members...)
+}
+
+func (f *Node) Elections() []apitypes.Election {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []apitypes.Election
 	for _, s := range f.shards {
 		if s.Election != "" {
-			out = append(out, electionJSON{Name: s.Election, Shard: s.Shard, Leader: s.Owner, Epoch: s.Epoch, State: s.State})
+			out = append(out, apitypes.Election{Name: s.Election, Shard: s.Shard, Leader: s.Owner, Epoch: s.Epoch, State: s.State})
 		}
 	}
 	return out
 }
 
-func (f *fakeNode) Health() healthJSON {
+func (f *Node) Health() apitypes.Health {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.health
 }
 
-func (f *fakeNode) setHealth(status string, reasons ...string) {
+// SetHealth sets the health report's status and reasons.
+func (f *Node) SetHealth(status string, reasons ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.health.Status, f.health.Reasons = status, reasons
 }
 
-func (f *fakeNode) EnqueueJob(ctx context.Context, req jobRequest) (jobJSON, bool, error) {
+func (f *Node) EnqueueJob(ctx context.Context, req apitypes.JobRequest) (apitypes.Job, bool, error) {
 	if f.EnqueueErr != nil {
-		return jobJSON{}, false, f.EnqueueErr
+		return apitypes.Job{}, false, f.EnqueueErr
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -134,7 +157,7 @@ func (f *fakeNode) EnqueueJob(ctx context.Context, req jobRequest) (jobJSON, boo
 		sk = req.Key
 	}
 	if sk == "bad" {
-		return jobJSON{}, false, fmt.Errorf("%w: shard key %q", errBadInput, sk)
+		return apitypes.Job{}, false, fmt.Errorf("%w: shard key %q", httpapi.ErrBadInput, sk)
 	}
 	shard := uint32(len(sk) % len(f.shards))
 	k := fmt.Sprintf("%d/%s", shard, req.Key)
@@ -143,23 +166,23 @@ func (f *fakeNode) EnqueueJob(ctx context.Context, req jobRequest) (jobJSON, boo
 	}
 	f.nextJob++
 	id := strconv.Itoa(f.nextJob)
-	j := jobJSON{ID: id, Shard: shard, Key: req.Key, Type: req.Type, State: "pending", MaxAttempts: max(req.MaxAttempts, 3), Payload: req.Payload, EnqueuedAt: fakeEpoch}
+	j := apitypes.Job{ID: id, Shard: shard, Key: req.Key, Type: req.Type, State: "pending", MaxAttempts: max(req.MaxAttempts, 3), Payload: req.Payload, EnqueuedAt: Epoch}
 	f.jobs[id] = j
 	f.keys[k] = id
 	return j, true, nil
 }
 
-func (f *fakeNode) Job(id string) (jobJSON, bool) {
+func (f *Node) Job(id string) (apitypes.Job, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	j, ok := f.jobs[id]
 	return j, ok
 }
 
-func (f *fakeNode) Jobs(q jobQuery) []jobJSON {
+func (f *Node) Jobs(q httpapi.JobQuery) []apitypes.Job {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []jobJSON
+	var out []apitypes.Job
 	for _, j := range f.jobs {
 		if (q.Shard == nil || *q.Shard == j.Shard) && (q.State == "" || q.State == j.State) {
 			out = append(out, j)
@@ -176,8 +199,8 @@ func (f *fakeNode) Jobs(q jobQuery) []jobJSON {
 	return out
 }
 
-// setJobState moves a job to a state (the fake has no workers).
-func (f *fakeNode) setJobState(id, state string) {
+// SetJobState moves a job to a state (the fake has no workers).
+func (f *Node) SetJobState(id, state string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	j := f.jobs[id]
@@ -185,7 +208,7 @@ func (f *fakeNode) setJobState(id, state string) {
 	f.jobs[id] = j
 }
 
-func (f *fakeNode) Drain(ctx context.Context) error {
+func (f *Node) Drain(ctx context.Context) error {
 	if f.DrainErr != nil {
 		return f.DrainErr
 	}
@@ -195,16 +218,16 @@ func (f *fakeNode) Drain(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	f.draining = true
-	var evs []ownershipEvent
+	var evs []httpapi.OwnershipEvent
 	for i, s := range f.shards {
 		if s.Owner == "n1" {
 			s.Owner, s.Epoch, s.Acting, s.LeaseRemainingMS, s.Reason = "n2", s.Epoch+1, false, 0, "drain n1"
 			f.shards[i] = s
-			evs = append(evs, ownershipEvent{Shard: s.Shard, Epoch: s.Epoch, Owner: "n2", Previous: "n1", At: fakeEpoch})
+			evs = append(evs, httpapi.OwnershipEvent{Shard: s.Shard, Epoch: s.Epoch, Owner: "n2", Previous: "n1", At: Epoch})
 		}
 	}
 	f.members[0].Draining = true
-	subs := append([]chan ownershipEvent(nil), f.subs...)
+	subs := append([]chan httpapi.OwnershipEvent(nil), f.subs...)
 	f.mu.Unlock()
 	for _, ev := range evs {
 		for _, c := range subs {
@@ -217,7 +240,7 @@ func (f *fakeNode) Drain(ctx context.Context) error {
 	return nil
 }
 
-func (f *fakeNode) Undrain(ctx context.Context) error {
+func (f *Node) Undrain(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.draining = false
@@ -225,15 +248,15 @@ func (f *fakeNode) Undrain(ctx context.Context) error {
 	return nil
 }
 
-// subscribers counts open subscriptions.
-func (f *fakeNode) subscribers() int {
+// Subscribers counts open subscriptions.
+func (f *Node) Subscribers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.subs)
 }
 
-func (f *fakeNode) Subscribe() (<-chan ownershipEvent, func()) {
-	c := make(chan ownershipEvent, 64)
+func (f *Node) Subscribe() (<-chan httpapi.OwnershipEvent, func()) {
+	c := make(chan httpapi.OwnershipEvent, 64)
 	f.mu.Lock()
 	f.subs = append(f.subs, c)
 	f.mu.Unlock()

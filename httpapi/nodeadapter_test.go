@@ -1,4 +1,4 @@
-package main
+package httpapi_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -16,7 +18,7 @@ func TestAPIOverMemNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	net := node.NewMemNetwork()
-	var ads []*nodeAdapter
+	var ns []*node.Node
 	for _, id := range []string{"n1", "n2", "n3"} {
 		cfg := node.DefaultConfig()
 		cfg.NodeID, cfg.Network, cfg.Partitions, cfg.Profile = id, net, 16, node.ProfileFast
@@ -24,31 +26,31 @@ func TestAPIOverMemNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ads = append(ads, &nodeAdapter{n: n})
+		ns = append(ns, n)
 	}
 	defer func() {
-		for _, a := range ads {
-			_ = a.Close(context.Background())
+		for _, n := range ns {
+			_ = n.Close(context.Background())
 		}
 	}()
-	for _, a := range ads {
-		if err := a.n.WaitSettled(ctx); err != nil {
+	for _, n := range ns {
+		if err := n.WaitSettled(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	api := newAPI(apiConfig{Node: ads[0]})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); api.Run(runCtx, nil) }()
-	defer func() { stop(); <-done }()
-	srv := httptest.NewServer(api.Handler())
+	api, err := httpapi.New(ns[0], httpapi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	srv := httptest.NewServer(api)
 	defer srv.Close()
 
-	st := decodeAs[statusJSON](t, do(t, srv, "GET", "/v1/status", ""))
-	if st.Node != "n1" || len(st.Members) != 3 || st.Partitions != 16 || st.Health.Status == statusUnhealthy {
+	st := decodeAs[apitypes.Status](t, do(t, srv, "GET", "/v1/status", ""))
+	if st.Node != "n1" || len(st.Members) != 3 || st.Partitions != 16 || st.Health.Status == apitypes.StatusUnhealthy {
 		t.Fatalf("status: %+v", st)
 	}
-	shards := decodeAs[[]shardJSON](t, do(t, srv, "GET", "/v1/shards", ""))
+	shards := decodeAs[[]apitypes.Shard](t, do(t, srv, "GET", "/v1/shards", ""))
 	if len(shards) != 16 {
 		t.Fatalf("%d shards", len(shards))
 	}
@@ -72,35 +74,49 @@ func TestAPIOverMemNodes(t *testing.T) {
 	if r.code != 201 {
 		t.Fatalf("enqueue: %d %s", r.code, r.body)
 	}
-	j := decodeAs[jobJSON](t, r)
+	j := decodeAs[apitypes.Job](t, r)
 	waitFor(t, 30*time.Second, "job completed", func() bool {
-		for _, a := range ads {
-			a.ProcessJobs(ctx)
+		for _, n := range ns {
+			processJobs(ctx, n)
 		}
-		got, ok := ads[0].Job(j.ID)
+		got, ok := httpapi.Adapt(ns[0]).Job(j.ID)
 		return ok && got.State == "completed"
 	})
-	got := decodeAs[jobJSON](t, do(t, srv, "GET", "/v1/jobs/"+j.ID, ""))
+	got := decodeAs[apitypes.Job](t, do(t, srv, "GET", "/v1/jobs/"+j.ID, ""))
 	if got.Attempt != 1 || len(got.Result) == 0 {
 		t.Fatalf("job: %+v", got)
 	}
 
 	// Drain n1 through the API.
 	r = do(t, srv, "POST", "/v1/drain?wait=30s", "")
-	if d := decodeAs[drainJSON](t, r); r.code != 200 || !d.Done || d.Owned != 0 {
+	if d := decodeAs[apitypes.Drain](t, r); r.code != 200 || !d.Done || d.Owned != 0 {
 		t.Fatalf("drain: %d %s", r.code, r.body)
 	}
 	waitFor(t, 30*time.Second, "moves away from n1 recorded", func() bool {
-		for _, m := range decodeAs[[]moveJSON](t, do(t, srv, "GET", "/v1/moves", "")) {
+		for _, m := range decodeAs[[]apitypes.Move](t, do(t, srv, "GET", "/v1/moves", "")) {
 			if m.From == "n1" && m.To != "" && m.To != "n1" {
 				return true
 			}
 		}
 		return false
 	})
-	for _, s := range decodeAs[[]shardJSON](t, do(t, srv, "GET", "/v1/shards", "")) {
+	for _, s := range decodeAs[[]apitypes.Shard](t, do(t, srv, "GET", "/v1/shards", "")) {
 		if s.Acting {
 			t.Fatalf("drained n1 still acts on %+v", s)
+		}
+	}
+}
+
+// processJobs starts and completes the runnable jobs of the shards n acts
+// on, fenced by the shard's token.
+func processJobs(ctx context.Context, n *node.Node) {
+	for _, tok := range n.Owned() {
+		for _, j := range n.RunnableJobs(tok.Shard) {
+			started, err := n.StartJob(ctx, tok, j)
+			if err != nil {
+				continue
+			}
+			_, _ = n.CompleteJob(ctx, started, []byte(`{"done_by":"`+n.ID()+`"}`))
 		}
 	}
 }

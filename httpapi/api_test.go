@@ -1,11 +1,13 @@
-package main
+package httpapi_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/internal/apifake"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,61 +16,16 @@ import (
 )
 
 // serveFake starts the API over a fakeNode, with Run feeding /v1/moves.
-func serveFake(t *testing.T, token string) (*fakeNode, *httptest.Server) {
+func serveFake(t *testing.T, token string) (*apifake.Node, *httptest.Server) {
 	t.Helper()
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Token: token, DrainWait: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(ctx, nil) }()
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(func() { srv.Close(); cancel(); <-done })
-	waitFor(t, 10*time.Second, "the API to subscribe to ownership events", func() bool { return f.subscribers() > 0 })
-	return f, srv
-}
-
-type reply struct {
-	code int
-	body string
-	hdr  http.Header
-}
-
-func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr ...string) reply {
-	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, srv.URL+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, string(b), resp.Header}
-}
-
-func decodeAs[T any](t *testing.T, r reply) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal([]byte(r.body), &v); err != nil {
-		t.Fatalf("decode %T from %q: %v", v, r.body, err)
-	}
-	return v
+	return apifake.Serve(t, token)
 }
 
 // TestAPIErrorsAreJSON runs every bad request and checks the status code
 // and that the body is a JSON error naming the problem.
 func TestAPIErrorsAreJSON(t *testing.T) {
 	_, srv := serveFake(t, "")
-	big := `{"type":"x","key":"k","payload":"` + strings.Repeat("a", maxBodyBytes) + `"}`
+	big := `{"type":"x","key":"k","payload":"` + strings.Repeat("a", httpapi.MaxBodyBytes) + `"}`
 	cases := []struct {
 		method, path, body string
 		hdr                []string
@@ -110,7 +67,7 @@ func TestAPIErrorsAreJSON(t *testing.T) {
 			if r.code != c.code {
 				t.Fatalf("code %d, want %d; body %s", r.code, c.code, r.body)
 			}
-			e := decodeAs[errorJSON](t, r)
+			e := decodeAs[apitypes.ErrorBody](t, r)
 			if !strings.Contains(e.Error, c.want) {
 				t.Fatalf("error %q does not mention %q", e.Error, c.want)
 			}
@@ -123,15 +80,15 @@ func TestAPIErrorsAreJSON(t *testing.T) {
 
 func TestAPIStatusShardsMembersElections(t *testing.T) {
 	_, srv := serveFake(t, "")
-	st := decodeAs[statusJSON](t, do(t, srv, "GET", "/v1/status", ""))
-	if st.Node != "n1" || st.ControlLeader != "n2" || len(st.Voters) != 3 || len(st.Members) != 3 || st.Health.Status != statusHealthy || st.Version != Version {
+	st := decodeAs[apitypes.Status](t, do(t, srv, "GET", "/v1/status", ""))
+	if st.Node != "n1" || st.ControlLeader != "n2" || len(st.Voters) != 3 || len(st.Members) != 3 || st.Health.Status != apitypes.StatusHealthy || st.Version != "test" {
 		t.Fatalf("status: %+v", st)
 	}
-	shards := decodeAs[[]shardJSON](t, do(t, srv, "GET", "/v1/shards", ""))
+	shards := decodeAs[[]apitypes.Shard](t, do(t, srv, "GET", "/v1/shards", ""))
 	if len(shards) != 8 || shards[0].Owner != "n1" || !shards[0].Acting || shards[7].State != "unowned" {
 		t.Fatalf("shards: %+v", shards)
 	}
-	owned := decodeAs[[]shardJSON](t, do(t, srv, "GET", "/v1/shards?owner=n2&state=owned", ""))
+	owned := decodeAs[[]apitypes.Shard](t, do(t, srv, "GET", "/v1/shards?owner=n2&state=owned", ""))
 	for _, s := range owned {
 		if s.Owner != "n2" || s.State != "owned" {
 			t.Fatalf("filter leaked %+v", s)
@@ -140,15 +97,15 @@ func TestAPIStatusShardsMembersElections(t *testing.T) {
 	if len(owned) != 2 {
 		t.Fatalf("n2 owns %d shards, want 2", len(owned))
 	}
-	one := decodeAs[shardJSON](t, do(t, srv, "GET", "/v1/shards/4", ""))
+	one := decodeAs[apitypes.Shard](t, do(t, srv, "GET", "/v1/shards/4", ""))
 	if one.Shard != 4 || one.Owner != "n2" || one.Epoch != 5 {
 		t.Fatalf("shard 4: %+v", one)
 	}
-	mem := decodeAs[[]memberJSON](t, do(t, srv, "GET", "/v1/members", ""))
+	mem := decodeAs[[]apitypes.Member](t, do(t, srv, "GET", "/v1/members", ""))
 	if len(mem) != 3 || !mem[1].Leader {
 		t.Fatalf("members: %+v", mem)
 	}
-	el := decodeAs[[]electionJSON](t, do(t, srv, "GET", "/v1/elections", ""))
+	el := decodeAs[[]apitypes.Election](t, do(t, srv, "GET", "/v1/elections", ""))
 	if len(el) != 1 || el[0].Name != "cron" || el[0].Shard != 6 || el[0].Leader != "n1" {
 		t.Fatalf("elections: %+v", el)
 	}
@@ -163,37 +120,37 @@ func TestAPIJobs(t *testing.T) {
 	if r.code != http.StatusCreated {
 		t.Fatalf("enqueue: %d %s", r.code, r.body)
 	}
-	j := decodeAs[jobJSON](t, r)
+	j := decodeAs[apitypes.Job](t, r)
 	if j.ID == "" || j.State != "pending" || string(j.Payload) != `{"to":"a@b"}` || r.hdr.Get("Location") != "/v1/jobs/"+j.ID {
 		t.Fatalf("job: %+v location %q", j, r.hdr.Get("Location"))
 	}
 	// The same key is the same job, answered with 200.
 	r = do(t, srv, "POST", "/v1/jobs", `{"type":"email","key":"order-1"}`)
-	if r.code != http.StatusOK || decodeAs[jobJSON](t, r).ID != j.ID {
+	if r.code != http.StatusOK || decodeAs[apitypes.Job](t, r).ID != j.ID {
 		t.Fatalf("duplicate enqueue: %d %s", r.code, r.body)
 	}
 	r = do(t, srv, "POST", "/v1/jobs", `{"type":"email","shard_key":"ab"}`)
-	if r.code != http.StatusCreated || decodeAs[jobJSON](t, r).Shard != 2 {
+	if r.code != http.StatusCreated || decodeAs[apitypes.Job](t, r).Shard != 2 {
 		t.Fatalf("enqueue to shard: %d %s", r.code, r.body)
 	}
-	f.setJobState("2", "completed")
-	got := decodeAs[jobJSON](t, do(t, srv, "GET", "/v1/jobs/"+j.ID, ""))
+	f.SetJobState("2", "completed")
+	got := decodeAs[apitypes.Job](t, do(t, srv, "GET", "/v1/jobs/"+j.ID, ""))
 	if got.Key != "order-1" {
 		t.Fatalf("get job: %+v", got)
 	}
-	list := decodeAs[jobsJSON](t, do(t, srv, "GET", "/v1/jobs", ""))
+	list := decodeAs[apitypes.JobList](t, do(t, srv, "GET", "/v1/jobs", ""))
 	if len(list.Jobs) != 2 || list.Counts["pending"] != 1 || list.Counts["completed"] != 1 || list.Counts["dead"] != 0 {
 		t.Fatalf("list: %+v", list)
 	}
-	list = decodeAs[jobsJSON](t, do(t, srv, "GET", "/v1/jobs?state=completed", ""))
+	list = decodeAs[apitypes.JobList](t, do(t, srv, "GET", "/v1/jobs?state=completed", ""))
 	if len(list.Jobs) != 1 || list.Jobs[0].ID != "2" || list.Counts["pending"] != 1 {
 		t.Fatalf("list completed: %+v", list)
 	}
-	list = decodeAs[jobsJSON](t, do(t, srv, "GET", "/v1/jobs?shard=2&limit=1", ""))
+	list = decodeAs[apitypes.JobList](t, do(t, srv, "GET", "/v1/jobs?shard=2&limit=1", ""))
 	if len(list.Jobs) != 1 || list.Counts["pending"] != 0 {
 		t.Fatalf("list shard 2: %+v", list)
 	}
-	list = decodeAs[jobsJSON](t, do(t, srv, "GET", "/v1/jobs?shard=5", ""))
+	list = decodeAs[apitypes.JobList](t, do(t, srv, "GET", "/v1/jobs?shard=5", ""))
 	if list.Jobs == nil || len(list.Jobs) != 0 {
 		t.Fatalf("empty list must be [] not null: %s", do(t, srv, "GET", "/v1/jobs?shard=5", "").body)
 	}
@@ -205,17 +162,17 @@ func TestAPINodeErrorsMapToStatus(t *testing.T) {
 		err  error
 		code int
 	}{
-		{fmt.Errorf("%w: no quorum", errUnavailable), 503},
-		{fmt.Errorf("%w: job state", errConflict), 409},
-		{fmt.Errorf("%w: nope", errBadInput), 400},
-		{fmt.Errorf("%w: gone", errNotFound), 404},
+		{fmt.Errorf("%w: no quorum", httpapi.ErrUnavailable), 503},
+		{fmt.Errorf("%w: job state", httpapi.ErrConflict), 409},
+		{fmt.Errorf("%w: nope", httpapi.ErrBadInput), 400},
+		{fmt.Errorf("%w: gone", httpapi.ErrNotFound), 404},
 		{context.DeadlineExceeded, 504},
 		{errors.New("disk on fire"), 500},
 	}
 	for _, c := range cases {
 		f.EnqueueErr = c.err
 		r := do(t, srv, "POST", "/v1/jobs", `{"type":"x","key":"k"}`)
-		if r.code != c.code || decodeAs[errorJSON](t, r).Error != c.err.Error() {
+		if r.code != c.code || decodeAs[apitypes.ErrorBody](t, r).Error != c.err.Error() {
 			t.Fatalf("%v: got %d %s, want %d", c.err, r.code, r.body, c.code)
 		}
 	}
@@ -251,15 +208,15 @@ func TestAPIAuth(t *testing.T) {
 func TestAPIDrainAndMoves(t *testing.T) {
 	f, srv := serveFake(t, "")
 	r := do(t, srv, "POST", "/v1/drain", "")
-	d := decodeAs[drainJSON](t, r)
+	d := decodeAs[apitypes.Drain](t, r)
 	if r.code != 200 || !d.Done || d.Owned != 0 || d.Node != "n1" {
 		t.Fatalf("drain: %d %s", r.code, r.body)
 	}
 	// Run records the fake's drain moves; wait for them.
 	deadline := time.Now().Add(10 * time.Second)
-	var moves []moveJSON
+	var moves []apitypes.Move
 	for {
-		moves = decodeAs[[]moveJSON](t, do(t, srv, "GET", "/v1/moves", ""))
+		moves = decodeAs[[]apitypes.Move](t, do(t, srv, "GET", "/v1/moves", ""))
 		if len(moves) == 3 || time.Now().After(deadline) {
 			break
 		}
@@ -269,16 +226,16 @@ func TestAPIDrainAndMoves(t *testing.T) {
 		t.Fatalf("moves: %+v", moves)
 	}
 	r = do(t, srv, "POST", "/v1/undrain", "")
-	if r.code != 200 || decodeAs[drainJSON](t, r).Draining {
+	if r.code != 200 || decodeAs[apitypes.Drain](t, r).Draining {
 		t.Fatalf("undrain: %d %s", r.code, r.body)
 	}
 	// A drain that does not finish in time answers 202, still draining.
 	f.DrainBlocks = true
 	r = do(t, srv, "POST", "/v1/drain?wait=10ms", "")
-	if r.code != http.StatusAccepted || decodeAs[drainJSON](t, r).Done {
+	if r.code != http.StatusAccepted || decodeAs[apitypes.Drain](t, r).Done {
 		t.Fatalf("slow drain: %d %s", r.code, r.body)
 	}
-	f.DrainBlocks, f.DrainErr = false, fmt.Errorf("%w: no quorum", errUnavailable)
+	f.DrainBlocks, f.DrainErr = false, fmt.Errorf("%w: no quorum", httpapi.ErrUnavailable)
 	if r := do(t, srv, "POST", "/v1/drain", ""); r.code != 503 {
 		t.Fatalf("drain without quorum: %d %s", r.code, r.body)
 	}
@@ -292,10 +249,10 @@ func TestAPIHealth(t *testing.T) {
 	for _, c := range []struct {
 		status string
 		code   int
-	}{{statusHealthy, 200}, {statusDegraded, 200}, {statusUnhealthy, 503}} {
-		f.setHealth(c.status, "reason for "+c.status)
+	}{{apitypes.StatusHealthy, 200}, {apitypes.StatusDegraded, 200}, {apitypes.StatusUnhealthy, 503}} {
+		f.SetHealth(c.status, "reason for "+c.status)
 		r := do(t, srv, "GET", "/readyz", "")
-		h := decodeAs[healthJSON](t, r)
+		h := decodeAs[apitypes.Health](t, r)
 		if r.code != c.code || h.Status != c.status || len(h.Reasons) != 1 {
 			t.Fatalf("readyz %s: %d %s", c.status, r.code, r.body)
 		}
@@ -306,7 +263,7 @@ func TestAPIRecoversFromPanic(t *testing.T) {
 	f, srv := serveFake(t, "")
 	f.PanicOnStatus = true
 	r := do(t, srv, "GET", "/v1/status", "")
-	if r.code != 500 || decodeAs[errorJSON](t, r).Error != "internal error" {
+	if r.code != 500 || decodeAs[apitypes.ErrorBody](t, r).Error != "internal error" {
 		t.Fatalf("panic: %d %s", r.code, r.body)
 	}
 	// The server still answers.
@@ -315,51 +272,68 @@ func TestAPIRecoversFromPanic(t *testing.T) {
 	}
 }
 
-func TestMoveLogBounded(t *testing.T) {
-	var l moveLog
-	for i := range maxMoves + 10 {
-		l.add(moveJSON{Shard: uint32(i)})
-	}
-	got := l.list()
-	if len(got) != maxMoves || got[0].Shard != maxMoves+9 || got[len(got)-1].Shard != 10 {
-		t.Fatalf("len %d first %d last %d", len(got), got[0].Shard, got[len(got)-1].Shard)
-	}
-}
-
-func serveFakeWithDashboard(t *testing.T) (*fakeNode, *httptest.Server) {
+func serveFakeWithDashboard(t *testing.T) (*apifake.Node, *httptest.Server) {
 	t.Helper()
-	f := newFakeNode()
-	a := newAPI(apiConfig{Node: f, Metrics: newAgentMetrics().Handler(), Dashboard: dashboardHandler()})
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
-	return f, srv
+	return apifake.ServeWith(t, httpapi.Options{})
 }
 
-// newTestServer serves a's handler and returns its base URL.
-func newTestServer(t *testing.T, a *api) string {
-	t.Helper()
-	srv := httptest.NewServer(a.Handler())
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-func TestMoveCause(t *testing.T) {
-	members := map[string]memberJSON{
-		"a": {ID: "a", State: "alive", Live: true, Health: 1},
-		"b": {ID: "b", State: "dead", Health: 1},
-		"c": {ID: "c", State: "alive", Live: false, Health: 1},
-		"d": {ID: "d", State: "alive", Live: true, Draining: true, Health: 1},
-		"e": {ID: "e", State: "alive", Live: true, Health: 0.1},
+func TestDashboardServed(t *testing.T) {
+	_, srv := serveFakeWithDashboard(t)
+	r := do(t, srv, "GET", "/", "")
+	if r.code != 200 || !strings.Contains(r.body, "shard-grid") {
+		t.Fatalf("/: %d %.200s", r.code, r.body)
 	}
-	for _, c := range []struct {
-		prev, owner, want string
-	}{
-		{"", "", "unowned"}, {"a", "", "a released it"}, {"", "a", "first owner"}, {"a", "a", "re-granted to a"},
-		{"z", "a", "z unknown"}, {"b", "a", "b dead"}, {"c", "a", "c lease expired"}, {"d", "a", "d draining"},
-		{"e", "a", "e unhealthy"}, {"a", "d", "rebalance"},
-	} {
-		if got := moveCause(ownershipEvent{Previous: c.prev, Owner: c.owner}, members); got != c.want {
-			t.Errorf("%q→%q: %q, want %q", c.prev, c.owner, got, c.want)
+	for _, p := range []string{"/app.js", "/style.css"} {
+		if r := do(t, srv, "GET", p, ""); r.code != 200 || len(r.body) < 100 {
+			t.Fatalf("%s: %d", p, r.code)
 		}
+	}
+	if r := do(t, srv, "GET", "/metrics", ""); r.code != 200 || !strings.Contains(r.body, "tenure_shards_owned") {
+		t.Fatalf("/metrics: %d", r.code)
+	}
+}
+
+func TestAPIOwner(t *testing.T) {
+	_, srv := serveFake(t, "")
+	r := do(t, srv, "GET", "/v1/owner?key=abc", "")
+	o := decodeAs[apitypes.Owner](t, r)
+	if r.code != 200 || o.Key != "abc" || o.Shard != 3 || o.Owner != "n1" || !o.Valid || o.HTTPAddr != "127.0.0.1:9946" {
+		t.Fatalf("owner of abc: %d %s", r.code, r.body)
+	}
+	// The fake's shard 7 is unowned: no owner, no address.
+	r = do(t, srv, "GET", "/v1/owner?key=1234567", "")
+	if o := decodeAs[apitypes.Owner](t, r); r.code != 200 || o.Shard != 7 || o.Owner != "" || o.HTTPAddr != "" || o.State != "unowned" {
+		t.Fatalf("owner of an unowned shard: %d %s", r.code, r.body)
+	}
+	if r := do(t, srv, "GET", "/v1/owner", ""); r.code != 400 || !strings.Contains(r.body, "invalid") {
+		t.Fatalf("no key: %d %s", r.code, r.body)
+	}
+	if r := do(t, srv, "POST", "/v1/owner?key=a", ""); r.code != 405 {
+		t.Fatalf("POST: %d", r.code)
+	}
+}
+
+// The embedder's registry gets the tenure_* metrics, and /metrics serves
+// everything on it; a second handler on the same registry is refused.
+func TestAPIRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	mine := prometheus.NewCounter(prometheus.CounterOpts{Name: "service_requests_total", Help: "x"})
+	reg.MustRegister(mine)
+	h, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	r := do(t, srv, "GET", "/metrics", "")
+	if r.code != 200 || !strings.Contains(r.body, "service_requests_total") || !strings.Contains(r.body, "tenure_shards_owned") {
+		t.Fatalf("/metrics: %d %.300s", r.code, r.body)
+	}
+	if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Registry: reg}); err == nil {
+		t.Fatal("a second handler registered on the same registry")
+	}
+	if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{ReadToken: "r"}); err == nil {
+		t.Fatal("a read token without a write token accepted")
 	}
 }

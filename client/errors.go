@@ -1,0 +1,134 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+)
+
+// Sentinels an error of the client matches with errors.Is.
+var (
+	// ErrBadRequest: 400, the request is invalid (its Code may say more:
+	// "invalid").
+	ErrBadRequest = errors.New("tenure: bad request")
+	// ErrUnauthorized: 401, no token or a wrong one.
+	ErrUnauthorized = errors.New("tenure: unauthorized")
+	// ErrForbidden: 403, the read token where the write token is needed.
+	ErrForbidden = errors.New("tenure: forbidden")
+	// ErrNotFound: 404.
+	ErrNotFound = errors.New("tenure: not found")
+	// ErrConflict: 409 (a job in the wrong state, a stale token, nothing to
+	// finalize).
+	ErrConflict = errors.New("tenure: conflict")
+	// ErrTooLarge: 413.
+	ErrTooLarge = errors.New("tenure: request too large")
+	// ErrQueueFull: 429, the job's shard holds its cap of pending jobs;
+	// retry after APIError.RetryAfter.
+	ErrQueueFull = errors.New("tenure: too many pending jobs")
+	// ErrUnavailable: 503, the node has no quorum or is closing (retried
+	// for idempotent calls), or is still joining.
+	ErrUnavailable = errors.New("tenure: unavailable")
+	// ErrTimeout: 504, the node's operation ran out of time.
+	ErrTimeout = errors.New("tenure: timed out")
+	// ErrNotImplemented: 501, the node cannot do this (no keyring, no
+	// cluster versions).
+	ErrNotImplemented = errors.New("tenure: not implemented by this node")
+	// ErrUnreachable: no answer (connection refused, reset, timed out).
+	ErrUnreachable = errors.New("tenure: server unreachable")
+	// ErrNotTenure: the server answered something that is not the tenure
+	// API (HTML, another JSON shape).
+	ErrNotTenure = errors.New("tenure: not a tenure API")
+)
+
+// APIError is an error answer of the API.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the API's machine-readable code when it gave one
+	// ("unauthorized", "forbidden", "queue_full", "too_large", "invalid").
+	Code string
+	// Message is the API's explanation.
+	Message string
+	// RetryAfter is the Retry-After the server sent (429, 503), or zero.
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("tenure API answered %d (%s): %s", e.Status, e.Code, e.Message)
+	}
+	return fmt.Sprintf("tenure API answered %d: %s", e.Status, e.Message)
+}
+
+// Is matches the sentinel of e's status (and code).
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrBadRequest:
+		return e.Status == http.StatusBadRequest
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.Status == http.StatusForbidden
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound
+	case ErrConflict:
+		return e.Status == http.StatusConflict
+	case ErrTooLarge:
+		return e.Status == http.StatusRequestEntityTooLarge
+	case ErrQueueFull:
+		return e.Status == http.StatusTooManyRequests || e.Code == "queue_full"
+	case ErrUnavailable:
+		return e.Status == http.StatusServiceUnavailable
+	case ErrTimeout:
+		return e.Status == http.StatusGatewayTimeout
+	case ErrNotImplemented:
+		return e.Status == http.StatusNotImplemented
+	}
+	return false
+}
+
+func newAPIError(resp *http.Response, body []byte) error {
+	e := &APIError{Status: resp.StatusCode}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	var eb apitypes.ErrorBody
+	if isJSON(resp.Header.Get("Content-Type")) && json.Unmarshal(body, &eb) == nil && eb.Error != "" {
+		e.Code, e.Message = eb.Code, eb.Error
+		return e
+	}
+	// Not the API's error body: another server (or a proxy) answered.
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	e.Message = msg
+	if resp.StatusCode == http.StatusNotFound || !isJSON(resp.Header.Get("Content-Type")) {
+		return fmt.Errorf("%w (%w)", e, ErrNotTenure)
+	}
+	return e
+}
+
+// UnreachableError is a request that got no answer.
+type UnreachableError struct {
+	Addr string
+	Err  error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("no answer from %s: %v", e.Addr, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Is matches ErrUnreachable.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/httpapi"
+	"github.com/tenurehq/tenure/node"
+)
+
+// TestCLIAgainstEmbeddedService runs the tenure CLI against a service that
+// embeds a node (not `tenure agent`) and mounts httpapi on its own mux.
+func TestCLIAgainstEmbeddedService(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := node.DefaultConfig()
+	cfg.NodeID, cfg.BootstrapExpect, cfg.DataDir, cfg.Profile, cfg.Partitions = "svc1", 1, t.TempDir(), node.ProfileFast, 4
+	cfg.GossipAddr, cfg.RaftAddr = freePort(t), freePort(t)
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(context.Background())
+	if err := n.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	api, err := httpapi.New(n, httpapi.Options{Token: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/orders", func(w http.ResponseWriter, r *http.Request) {})
+	mux.Handle("/", api)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	env := map[string]string{"TENURE_ADDR": srv.URL, "TENURE_TOKEN": "tok"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status"}, "svc1 (group"},
+		{[]string{"shards", "--owner", "svc1"}, "svc1"},
+		{[]string{"members"}, "svc1"},
+		{[]string{"jobs", "enqueue", "--type", "t", "--key", "k1"}, "enqueued job"},
+		{[]string{"jobs", "list"}, "pending 1"},
+		// The last eligible node cannot hand over; what drain prints then is
+		// issue 13's item 5 (it says "drained" today), so only the node is
+		// checked here.
+		{[]string{"drain", "--wait", "200ms"}, "svc1"},
+		{[]string{"drain", "--undo"}, "eligible"},
+	} {
+		out, stderr, err := runEnv(t, env, c.args...)
+		if err != nil || !strings.Contains(out, c.want) {
+			t.Fatalf("%v: %v\n%s%s", c.args, err, out, stderr)
+		}
+	}
+	if _, _, err := runEnv(t, map[string]string{"TENURE_ADDR": srv.URL}, "status"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without the token: %v", err)
+	}
+	// A server that is not tenure says so.
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html>hello</html>"))
+	}))
+	defer other.Close()
+	if _, _, err := runEnv(t, nil, "status", "--addr", other.URL); err == nil || !strings.Contains(err.Error(), "not a tenure agent") {
+		t.Fatalf("non-tenure server: %v", err)
+	}
+}

@@ -1,0 +1,236 @@
+// Package apitypes holds the JSON shapes of tenure's versioned HTTP API
+// (/v1/...): what package httpapi serves and package client decodes. It
+// imports nothing of tenure, so a client stays light.
+package apitypes
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+	"unicode"
+)
+
+// Status is GET /v1/status.
+type Status struct {
+	Node          string   `json:"node"`
+	Group         string   `json:"group"`
+	Incarnation   uint64   `json:"incarnation"`
+	Profile       string   `json:"profile"`
+	Partitions    int      `json:"partitions"`
+	Version       string   `json:"version"`
+	ControlLeader string   `json:"control_leader"`
+	Voters        []string `json:"voters"`
+	AppliedIndex  uint64   `json:"applied_index"`
+	Owned         int      `json:"owned"`
+	Health        Health   `json:"health"`
+	Members       []Member `json:"members"`
+}
+
+// Health is a node's health report (/readyz, status).
+type Health struct {
+	// Status is "healthy", "degraded" or "unhealthy".
+	Status           string    `json:"status"`
+	Reasons          []string  `json:"reasons"`
+	ControlLeader    string    `json:"control_leader"`
+	LastRenewal      time.Time `json:"last_renewal"`
+	LeaseRemainingMS int64     `json:"lease_remaining_ms"`
+	Score            float64   `json:"score"`
+	// ReplicaHaltedAt is the log index the node's replica stopped at (an
+	// entry its binary cannot read), omitted while it applies.
+	ReplicaHaltedAt uint64 `json:"replica_halted_at,omitempty"`
+}
+
+// The health statuses.
+const (
+	StatusHealthy   = "healthy"
+	StatusDegraded  = "degraded"
+	StatusUnhealthy = "unhealthy"
+)
+
+// Shard is one shard (GET /v1/shards, /v1/shards/{id}).
+type Shard struct {
+	Shard uint32 `json:"shard"`
+	Owner string `json:"owner"`
+	Epoch uint64 `json:"epoch"`
+	// State is "unowned", "owned" or "revoking".
+	State  string `json:"state"`
+	Valid  bool   `json:"valid"`
+	Target string `json:"target,omitempty"`
+	// Acting and LeaseRemainingMS are the serving node's own view: whether
+	// it acts on the shard and for how long without renewing.
+	Acting           bool      `json:"acting"`
+	LeaseRemainingMS int64     `json:"lease_remaining_ms"`
+	Election         string    `json:"election,omitempty"`
+	ChangedAt        time.Time `json:"changed_at"`
+	Reason           string    `json:"reason"`
+}
+
+// Owner is GET /v1/owner?key=K: the shard a key hashes to and that
+// shard's committed owner, as the serving node sees it.
+type Owner struct {
+	Key   string `json:"key"`
+	Shard uint32 `json:"shard"`
+	// Owner is the committed owner ("" while unowned); Valid is false when
+	// its lease has lapsed (a failover is due).
+	Owner string `json:"owner"`
+	Epoch uint64 `json:"epoch"`
+	State string `json:"state"`
+	Valid bool   `json:"valid"`
+	// HTTPAddr is the owner's advertised HTTP address ("" when unknown or
+	// unowned).
+	HTTPAddr string `json:"http_addr,omitempty"`
+}
+
+// Member is one member (GET /v1/members).
+type Member struct {
+	ID          string            `json:"id"`
+	Group       string            `json:"group"`
+	Incarnation uint64            `json:"incarnation"`
+	Addr        string            `json:"addr"`
+	RaftAddr    string            `json:"raft_addr"`
+	HTTPAddr    string            `json:"http_addr"`
+	State       string            `json:"state"`
+	Health      float64           `json:"health"`
+	Draining    bool              `json:"draining"`
+	Live        bool              `json:"live"`
+	Voter       bool              `json:"voter"`
+	Leader      bool              `json:"leader"`
+	Version     string            `json:"version"`
+	Tags        map[string]string `json:"tags,omitempty"`
+}
+
+// Election is one election (GET /v1/elections).
+type Election struct {
+	Name   string `json:"name"`
+	Shard  uint32 `json:"shard"`
+	Leader string `json:"leader"`
+	Epoch  uint64 `json:"epoch"`
+	State  string `json:"state"`
+}
+
+// JobRequest is the body of POST /v1/jobs. The job goes to the shard
+// ShardKey hashes to, or Key's when ShardKey is empty; Key is also the
+// idempotency key (unique per shard).
+type JobRequest struct {
+	Key         string          `json:"key"`
+	ShardKey    string          `json:"shard_key,omitempty"`
+	Type        string          `json:"type"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	MaxAttempts uint32          `json:"max_attempts,omitempty"`
+}
+
+// Job is one job (GET /v1/jobs, /v1/jobs/{id}).
+type Job struct {
+	ID          string          `json:"id"`
+	Shard       uint32          `json:"shard"`
+	Key         string          `json:"key"`
+	Type        string          `json:"type"`
+	State       string          `json:"state"`
+	Attempt     uint32          `json:"attempt"`
+	MaxAttempts uint32          `json:"max_attempts"`
+	Owner       string          `json:"owner"`
+	Epoch       uint64          `json:"epoch"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	LastError   string          `json:"last_error,omitempty"`
+	EnqueuedAt  time.Time       `json:"enqueued_at"`
+}
+
+// JobStates are the job states the API accepts in ?state=.
+var JobStates = []string{"pending", "started", "completed", "dead"}
+
+// JobList is GET /v1/jobs: the jobs and the count per state of every job
+// that matched the shard filter.
+type JobList struct {
+	Jobs   []Job          `json:"jobs"`
+	Counts map[string]int `json:"counts"`
+	// Next, when set, is the cursor of the next page: pass it as ?after=.
+	Next string `json:"next,omitempty"`
+}
+
+// Move is one entry of GET /v1/moves: a shard's committed owner changed,
+// and why.
+type Move struct {
+	At     time.Time `json:"at"`
+	Shard  uint32    `json:"shard"`
+	Epoch  uint64    `json:"epoch"`
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Reason string    `json:"reason"`
+	// Cause is the serving node's reading of why, from the previous
+	// owner's membership when the move was seen ("n3 draining", "n2
+	// dead", "rebalance").
+	Cause string `json:"cause"`
+}
+
+// Drain is the answer of POST /v1/drain and /v1/undrain.
+type Drain struct {
+	Node     string `json:"node"`
+	Draining bool   `json:"draining"`
+	Done     bool   `json:"done"`
+	Owned    int    `json:"owned"`
+}
+
+// GossipKey is one key of a node's gossip keyring: its fingerprint, never
+// the key.
+type GossipKey struct {
+	Fingerprint string `json:"fingerprint"`
+	Primary     bool   `json:"primary"`
+}
+
+// Keyring is GET /v1/keyring and the answer to a keyring operation.
+type Keyring struct {
+	Node string      `json:"node"`
+	Keys []GossipKey `json:"keys"`
+}
+
+// KeyringRequest is the body of POST /v1/keyring/{op}.
+type KeyringRequest struct {
+	Key string `json:"key"` // base64, 16, 24 or 32 bytes
+}
+
+// KeyringOps are the operations of POST /v1/keyring/{op}.
+var KeyringOps = []string{"install", "use", "remove"}
+
+// NodeVersions is one node's supported cluster versions (GET /v1/upgrade).
+type NodeVersions struct {
+	ID       string `json:"id"`
+	Min      uint32 `json:"min"`
+	Max      uint32 `json:"max"`
+	Live     bool   `json:"live"`
+	Blocking bool   `json:"blocking"`
+}
+
+// UpgradeStatus is GET /v1/upgrade and the answer of POST
+// /v1/upgrade/finalize (docs/upgrades.md).
+type UpgradeStatus struct {
+	Active         uint32         `json:"active"`
+	BinaryMin      uint32         `json:"binary_min"`
+	BinaryMax      uint32         `json:"binary_max"`
+	Target         uint32         `json:"target"`
+	Blockers       []string       `json:"blockers"`
+	Nodes          []NodeVersions `json:"nodes"`
+	ManualFinalize bool           `json:"manual_finalize"`
+	FinalizedAt    time.Time      `json:"finalized_at"`
+}
+
+// ErrorBody is every error answer's body.
+type ErrorBody struct {
+	Error string `json:"error"`
+	// Code, when set, classifies the error for programs: "unauthorized",
+	// "forbidden", "queue_full", "too_large", "invalid".
+	Code string `json:"code,omitempty"`
+}
+
+// CheckToken refuses bearer tokens that cannot travel in a header intact.
+func CheckToken(s string) error {
+	if len(s) > 4096 {
+		return errors.New("longer than 4096 bytes")
+	}
+	for _, r := range s {
+		if r > unicode.MaxASCII || !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return errors.New("contains white space, control or non-ASCII characters")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+)
+
+// Backend is what the API serves. New adapts a *node.Node to it (Adapt);
+// NewWithBackend serves any other implementation (the tests' fake, a node
+// wrapped by the tenure agent).
+//
+// Errors: methods wrap ErrUnavailable (no quorum, closed), ErrNotFound,
+// ErrConflict, ErrBadInput, ErrQueueFull or ErrNotImplemented so the API
+// can pick a status code; anything else is reported as an internal error.
+type Backend interface {
+	// Status is a snapshot of the node, its control group and members.
+	Status() apitypes.Status
+	// Shards returns every shard's committed record, sorted by shard.
+	Shards() []apitypes.Shard
+	// Shard returns one shard; false if the shard does not exist.
+	Shard(id uint32) (apitypes.Shard, bool)
+	// ShardFor is the shard key hashes to.
+	ShardFor(key string) uint32
+	// Members returns every known member, sorted by id.
+	Members() []apitypes.Member
+	// Elections returns the elections held on the cluster's shards,
+	// sorted by name.
+	Elections() []apitypes.Election
+	// Health is the node's health report.
+	Health() apitypes.Health
+	// EnqueueJob enqueues a job; created is false when the idempotency key
+	// matched an existing job, which is returned.
+	EnqueueJob(ctx context.Context, req apitypes.JobRequest) (job apitypes.Job, created bool, err error)
+	// Job returns one job by id.
+	Job(id string) (apitypes.Job, bool)
+	// Jobs lists jobs matching q, sorted by id.
+	Jobs(q JobQuery) []apitypes.Job
+	// Drain moves every shard off the node and returns once it acts on
+	// none, or ctx ends. Undrain makes it eligible again.
+	Drain(ctx context.Context) error
+	Undrain(ctx context.Context) error
+	// Subscribe streams ownership changes until cancel is called. The
+	// channel is closed when the node closes or after cancel.
+	Subscribe() (events <-chan OwnershipEvent, cancel func())
+}
+
+// KeyringBackend is the optional part of a Backend that manages its gossip
+// keyring; without it /v1/keyring answers 501.
+type KeyringBackend interface {
+	GossipKeys() ([]apitypes.GossipKey, error)
+	// GossipKeyOp runs one of apitypes.KeyringOps with key.
+	GossipKeyOp(op string, key []byte) error
+}
+
+// UpgradeBackend is the optional part of a Backend that knows cluster
+// versions; without it /v1/upgrade answers 501.
+type UpgradeBackend interface {
+	UpgradeStatus() (apitypes.UpgradeStatus, error)
+	FinalizeUpgrade(ctx context.Context) (apitypes.UpgradeStatus, error)
+}
+
+// Error classes Backend methods wrap.
+var (
+	ErrUnavailable = errors.New("tenure: unavailable")
+	ErrNotFound    = errors.New("tenure: not found")
+	ErrConflict    = errors.New("tenure: conflict")
+	ErrBadInput    = errors.New("tenure: bad input")
+	// ErrQueueFull: the job's shard holds its cap of pending jobs (429).
+	ErrQueueFull = errors.New("tenure: too many pending jobs")
+	// ErrNotImplemented: the node cannot do this (501).
+	ErrNotImplemented = errors.New("tenure: not supported by this node")
+)
+
+// OwnershipEvent is one change of a shard's committed owner, as a node saw
+// it.
+type OwnershipEvent struct {
+	Shard    uint32
+	Epoch    uint64
+	Owner    string // "" while unowned
+	Previous string
+	At       time.Time
+}
+
+// JobQuery filters Backend.Jobs.
+type JobQuery struct {
+	Shard *uint32
+	State string // "" = any
+	Limit int
+}

@@ -1,0 +1,255 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/node"
+)
+
+// This file adapts *node.Node to Backend.
+
+// Adapt returns n as a Backend (with KeyringBackend and UpgradeBackend):
+// what New serves. Wrap it to serve a node with extra behaviour.
+func Adapt(n *node.Node) Backend { return &nodeAdapter{n: n} }
+
+// nodeAdapter is a *node.Node seen as a Backend.
+type nodeAdapter struct {
+	n *node.Node
+}
+
+var (
+	_ Backend        = (*nodeAdapter)(nil)
+	_ KeyringBackend = (*nodeAdapter)(nil)
+	_ UpgradeBackend = (*nodeAdapter)(nil)
+)
+
+func (a *nodeAdapter) ShardFor(key string) uint32 { return a.n.ShardFor(key) }
+
+func (a *nodeAdapter) Status() apitypes.Status {
+	st := a.n.Status()
+	return apitypes.Status{
+		Node:          st.ID,
+		Group:         st.Group,
+		Incarnation:   st.Incarnation,
+		Profile:       string(st.Profile),
+		Partitions:    st.Partitions,
+		ControlLeader: st.ControlLeader,
+		Voters:        nonNil(st.Voters),
+		AppliedIndex:  st.AppliedIndex,
+		Owned:         len(st.Owned),
+		Health:        healthFrom(st.Health),
+		Members:       a.Members(),
+	}
+}
+
+func healthFrom(h node.HealthReport) apitypes.Health {
+	return apitypes.Health{
+		Status:           h.Status.String(),
+		Reasons:          nonNil(h.Reasons),
+		ControlLeader:    h.ControlLeader,
+		LastRenewal:      h.LastRenewal,
+		LeaseRemainingMS: h.LeaseRemaining.Milliseconds(),
+		Score:            h.Score,
+		ReplicaHaltedAt:  h.ReplicaHaltedAt,
+	}
+}
+
+func (a *nodeAdapter) Health() apitypes.Health { return healthFrom(a.n.Health()) }
+
+func shardFrom(s node.ShardInfo) apitypes.Shard {
+	return apitypes.Shard{
+		Shard:            s.Shard,
+		Owner:            s.Owner,
+		Epoch:            s.Epoch,
+		State:            s.State.String(),
+		Valid:            s.Valid,
+		Target:           s.Target,
+		Acting:           s.Acting,
+		LeaseRemainingMS: s.LeaseRemaining.Milliseconds(),
+		Election:         s.Election,
+		ChangedAt:        s.ChangedAt,
+		Reason:           s.Reason,
+	}
+}
+
+func (a *nodeAdapter) Shards() []apitypes.Shard {
+	in := a.n.Shards()
+	out := make([]apitypes.Shard, len(in))
+	for i, s := range in {
+		out[i] = shardFrom(s)
+	}
+	return out
+}
+
+func (a *nodeAdapter) Shard(id uint32) (apitypes.Shard, bool) {
+	if int64(id) >= int64(a.n.Partitions()) {
+		return apitypes.Shard{}, false
+	}
+	return shardFrom(a.n.Shard(id)), true
+}
+
+func (a *nodeAdapter) Members() []apitypes.Member {
+	in := a.n.Members()
+	out := make([]apitypes.Member, len(in))
+	for i, m := range in {
+		out[i] = apitypes.Member{
+			ID: m.ID, Group: m.Group, Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
+			State: m.State.String(), Health: m.Health, Draining: m.Draining, Live: m.Live, Voter: m.Voter, Leader: m.Leader,
+			Version: m.Version, Tags: m.Tags,
+		}
+	}
+	return out
+}
+
+func (a *nodeAdapter) Elections() []apitypes.Election {
+	var out []apitypes.Election
+	for _, s := range a.n.Shards() {
+		if s.Election == "" {
+			continue
+		}
+		leader := ""
+		if s.State != node.ShardUnowned && s.Valid {
+			leader = s.Owner
+		}
+		out = append(out, apitypes.Election{Name: s.Election, Shard: s.Shard, Leader: leader, Epoch: s.Epoch, State: s.State.String()})
+	}
+	return out
+}
+
+// classify wraps node errors in the API's error classes.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, node.ErrNoQuorum), errors.Is(err, node.ErrClosed):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case errors.Is(err, node.ErrJobNotFound):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case errors.Is(err, node.ErrJobState), errors.Is(err, node.ErrStaleToken), errors.Is(err, node.ErrNotOwner):
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	case errors.Is(err, node.ErrQueueFull):
+		return fmt.Errorf("%w: %w", ErrQueueFull, err)
+	case errors.Is(err, node.ErrInvalid), errors.Is(err, node.ErrInvalidConfig), errors.Is(err, node.ErrUnknownType):
+		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return err
+}
+
+func (a *nodeAdapter) EnqueueJob(ctx context.Context, req apitypes.JobRequest) (apitypes.Job, bool, error) {
+	j, created, err := a.n.Enqueue(ctx, node.JobSpec{
+		Key: req.Key, ShardKey: req.ShardKey, Type: req.Type, Payload: []byte(req.Payload), MaxAttempts: int(req.MaxAttempts),
+	})
+	if err != nil {
+		return apitypes.Job{}, false, classify(err)
+	}
+	return jobFrom(j), created, nil
+}
+
+func jobFrom(j node.Job) apitypes.Job {
+	out := apitypes.Job{
+		ID: strconv.FormatUint(j.ID, 10), Shard: j.Shard, Key: j.Key, Type: j.Type, State: j.State.String(),
+		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Owner: j.Owner, Epoch: j.Epoch, LastError: j.Error, EnqueuedAt: j.EnqueuedAt,
+	}
+	out.Payload = rawJSON(j.Payload)
+	out.Result = rawJSON(j.Result)
+	return out
+}
+
+// rawJSON passes JSON payloads through and quotes anything else.
+func rawJSON(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return b
+	}
+	return []byte(strconv.Quote(string(b)))
+}
+
+func (a *nodeAdapter) Job(id string) (apitypes.Job, bool) {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return apitypes.Job{}, false
+	}
+	j, err := a.n.Job(n)
+	if err != nil {
+		return apitypes.Job{}, false
+	}
+	return jobFrom(j), true
+}
+
+var jobStateByName = map[string]node.JobState{
+	"pending": node.JobPending, "started": node.JobStarted, "completed": node.JobCompleted, "dead": node.JobDead,
+}
+
+func (a *nodeAdapter) Jobs(q JobQuery) []apitypes.Job {
+	var nq node.JobQuery
+	if q.Shard != nil {
+		nq.Shards = []uint32{*q.Shard}
+	}
+	if q.State != "" {
+		st, ok := jobStateByName[q.State]
+		if !ok {
+			return nil
+		}
+		nq.States = []node.JobState{st}
+	}
+	nq.Limit = q.Limit
+	in := a.n.Jobs(nq)
+	out := make([]apitypes.Job, len(in))
+	for i, j := range in {
+		out[i] = jobFrom(j)
+	}
+	return out
+}
+
+func (a *nodeAdapter) Drain(ctx context.Context) error   { return classify(a.n.Drain(ctx)) }
+func (a *nodeAdapter) Undrain(ctx context.Context) error { return classify(a.n.Undrain(ctx)) }
+
+// subscribeBuffer is the ownership subscription's buffer beyond one event
+// per shard (the subscription's initial replay).
+const subscribeBuffer = 1024
+
+func (a *nodeAdapter) Subscribe() (<-chan OwnershipEvent, func()) {
+	sub := a.n.Subscribe(2*a.n.Partitions() + subscribeBuffer)
+	// Subscribe replays the current owners before returning; those are
+	// not moves, so skip what is already buffered.
+	skip := len(sub.C())
+	out := make(chan OwnershipEvent, subscribeBuffer)
+	stop := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(out)
+		for ev := range sub.C() {
+			if skip > 0 {
+				skip--
+				continue
+			}
+			if ev.Kind != node.OwnerChanged {
+				continue
+			}
+			oe := OwnershipEvent{Shard: ev.Shard, Epoch: ev.Epoch, Owner: ev.Owner, Previous: ev.Previous, At: ev.At}
+			if oe.At.IsZero() {
+				oe.At = time.Now()
+			}
+			select {
+			case out <- oe:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return out, func() {
+		once.Do(func() {
+			close(stop)
+			sub.Close()
+		})
+	}
+}

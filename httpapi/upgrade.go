@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/node"
+)
+
+// Rolling upgrades (docs/upgrades.md): GET /v1/upgrade shows the cluster
+// version, what each node speaks and what blocks finalizing; POST
+// /v1/upgrade/finalize raises it (irreversible).
+
+func upgradeFrom(us node.UpgradeStatus) apitypes.UpgradeStatus {
+	out := apitypes.UpgradeStatus{Active: us.Active, BinaryMin: us.BinaryMin, BinaryMax: us.BinaryMax, Target: us.Target,
+		Blockers: nonNil(us.Blockers), Nodes: make([]apitypes.NodeVersions, len(us.Nodes)), ManualFinalize: us.ManualFinalize, FinalizedAt: us.FinalizedAt}
+	for i, n := range us.Nodes {
+		out.Nodes[i] = apitypes.NodeVersions{ID: n.ID, Min: n.Min, Max: n.Max, Live: n.Live, Blocking: n.Blocking}
+	}
+	return out
+}
+
+func (a *nodeAdapter) UpgradeStatus() (apitypes.UpgradeStatus, error) {
+	us, err := a.n.UpgradeStatus()
+	return upgradeFrom(us), classifyUnsupported(err)
+}
+
+func (a *nodeAdapter) FinalizeUpgrade(ctx context.Context) (apitypes.UpgradeStatus, error) {
+	us, err := a.n.FinalizeUpgrade(ctx)
+	if errors.Is(err, node.ErrNothingToFinalize) {
+		return upgradeFrom(us), fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return upgradeFrom(us), classifyUnsupported(err)
+}
+
+func (h *Handler) upgradeNode(w http.ResponseWriter) (UpgradeBackend, bool) {
+	un, ok := h.node.(UpgradeBackend)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this node has no cluster version")
+	}
+	return un, ok
+}
+
+func (h *Handler) upgradeStatus(w http.ResponseWriter, r *http.Request) {
+	un, ok := h.upgradeNode(w)
+	if !ok {
+		return
+	}
+	us, err := un.UpgradeStatus()
+	if err != nil {
+		writeNodeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, us)
+}
+
+func (h *Handler) upgradeFinalize(w http.ResponseWriter, r *http.Request) {
+	if !emptyBody(w, r) {
+		return
+	}
+	un, ok := h.upgradeNode(w)
+	if !ok {
+		return
+	}
+	us, err := un.FinalizeUpgrade(r.Context())
+	if err != nil {
+		writeNodeError(w, err)
+		return
+	}
+	h.log.Warn("cluster version finalized: nodes can no longer go back to a binary that does not speak it", "version", us.Active)
+	writeJSON(w, http.StatusOK, us)
+}
