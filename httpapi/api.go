@@ -221,6 +221,7 @@ func (h *Handler) routes() http.Handler {
 	mux.Handle("/v1/keyring", methods{"GET": write(h.keyring)})
 	mux.Handle("/v1/keyring/{op}", methods{"POST": write(h.keyringOp)})
 	mux.Handle("/v1/upgrade", methods{"GET": read(h.upgradeStatus)})
+	mux.Handle("/v1/debug/digest", methods{"GET": read(h.digest)})
 	mux.Handle("/v1/upgrade/finalize", methods{"POST": write(h.upgradeFinalize)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {

@@ -41,6 +41,10 @@ type FSM struct {
 	hooks []ApplyFunc
 	// haltHooks run once when the replica halts.
 	haltHooks []func(Halt)
+	// digestWant and digests: state hashes requested at log indexes
+	// (digest.go).
+	digestWant map[uint64]bool
+	digests    map[uint64]uint64
 
 	pub atomic.Pointer[State]
 
@@ -192,6 +196,9 @@ func (f *FSM) ApplyCommand(index uint64, c Command) Result {
 	var done []applied
 	r := f.applyTop(index, c, &done)
 	f.st.applied = max(f.st.applied, index)
+	if len(f.digestWant) > 0 {
+		f.takeDigest(index)
+	}
 	f.publish()
 	f.runHooks(done)
 	return r
@@ -228,6 +235,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			out[i] = f.applyTop(l.Index, c, &done)
 		}
 		f.st.applied = max(f.st.applied, l.Index)
+		if len(f.digestWant) > 0 {
+			f.takeDigest(l.Index)
+		}
 	}
 	f.publish()
 	f.runHooks(done)

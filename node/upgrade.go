@@ -124,3 +124,19 @@ func (n *Node) FinalizeUpgrade(ctx context.Context) (UpgradeStatus, error) {
 	}
 	return n.upgradeStatus(ub.ledgerState()), nil
 }
+
+// StateDigest returns a hash of this node's whole replicated state right
+// after it applied log index (ledger.FSM.RequestDigest): nodes that applied
+// the same log agree. index must be ahead of what the node has applied when
+// it is first asked for; the call then waits (within ctx) until it is
+// applied. ErrUnsupported on the in-memory network.
+func (n *Node) StateDigest(ctx context.Context, index uint64) (uint64, error) {
+	nb, ok := n.be.(*netBackend)
+	if !ok {
+		return 0, fmt.Errorf("%w: state digests on an in-memory network", ErrUnsupported)
+	}
+	if err := nb.fsm.RequestDigest(index); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nb.fsm.Digest(ctx, index)
+}

@@ -172,6 +172,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if !slices.Equal(votersEnd, voters0) {
 		t.Errorf("voter set changed across the upgrade: %v → %v", voters0, votersEnd)
 	}
+	checkDigests(t, dc)
 	rep := dc.witness.check(20)
 	if len(rep.Violations) > 0 {
 		t.Errorf("witness: %d overlaps:\n%s", len(rep.Violations), strings.Join(rep.Violations, "\n"))
@@ -186,6 +187,45 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	t.Logf("seed %d, %s → current: %d jobs acknowledged, witness %d ticks on %d shards, %d overlaps; worst per-step gap %v\n%s",
 		seed, oldRev, acked, rep.Ticks, rep.Shards, len(rep.Violations), worst.Round(time.Millisecond), tb.String())
+}
+
+// checkDigests asks every agent for a hash of its replicated state right
+// after one log index a little ahead of them all: every replica applied
+// the same log, so they must agree.
+func checkDigests(t *testing.T, dc *demoCluster) {
+	t.Helper()
+	var at uint64
+	for _, a := range dc.agents {
+		st, err := getJSON[apitypes.Status](a.http, "/v1/status")
+		if err != nil {
+			t.Fatalf("status of %s: %v", a.id, err)
+		}
+		at = max(at, st.AppliedIndex)
+	}
+	at += 50 // heartbeats alone commit a few entries a second per node
+	type answer struct {
+		Node, Digest string
+	}
+	got := make([]answer, len(dc.agents))
+	var wg sync.WaitGroup
+	for i, a := range dc.agents {
+		wg.Go(func() {
+			d, err := getJSON[answer](a.http, fmt.Sprintf("/v1/debug/digest?index=%d", at))
+			if err != nil {
+				t.Errorf("digest of %s at %d: %v", a.id, at, err)
+				return
+			}
+			got[i] = d
+		})
+	}
+	wg.Wait()
+	for _, g := range got[1:] {
+		if g.Digest != got[0].Digest {
+			t.Errorf("replicas differ at log index %d: %+v", at, got)
+			return
+		}
+	}
+	t.Logf("all %d replicas agree at log index %d: state digest %s", len(got), at, got[0].Digest)
 }
 
 // buildPreviousRelease builds cmd/tenure at the commit .ci/previous-release
