@@ -210,12 +210,21 @@ func checkDigests(t *testing.T, dc *demoCluster) {
 	var wg sync.WaitGroup
 	for i, a := range dc.agents {
 		wg.Go(func() {
-			d, err := getJSON[answer](a.http, fmt.Sprintf("/v1/debug/digest?index=%d", at))
+			c := &http.Client{Timeout: 15 * time.Second} // the agent waits for the index
+			resp, err := c.Get(fmt.Sprintf("http://%s/v1/debug/digest?index=%d", a.http, at))
 			if err != nil {
 				t.Errorf("digest of %s at %d: %v", a.id, at, err)
 				return
 			}
-			got[i] = d
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				t.Errorf("digest of %s at %d: %s %s", a.id, at, resp.Status, b)
+				return
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&got[i]); err != nil {
+				t.Errorf("digest of %s: %v", a.id, err)
+			}
 		})
 	}
 	wg.Wait()
