@@ -160,7 +160,7 @@ func (m *Main) print(cf *clientFlags, v any, table func(io.Writer, any)) error {
 
 // noArgs parses flags and rejects positional arguments.
 func noArgs(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -313,7 +313,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		})
 	case "get":
 		fs, cf := m.clientFlagSet("jobs get", "jobs get <id> [--addr host:port] [--json]")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
