@@ -594,17 +594,24 @@ func (h *Handler) drain(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	err := h.node.Drain(ctx)
-	done := err == nil
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	others := !errors.Is(err, ErrNoEligibleNode)
+	if err != nil && others && !errors.Is(err, context.DeadlineExceeded) {
 		writeNodeError(w, err)
 		return
 	}
 	st := h.node.Status()
+	d := apitypes.Drain{Node: st.Node, Draining: true, Done: err == nil && st.Owned == 0, Owned: st.Owned, OthersEligible: others}
 	code := http.StatusOK
-	if !done {
+	switch {
+	case !others:
+		d.Reason = fmt.Sprintf("cannot hand over: no other node is eligible to take its %d shards; they stay on %s until one is (or undrain it)", st.Owned, st.Node)
+	case !d.Done:
+		d.Reason = fmt.Sprintf("still acting on %d shards after %s; the drain goes on", st.Owned, wait)
+	}
+	if !d.Done {
 		code = http.StatusAccepted
 	}
-	writeJSON(w, code, apitypes.Drain{Node: st.Node, Draining: true, Done: done, Owned: st.Owned})
+	writeJSON(w, code, d)
 }
 
 func (h *Handler) undrain(w http.ResponseWriter, r *http.Request) {

@@ -210,7 +210,24 @@ func (a *nodeAdapter) Jobs(q JobQuery) []apitypes.Job {
 	return out
 }
 
-func (a *nodeAdapter) Drain(ctx context.Context) error   { return classify(a.n.Drain(ctx)) }
+// Drain drains the node. node.Drain returns at once, with shards still
+// here, when no other node is eligible; that is reported as
+// ErrNoEligibleNode.
+func (a *nodeAdapter) Drain(ctx context.Context) error {
+	if err := a.n.Drain(ctx); err != nil {
+		return classify(err)
+	}
+	if len(a.n.Owned()) == 0 {
+		return nil
+	}
+	for _, c := range a.n.Candidates() {
+		if c.ID != a.n.ID() && c.Eligible {
+			return nil
+		}
+	}
+	return fmt.Errorf("node: drain %s: %w", a.n.ID(), ErrNoEligibleNode)
+}
+
 func (a *nodeAdapter) Undrain(ctx context.Context) error { return classify(a.n.Undrain(ctx)) }
 
 // subscribeBuffer is the ownership subscription's buffer beyond one event

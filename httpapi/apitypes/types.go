@@ -167,8 +167,17 @@ type Move struct {
 type Drain struct {
 	Node     string `json:"node"`
 	Draining bool   `json:"draining"`
-	Done     bool   `json:"done"`
-	Owned    int    `json:"owned"`
+	// Done: the node acts on no shard (Owned is 0).
+	Done bool `json:"done"`
+	// Owned is how many shards the node still acts on.
+	Owned int `json:"owned"`
+	// OthersEligible reports whether another node can take shards over.
+	// A drain of the last eligible node answers Done false with
+	// OthersEligible false: its shards stay where they are (and move as
+	// soon as another node becomes eligible).
+	OthersEligible bool `json:"others_eligible"`
+	// Reason explains an answer that is not Done.
+	Reason string `json:"reason,omitempty"`
 }
 
 // GossipKey is one key of a node's gossip keyring: its fingerprint, never
