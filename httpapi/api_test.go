@@ -222,7 +222,7 @@ func TestAPIDrainAndMoves(t *testing.T) {
 		}
 		<-time.After(5 * time.Millisecond)
 	}
-	if len(moves) != 3 || moves[0].From != "n1" || moves[0].To != "n2" || moves[0].Reason != "drain n1" || moves[0].Cause != "n1 draining" || moves[0].Shard != 6 {
+	if len(moves) != 3 || moves[0].From != "n1" || moves[0].To != "n2" || moves[0].Reason != "drain n1" || moves[0].Cause != "drain of n1" || moves[0].Shard != 6 {
 		t.Fatalf("moves: %+v", moves)
 	}
 	r = do(t, srv, "POST", "/v1/undrain", "")

@@ -157,9 +157,11 @@ type Move struct {
 	From   string    `json:"from"`
 	To     string    `json:"to"`
 	Reason string    `json:"reason"`
-	// Cause is the serving node's reading of why, from the previous
-	// owner's membership when the move was seen ("n3 draining", "n2
-	// dead", "rebalance").
+	// Cause is the serving node's reading of why: from the ledger's
+	// reason when it names one ("owner n5 expired" → "n5 lease expired"),
+	// else from the previous owner's membership when the move was seen
+	// ("drain of n4", "n2 dead", "rebalance"). A failover's grant is the
+	// move From the owner whose lease lapsed, not a "first owner".
 	Cause string `json:"cause"`
 }
 
