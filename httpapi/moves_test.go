@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"testing"
+	"time"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/node"
 )
 
 func TestMoveLogBounded(t *testing.T) {
@@ -68,5 +70,34 @@ func TestMoveTrackerFailover(t *testing.T) {
 	drain := mt.move(OwnershipEvent{Shard: 8, Epoch: 3, Owner: "n3", Previous: "n4"}, "handoff", members)
 	if drain.Cause != "drain of n4" {
 		t.Fatalf("drain: %+v", drain)
+	}
+}
+
+// A killed node is suspected as soon as its heartbeats stop, while gossip
+// still calls it alive and the control group still counts it live.
+func TestMemberSuspectedAtOnce(t *testing.T) {
+	tm := node.Timing{Lease: time.Second, RenewEvery: 200 * time.Millisecond}
+	now := time.Unix(1000, 0)
+	m := node.Member{ID: "n5", Addr: "127.0.0.1:7946", State: node.MemberAlive, Live: true, Health: 1, UpdatedAt: now.Add(-150 * time.Millisecond)}
+	got := memberFrom(m, tm, now)
+	if got.Suspected || got.LeaseRemainingMS != 850 || got.LastHeartbeat == nil {
+		t.Fatalf("heartbeating: %+v", got)
+	}
+	m.UpdatedAt = now.Add(-600 * time.Millisecond)
+	if got := memberFrom(m, tm, now); !got.Suspected || got.State != "alive" || got.LeaseRemainingMS != 400 {
+		t.Fatalf("heartbeats stopped: %+v", got)
+	}
+	m.UpdatedAt = now.Add(-3 * time.Second)
+	if got := memberFrom(m, tm, now); !got.Suspected || got.LeaseRemainingMS != 0 {
+		t.Fatalf("lease over: %+v", got)
+	}
+	m.UpdatedAt, m.State = now, node.MemberSuspect
+	if got := memberFrom(m, tm, now); !got.Suspected {
+		t.Fatalf("gossip suspects it: %+v", got)
+	}
+	// A MemNetwork's UpdatedAt is not a heartbeat.
+	mem := node.Member{ID: "n1", Addr: "mem:n1", State: node.MemberAlive, Live: true, UpdatedAt: now.Add(-time.Hour)}
+	if got := memberFrom(mem, tm, now); got.Suspected {
+		t.Fatalf("mem member: %+v", got)
 	}
 }

@@ -97,6 +97,16 @@ type Member struct {
 	Leader      bool              `json:"leader"`
 	Version     string            `json:"version"`
 	Tags        map[string]string `json:"tags,omitempty"`
+	// LastHeartbeat is the member's last committed heartbeat, by its own
+	// clock (absent when unknown, and on an in-process MemNetwork).
+	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
+	// LeaseRemainingMS is how long that heartbeat lets the member act,
+	// as the serving node reads it (0 once it has run out).
+	LeaseRemainingMS int64 `json:"lease_remaining_ms"`
+	// Suspected is true as soon as something is wrong, before the control
+	// group commits it: gossip suspects the member or finds it dead, or
+	// its heartbeats stopped (none for half a lease).
+	Suspected bool `json:"suspected"`
 }
 
 // Election is one election (GET /v1/elections).
