@@ -9,12 +9,10 @@ import (
 	"net"
 	"net/rpc"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
@@ -445,11 +443,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()
 
-	hlog := hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.Warn,
-		Output: &slogWriter{log: log},
-	})
+	hlog := newRaftLogger(log)
 	g.trans = cfg.Transport
 	if g.trans == nil {
 		g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -1166,11 +1160,3 @@ func (q *eventQueue) run(closing <-chan struct{}) func() {
 }
 
 func (q *eventQueue) closeOut() { close(q.out) }
-
-// slogWriter forwards hclog's text lines to slog.
-type slogWriter struct{ log *slog.Logger }
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	w.log.Warn(strings.TrimSpace(string(p)))
-	return len(p), nil
-}

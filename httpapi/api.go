@@ -180,6 +180,7 @@ func (h *Handler) Close() error {
 func (h *Handler) recordMoves(ctx context.Context, events <-chan OwnershipEvent) {
 	var members map[string]apitypes.Member
 	var membersAt time.Time
+	var mt moveTracker
 	for {
 		select {
 		case <-ctx.Done():
@@ -198,7 +199,7 @@ func (h *Handler) recordMoves(ctx context.Context, events <-chan OwnershipEvent)
 					members[m.ID] = m
 				}
 			}
-			h.moves.add(apitypes.Move{At: ev.At, Shard: ev.Shard, Epoch: ev.Epoch, From: ev.Previous, To: ev.Owner, Reason: reason, Cause: moveCause(ev, members)})
+			h.moves.add(mt.move(ev, reason, members))
 		}
 	}
 }
@@ -595,17 +596,24 @@ func (h *Handler) drain(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	err := h.node.Drain(ctx)
-	done := err == nil
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	others := !errors.Is(err, ErrNoEligibleNode)
+	if err != nil && others && !errors.Is(err, context.DeadlineExceeded) {
 		writeNodeError(w, err)
 		return
 	}
 	st := h.node.Status()
+	d := apitypes.Drain{Node: st.Node, Draining: true, Done: err == nil && st.Owned == 0, Owned: st.Owned, OthersEligible: others}
 	code := http.StatusOK
-	if !done {
+	switch {
+	case !others:
+		d.Reason = fmt.Sprintf("cannot hand over: no other node is eligible to take its %d shards; they stay on %s until one is (or undrain it)", st.Owned, st.Node)
+	case !d.Done:
+		d.Reason = fmt.Sprintf("still acting on %d shards after %s; the drain goes on", st.Owned, wait)
+	}
+	if !d.Done {
 		code = http.StatusAccepted
 	}
-	writeJSON(w, code, apitypes.Drain{Node: st.Node, Draining: true, Done: done, Owned: st.Owned})
+	writeJSON(w, code, d)
 }
 
 func (h *Handler) undrain(w http.ResponseWriter, r *http.Request) {
@@ -726,30 +734,81 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// moveCause explains a move from the previous owner's membership.
-func moveCause(ev OwnershipEvent, members map[string]apitypes.Member) string {
-	prev := ev.Previous
+// moveTracker turns ownership events into moves. It remembers each
+// shard's last owner: a failover is seen as two events — the owner's lease
+// lapses (owner "") and then the grant to the next one (previous "") —
+// and the grant is the move from the owner that lapsed.
+type moveTracker struct {
+	last map[uint32]string
+}
+
+func (t *moveTracker) move(ev OwnershipEvent, reason string, members map[string]apitypes.Member) apitypes.Move {
+	if t.last == nil {
+		t.last = map[uint32]string{}
+	}
+	from := ev.Previous
+	if from == "" && ev.Owner != "" {
+		from = t.last[ev.Shard]
+	}
+	if ev.Owner != "" {
+		t.last[ev.Shard] = ev.Owner
+	} else if ev.Previous != "" {
+		t.last[ev.Shard] = ev.Previous
+	}
+	return apitypes.Move{At: ev.At, Shard: ev.Shard, Epoch: ev.Epoch, From: from, To: ev.Owner, Reason: reason,
+		Cause: moveCause(from, ev.Owner, reason, members)}
+}
+
+// moveCause explains a move from prev to owner ("" while unowned): from
+// the ledger's reason for the record when it names one (a grant after
+// "owner n5 expired", a handoff), else from the previous owner's
+// membership.
+func moveCause(prev, owner, reason string, members map[string]apitypes.Member) string {
+	m, known := members[prev]
 	switch {
-	case ev.Owner == "":
-		if prev == "" {
-			return "unowned"
+	case owner == "" && prev == "":
+		return "unowned"
+	case owner == "":
+		switch {
+		case known && (m.State == "dead" || m.State == "left"):
+			return prev + " " + m.State
+		case known && !m.Live:
+			return prev + " lease expired"
 		}
 		return prev + " released it"
 	case prev == "":
 		return "first owner"
-	case prev == ev.Owner:
+	case prev == owner:
 		return "re-granted to " + prev
 	}
-	m, ok := members[prev]
+	if r, ok := strings.CutPrefix(reason, "drain "); ok { // a revocation's reason
+		return "drain of " + r
+	}
+	if r, ok := strings.CutPrefix(reason, "owner "); ok { // the ledger's grant reasons
+		switch {
+		case strings.HasSuffix(r, " expired"):
+			return strings.TrimSuffix(r, " expired") + " lease expired"
+		case strings.HasSuffix(r, " restarted"):
+			return r
+		case strings.HasSuffix(r, " unknown"):
+			return strings.TrimSuffix(r, " unknown") + " left"
+		}
+	}
+	// A handoff is planned: the previous owner released the shard to the
+	// target of its revocation (a drain or a rebalance). A takeover follows
+	// a revocation its owner did not answer.
+	handoff := reason == "handoff" || strings.HasPrefix(reason, "transfer from ") || reason == "rebalance"
 	switch {
-	case !ok:
-		return prev + " unknown"
+	case !known:
+		return prev + " left"
+	case m.Draining:
+		return "drain of " + prev
+	case handoff:
+		return "rebalance"
 	case m.State == "dead" || m.State == "left" || m.State == "suspect":
 		return prev + " " + m.State
 	case !m.Live:
 		return prev + " lease expired"
-	case m.Draining:
-		return prev + " draining"
 	case m.Health < 0.5:
 		return prev + " unhealthy"
 	}

@@ -222,7 +222,7 @@ func TestAPIDrainAndMoves(t *testing.T) {
 		}
 		<-time.After(5 * time.Millisecond)
 	}
-	if len(moves) != 3 || moves[0].From != "n1" || moves[0].To != "n2" || moves[0].Reason != "drain n1" || moves[0].Cause != "n1 draining" || moves[0].Shard != 6 {
+	if len(moves) != 3 || moves[0].From != "n1" || moves[0].To != "n2" || moves[0].Reason != "drain n1" || moves[0].Cause != "drain of n1" || moves[0].Shard != 6 {
 		t.Fatalf("moves: %+v", moves)
 	}
 	r = do(t, srv, "POST", "/v1/undrain", "")
@@ -335,5 +335,25 @@ func TestAPIRegistry(t *testing.T) {
 	}
 	if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{ReadToken: "r"}); err == nil {
 		t.Fatal("a read token without a write token accepted")
+	}
+}
+
+// The dashboard has the panels issue 13 asks for: members from gossip with
+// their lease and a suspected state, elections, a jobs list, and each
+// move's cause and failover gap. (Its behaviour in a browser is
+// cmd/tenure's browser test.)
+func TestDashboardPanels(t *testing.T) {
+	_, srv := serveFakeWithDashboard(t)
+	html := do(t, srv, "GET", "/", "").body
+	js := do(t, srv, "GET", "/app.js", "").body
+	for _, want := range []string{`id="members"`, "<th>lease</th>", `id="elections"`, `id="jobs-table"`, "<th>cause</th>", "<th>unowned for</th>", `id="shard-grid"`, `id="moves"`} {
+		if !strings.Contains(html, want) {
+			t.Errorf("index.html lacks %s", want)
+		}
+	}
+	for _, want := range []string{`get("/v1/members")`, "m.suspected", "lease_remaining_ms", `get("/v1/elections")`, "/v1/jobs?limit=10&state="} {
+		if !strings.Contains(js, want) {
+			t.Errorf("app.js lacks %s", want)
+		}
 	}
 }

@@ -39,7 +39,9 @@ type Backend interface {
 	// Jobs lists jobs matching q, sorted by id.
 	Jobs(q JobQuery) []apitypes.Job
 	// Drain moves every shard off the node and returns once it acts on
-	// none, or ctx ends. Undrain makes it eligible again.
+	// none, or ctx ends; it returns an error wrapping ErrNoEligibleNode
+	// when shards remain and no other node can take them. Undrain makes
+	// it eligible again.
 	Drain(ctx context.Context) error
 	Undrain(ctx context.Context) error
 	// Subscribe streams ownership changes until cancel is called. The
@@ -72,6 +74,9 @@ var (
 	ErrQueueFull = errors.New("tenure: too many pending jobs")
 	// ErrNotImplemented: the node cannot do this (501).
 	ErrNotImplemented = errors.New("tenure: not supported by this node")
+	// ErrNoEligibleNode: Drain returns it (wrapped) when the node still
+	// acts on shards and no other node is eligible to take them over.
+	ErrNoEligibleNode = errors.New("tenure: no other node is eligible to take the shards over")
 )
 
 // OwnershipEvent is one change of a shard's committed owner, as a node saw

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,9 +101,10 @@ func TestEmbeddedNodeWithClient(t *testing.T) {
 	}
 
 	// A single node has nobody to hand its shards to: the drain answers
-	// "still draining" after its wait; undrain makes it eligible again.
+	// that it cannot hand over, with the shards it keeps; undrain makes it
+	// eligible again.
 	d, err := c.Drain(ctx, 300*time.Millisecond)
-	if err != nil || !d.Draining || d.Node != "n1" {
+	if err != nil || !d.Draining || d.Node != "n1" || d.Done || d.OthersEligible || d.Owned == 0 || !strings.Contains(d.Reason, "cannot hand over") {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
 	if d, err := c.Undrain(ctx); err != nil || d.Draining {

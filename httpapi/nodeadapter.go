@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,11 +99,30 @@ func (a *nodeAdapter) Shard(id uint32) (apitypes.Shard, bool) {
 func (a *nodeAdapter) Members() []apitypes.Member {
 	in := a.n.Members()
 	out := make([]apitypes.Member, len(in))
+	now := time.Now()
 	for i, m := range in {
-		out[i] = apitypes.Member{
-			ID: m.ID, Group: m.Group, Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
-			State: m.State.String(), Health: m.Health, Draining: m.Draining, Live: m.Live, Voter: m.Voter, Leader: m.Leader,
-			Version: m.Version, Tags: m.Tags,
+		out[i] = memberFrom(m, a.n.Timing(), now)
+	}
+	return out
+}
+
+// memberFrom is m as the API shows it at now: with its lease remaining
+// and whether it is suspected, from gossip and its heartbeats, ahead of
+// the control group's verdict.
+func memberFrom(m node.Member, t node.Timing, now time.Time) apitypes.Member {
+	out := apitypes.Member{
+		ID: m.ID, Group: m.Group, Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
+		State: m.State.String(), Health: m.Health, Draining: m.Draining, Live: m.Live, Voter: m.Voter, Leader: m.Leader,
+		Version: m.Version, Tags: m.Tags,
+	}
+	out.Suspected = m.State == node.MemberSuspect || m.State == node.MemberDead
+	// On a MemNetwork UpdatedAt is the last SetHealth, not a heartbeat.
+	if m.Live && !m.UpdatedAt.IsZero() && !strings.HasPrefix(m.Addr, "mem:") {
+		hb := m.UpdatedAt
+		out.LastHeartbeat = &hb
+		out.LeaseRemainingMS = max(0, hb.Add(t.Lease).Sub(now).Milliseconds())
+		if now.Sub(hb) > t.Lease/2 { // two or more heartbeats missed
+			out.Suspected = true
 		}
 	}
 	return out
@@ -210,7 +230,24 @@ func (a *nodeAdapter) Jobs(q JobQuery) []apitypes.Job {
 	return out
 }
 
-func (a *nodeAdapter) Drain(ctx context.Context) error   { return classify(a.n.Drain(ctx)) }
+// Drain drains the node. node.Drain returns at once, with shards still
+// here, when no other node is eligible; that is reported as
+// ErrNoEligibleNode.
+func (a *nodeAdapter) Drain(ctx context.Context) error {
+	if err := a.n.Drain(ctx); err != nil {
+		return classify(err)
+	}
+	if len(a.n.Owned()) == 0 {
+		return nil
+	}
+	for _, c := range a.n.Candidates() {
+		if c.ID != a.n.ID() && c.Eligible {
+			return nil
+		}
+	}
+	return fmt.Errorf("node: drain %s: %w", a.n.ID(), ErrNoEligibleNode)
+}
+
 func (a *nodeAdapter) Undrain(ctx context.Context) error { return classify(a.n.Undrain(ctx)) }
 
 // subscribeBuffer is the ownership subscription's buffer beyond one event

@@ -312,7 +312,7 @@ scan:
 	if envErr != nil {
 		return c, envErr
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {

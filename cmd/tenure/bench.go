@@ -24,6 +24,10 @@ func init() {
 			benchUsage(m.Stderr)
 			return fmt.Errorf("bench: no benchmark named")
 		}
+		if isHelp(args[0]) {
+			benchUsage(m.Stdout)
+			return nil
+		}
 		b, ok := benchmarks[args[0]]
 		if !ok {
 			benchUsage(m.Stderr)

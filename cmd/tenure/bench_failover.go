@@ -56,7 +56,7 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for shard choice and kill phase (0: random)")
 	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {

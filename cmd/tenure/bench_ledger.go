@@ -49,7 +49,7 @@ func runBenchLedger(ctx context.Context, m *Main, args []string) error {
 	linger := fs.Duration("linger", 0, "Batcher Linger")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	dir := fs.String("dir", "", "data dir parent (default: a temp dir, removed afterwards)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dur <= 0 {

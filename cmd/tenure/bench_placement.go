@@ -70,7 +70,7 @@ func benchPlacement(_ context.Context, m *Main, args []string) error {
 		fmt.Fprintln(m.Stderr, "reports max/avg, min/avg, shards moved and the optimum (P/(N+1) join, P/N leave).")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

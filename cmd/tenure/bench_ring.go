@@ -68,7 +68,7 @@ func benchRing(_ context.Context, m *Main, args []string) error {
 		fmt.Fprintln(m.Stderr, "build time and ShardFor+Owner lookup time.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

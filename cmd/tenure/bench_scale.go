@@ -71,7 +71,7 @@ func runBenchScale(ctx context.Context, m *Main, args []string) error {
 	noGossip := fs.Bool("no-gossip", false, "skip the gossip part")
 	gossipProfile := fs.String("gossip-profile", "lan", "gossip timings: lan (memberlist LAN defaults) or local (fast loopback timings)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -160,7 +160,7 @@ func (m *Main) print(cf *clientFlags, v any, table func(io.Writer, any)) error {
 
 // noArgs parses flags and rejects positional arguments.
 func noArgs(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -313,7 +313,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		})
 	case "get":
 		fs, cf := m.clientFlagSet("jobs get", "jobs get <id> [--addr host:port] [--json]")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
@@ -379,9 +379,10 @@ func jobTable(w io.Writer, js []apitypes.Job) {
 }
 
 func runDrain(ctx context.Context, m *Main, args []string) error {
-	fs, cf := m.clientFlagSet("drain", "drain [--undo] [--wait 60s] [--addr host:port] [--json]")
+	fs, cf := m.clientFlagSet("drain", "drain [--node id] [--undo] [--wait 60s] [--addr host:port] [--json]")
 	undo := fs.Bool("undo", false, "make a drained agent eligible for shards again")
 	wait := fs.Duration("wait", 60*time.Second, "how long the agent waits for its shards to move before answering")
+	nodeID := fs.String("node", "", "drain this node, found through --addr's member list (default: the agent at --addr)")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
@@ -392,6 +393,11 @@ func runDrain(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *nodeID != "" {
+		if c, err = memberClient(ctx, c, cf, *nodeID); err != nil {
+			return err
+		}
+	}
 	var d apitypes.Drain
 	if *undo {
 		d, err = c.Undrain(ctx)
@@ -401,18 +407,52 @@ func runDrain(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return explain(c, err)
 	}
+	if *nodeID != "" && d.Node != *nodeID {
+		return fmt.Errorf("drain --node %s: the agent at %s is %s, not %s", *nodeID, c.Addr(), d.Node, *nodeID)
+	}
 	if cf.json {
 		return m.print(cf, d, nil)
 	}
 	switch {
 	case *undo:
 		fmt.Fprintf(m.Stdout, "%s is eligible for shards again\n", d.Node)
-	case d.Done:
+	case d.Done && d.Owned == 0:
 		fmt.Fprintf(m.Stdout, "%s drained: it acts on no shard\n", d.Node)
+	case !d.OthersEligible || d.Done:
+		// d.Done with shards left: an agent from before others_eligible
+		// that returned because nobody could take them.
+		return fmt.Errorf("%s cannot hand over: no other node is eligible to take its %d shards, so they stay on it; it is marked draining and hands them over once another node is eligible (start or undrain one), or run `tenure drain --undo`", d.Node, d.Owned)
 	default:
 		fmt.Fprintf(m.Stdout, "%s is draining: still acting on %d shards after %s\n", d.Node, d.Owned, *wait)
 	}
 	return nil
+}
+
+// memberClient is a client of member id's API, found in the member list of
+// the agent c calls: its gossiped HTTP address, with c's scheme, token and
+// CA.
+func memberClient(ctx context.Context, c *client.Client, cf *clientFlags, id string) (*client.Client, error) {
+	members, err := c.Members(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing members to find %s: %w", id, explain(c, err))
+	}
+	ids := make([]string, 0, len(members))
+	for _, mb := range members {
+		ids = append(ids, mb.ID)
+		if mb.ID != id {
+			continue
+		}
+		if mb.HTTPAddr == "" {
+			return nil, fmt.Errorf("%s gossips no HTTP address (its agent runs without --http-addr): use --addr with its API address", id)
+		}
+		mcf := *cf
+		mcf.addr = mb.HTTPAddr
+		if !strings.Contains(mb.HTTPAddr, "://") && strings.HasPrefix(c.Addr(), "https://") {
+			mcf.addr = "https://" + mb.HTTPAddr
+		}
+		return mcf.client()
+	}
+	return nil, fmt.Errorf("%s is not a member known to %s (members: %s)", id, c.Addr(), strings.Join(ids, ", "))
 }
 
 func orDash(s string) string {

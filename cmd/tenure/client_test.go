@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 )
 
 // runEnv runs the CLI with a fixed environment.
@@ -134,5 +138,78 @@ func TestCLINoAgent(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "no agent answers at http://"+addr) || !strings.Contains(err.Error(), "TENURE_ADDR") {
 			t.Fatalf("%s: %v", cmd, err)
 		}
+	}
+}
+
+func TestCLIFlagsAfterArguments(t *testing.T) {
+	_, srv := serveFake(t, "tok")
+	env := map[string]string{"TENURE_TOKEN": "tok"}
+	if _, _, err := runEnv(t, env, "jobs", "enqueue", "--type", "email", "--key", "k1", "--addr", srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runEnv(t, env, "jobs", "get", "1", "--addr", srv.URL, "--json")
+	if err != nil || !json.Valid([]byte(out)) || !strings.Contains(out, `"email"`) {
+		t.Fatalf("jobs get 1 --addr X --json: %v %q %s", err, out, stderr)
+	}
+}
+
+func TestCLINotTenure(t *testing.T) {
+	for _, code := range []int{200, 404} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte("<html><body>welcome to nginx</body></html>"))
+		}))
+		for _, cmd := range [][]string{{"status"}, {"members"}, {"jobs", "get", "1"}, {"drain", "--node", "n2"}} {
+			_, _, err := runEnv(t, nil, append(cmd, "--addr", srv.URL)...)
+			if err == nil || !strings.Contains(err.Error(), "not a tenure agent") {
+				t.Errorf("%d %v: %v", code, cmd, err)
+			}
+		}
+		srv.Close()
+	}
+}
+
+func TestCLIDrainByNode(t *testing.T) {
+	fa, a := serveFake(t, "tok")
+	fb, b := serveFake(t, "tok")
+	fb.Self = "n2"
+	fa.SetMember(apitypes.Member{ID: "n2", State: "alive", Live: true, Health: 1, HTTPAddr: strings.TrimPrefix(b.URL, "http://")})
+	env := map[string]string{"TENURE_TOKEN": "tok"}
+	out, _, err := runEnv(t, env, "drain", "--node", "n2", "--addr", a.URL)
+	if err != nil || !strings.Contains(out, "n2 drained") {
+		t.Fatalf("drain --node n2: %v %q", err, out)
+	}
+	if got := fb.Members()[0]; !got.Draining {
+		t.Fatal("n2's agent was not asked to drain")
+	}
+	if _, _, err := runEnv(t, env, "drain", "--node", "n9", "--addr", a.URL); err == nil || !strings.Contains(err.Error(), "n9 is not a member") {
+		t.Fatalf("drain --node n9: %v", err)
+	}
+	fa.SetMember(apitypes.Member{ID: "n3", State: "alive"})
+	if _, _, err := runEnv(t, env, "drain", "--node", "n3", "--addr", a.URL); err == nil || !strings.Contains(err.Error(), "no HTTP address") {
+		t.Fatalf("drain --node n3: %v", err)
+	}
+	// The address n2 gossips answers as another node.
+	fb.Self = "n7"
+	if _, _, err := runEnv(t, env, "drain", "--node", "n2", "--addr", a.URL); err == nil || !strings.Contains(err.Error(), "is n7, not n2") {
+		t.Fatalf("drain --node n2 reaching n7: %v", err)
+	}
+}
+
+// Draining the last eligible node says it cannot hand over, rather than
+// "drained" while it still owns its shards.
+func TestCLIDrainLastEligible(t *testing.T) {
+	f, srv := serveFake(t, "tok")
+	f.DrainNowhere = true
+	env := map[string]string{"TENURE_ADDR": srv.URL, "TENURE_TOKEN": "tok"}
+	out, _, err := runEnv(t, env, "drain")
+	if err == nil || !strings.Contains(err.Error(), "n1 cannot hand over") || strings.Contains(out, "drained") {
+		t.Fatalf("drain of the last eligible node: %v %q", err, out)
+	}
+	out, _, err = runEnv(t, env, "drain", "--json")
+	var d apitypes.Drain
+	if err != nil || json.Unmarshal([]byte(out), &d) != nil || d.Done || d.OthersEligible || d.Owned == 0 || d.Reason == "" {
+		t.Fatalf("--json: %v %q", err, out)
 	}
 }

@@ -54,16 +54,21 @@ func TestCLIAgainstEmbeddedService(t *testing.T) {
 		{[]string{"members"}, "svc1"},
 		{[]string{"jobs", "enqueue", "--type", "t", "--key", "k1"}, "enqueued job"},
 		{[]string{"jobs", "list"}, "pending 1"},
-		// The last eligible node cannot hand over; what drain prints then is
-		// issue 13's item 5 (it says "drained" today), so only the node is
-		// checked here.
-		{[]string{"drain", "--wait", "200ms"}, "svc1"},
 		{[]string{"drain", "--undo"}, "eligible"},
 	} {
 		out, stderr, err := runEnv(t, env, c.args...)
 		if err != nil || !strings.Contains(out, c.want) {
 			t.Fatalf("%v: %v\n%s%s", c.args, err, out, stderr)
 		}
+	}
+	// The last eligible node cannot hand over, and says so instead of
+	// "drained" while it owns every shard.
+	out, _, err := runEnv(t, env, "drain", "--wait", "200ms")
+	if err == nil || !strings.Contains(err.Error(), "svc1 cannot hand over: no other node is eligible") || strings.Contains(out, "drained") {
+		t.Fatalf("drain of the only node: %v %q", err, out)
+	}
+	if out, _, err := runEnv(t, env, "drain", "--undo"); err != nil || !strings.Contains(out, "eligible") {
+		t.Fatalf("undrain: %v %q", err, out)
 	}
 	if _, _, err := runEnv(t, map[string]string{"TENURE_ADDR": srv.URL}, "status"); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("without the token: %v", err)

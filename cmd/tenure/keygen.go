@@ -18,7 +18,7 @@ func runKeygen(_ context.Context, m *Main, args []string) error {
 	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	size := fs.Int("bytes", 32, "key size: 16, 24 or 32 bytes (AES-128, -192, -256)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

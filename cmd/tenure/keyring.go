@@ -26,6 +26,10 @@ func init() {
 // runKeyring: tenure keyring list|install|use|remove [--key K] [--one].
 func runKeyring(ctx context.Context, m *Main, args []string) error {
 	usage := "keyring list|install|use|remove [--key BASE64] [--one] [--addr host:port]"
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintf(m.Stdout, "usage: tenure %s\n", usage)
+		return nil
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprintf(m.Stderr, "usage: tenure %s\n", usage)
 		return errors.New("keyring: want a subcommand: list, install, use or remove")

@@ -22,13 +22,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	m := NewMain()
-	if err := m.Run(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(m.Stderr, "tenure:", err)
-		os.Exit(1)
+	os.Exit(exitCode(m.Stderr, m.Run(ctx, os.Args[1:])))
+}
+
+// exitCode is the process's exit status for Run's error: 0 for none or
+// for a help request (-h, --help), 1 otherwise, printed on stderr.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	fmt.Fprintln(stderr, "tenure:", err)
+	return 1
 }
 
 // Main holds the CLI's I/O so tests can run it in-process.
@@ -68,6 +72,10 @@ func register(name, summary string, run func(ctx context.Context, m *Main, args 
 
 func init() {
 	register("version", "print the version", func(_ context.Context, m *Main, args []string) error {
+		if len(args) == 1 && isHelp(args[0]) {
+			fmt.Fprintln(m.Stdout, "usage: tenure version (or tenure --version)")
+			return nil
+		}
 		if len(args) > 0 {
 			return fmt.Errorf("version takes no arguments, got %q", strings.Join(args, " "))
 		}
@@ -76,9 +84,19 @@ func init() {
 	})
 }
 
-// Run parses args (without the program name) and runs the subcommand.
+// Run parses args (without the program name) and runs the subcommand. A
+// help request (-h or --help anywhere a command parses flags, `tenure help
+// [command]`) prints the usage and returns nil.
 func (m *Main) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-v") {
+		args = append([]string{"version"}, args[1:]...)
+	}
+	if len(args) == 2 && args[0] == "help" {
+		if _, ok := commands[args[1]]; ok {
+			args = []string{args[1], "--help"}
+		}
+	}
+	if len(args) == 0 || args[0] == "help" || isHelp(args[0]) {
 		m.usage(m.Stdout)
 		if len(args) == 0 {
 			return errors.New("no command given")
@@ -90,11 +108,43 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		m.usage(m.Stderr)
 		return fmt.Errorf("unknown command %q", args[0])
 	}
-	return c.run(ctx, m, args[1:])
+	err := c.run(ctx, m, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the flag set printed the usage
+	}
+	return err
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
+}
+
+// parseFlags parses args into fs, accepting flags after positional
+// arguments too (`jobs get 7 --addr X`); "--" ends the flags. The
+// positional arguments are fs.Args() afterwards.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, pos...))
 }
 
 func (m *Main) usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: tenure <command> [arguments]")
+	fmt.Fprintln(w, "       tenure <command> --help, tenure --version")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "commands:")
 	names := make([]string, 0, len(commands))

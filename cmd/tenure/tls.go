@@ -28,6 +28,11 @@ func init() {
 
 func runTLS(_ context.Context, m *Main, args []string) error {
 	if len(args) == 0 || (args[0] != "init" && args[0] != "cert") {
+		if len(args) > 0 && isHelp(args[0]) {
+			fmt.Fprintln(m.Stdout, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
+			fmt.Fprintln(m.Stdout, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--operator] [--hosts h1,h2] [--force]")
+			return nil
+		}
 		fmt.Fprintln(m.Stderr, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
 		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--operator] [--hosts h1,h2] [--force]")
 		return errors.New("tls: want a subcommand: init or cert")
@@ -53,7 +58,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		caDir = fset.String("ca-dir", "", "directory holding ca.pem and ca-key.pem (default --dir): a read-only mount of the CA, e.g. a Kubernetes Secret in an init container")
 		operator = fset.Bool("operator", false, "issue an operator (client) certificate")
 	}
-	if err := fset.Parse(args[1:]); err != nil {
+	if err := parseFlags(fset, args[1:]); err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {

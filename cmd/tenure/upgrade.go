@@ -19,6 +19,10 @@ func init() {
 
 func runUpgrade(ctx context.Context, m *Main, args []string) error {
 	usage := "upgrade status|finalize [--addr host:port] [--json]"
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintf(m.Stdout, "usage: tenure %s\n", usage)
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "status" && args[0] != "finalize") {
 		fmt.Fprintf(m.Stderr, "usage: tenure %s\n", usage)
 		return errors.New("upgrade: want a subcommand: status or finalize")

@@ -97,6 +97,16 @@ type Member struct {
 	Leader      bool              `json:"leader"`
 	Version     string            `json:"version"`
 	Tags        map[string]string `json:"tags,omitempty"`
+	// LastHeartbeat is the member's last committed heartbeat, by its own
+	// clock (absent when unknown, and on an in-process MemNetwork).
+	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
+	// LeaseRemainingMS is how long that heartbeat lets the member act,
+	// as the serving node reads it (0 once it has run out).
+	LeaseRemainingMS int64 `json:"lease_remaining_ms"`
+	// Suspected is true as soon as something is wrong, before the control
+	// group commits it: gossip suspects the member or finds it dead, or
+	// its heartbeats stopped (none for half a lease).
+	Suspected bool `json:"suspected"`
 }
 
 // Election is one election (GET /v1/elections).
@@ -157,9 +167,11 @@ type Move struct {
 	From   string    `json:"from"`
 	To     string    `json:"to"`
 	Reason string    `json:"reason"`
-	// Cause is the serving node's reading of why, from the previous
-	// owner's membership when the move was seen ("n3 draining", "n2
-	// dead", "rebalance").
+	// Cause is the serving node's reading of why: from the ledger's
+	// reason when it names one ("owner n5 expired" → "n5 lease expired"),
+	// else from the previous owner's membership when the move was seen
+	// ("drain of n4", "n2 dead", "rebalance"). A failover's grant is the
+	// move From the owner whose lease lapsed, not a "first owner".
 	Cause string `json:"cause"`
 }
 
@@ -167,8 +179,17 @@ type Move struct {
 type Drain struct {
 	Node     string `json:"node"`
 	Draining bool   `json:"draining"`
-	Done     bool   `json:"done"`
-	Owned    int    `json:"owned"`
+	// Done: the node acts on no shard (Owned is 0).
+	Done bool `json:"done"`
+	// Owned is how many shards the node still acts on.
+	Owned int `json:"owned"`
+	// OthersEligible reports whether another node can take shards over.
+	// A drain of the last eligible node answers Done false with
+	// OthersEligible false: its shards stay where they are (and move as
+	// soon as another node becomes eligible).
+	OthersEligible bool `json:"others_eligible"`
+	// Reason explains an answer that is not Done.
+	Reason string `json:"reason,omitempty"`
 }
 
 // GossipKey is one key of a node's gossip keyring: its fingerprint, never

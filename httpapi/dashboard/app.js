@@ -1,5 +1,7 @@
 // tenure dashboard: polls the serving agent's /v1 API and renders the
-// ring, shards, members, moves and job counts. No build step.
+// ring, shards, members (from gossip: a killed node shows as suspected
+// before the control group commits it), elections, moves and jobs. No
+// build step.
 "use strict";
 
 const POLL_MS = 1000;
@@ -70,24 +72,43 @@ function renderSummary(st, shards) {
     h.reasons && h.reasons.length ? el("span", {}, " — " + h.reasons.join("; ")) : "");
 }
 
-function renderMembers(st, shards) {
+// memberState is what the state cell says: gossip's state, or
+// "suspected" as soon as the member's heartbeats stop (gossip still says
+// alive, the control group has not expired it yet).
+function memberState(m) {
+  if (m.state === "alive" && m.suspected) {
+    const age = m.last_heartbeat ? ` (no heartbeat for ${Math.max(0, (Date.now() - new Date(m.last_heartbeat)) / 1000).toFixed(1)}s)` : "";
+    return { cls: "suspect", text: "suspected" + age };
+  }
+  return { cls: m.state, text: m.state };
+}
+
+function leaseText(m) {
+  if (!m.live) return "-";
+  if (!m.last_heartbeat) return "-";
+  return m.lease_remaining_ms > 0 ? (m.lease_remaining_ms / 1000).toFixed(2) + " s" : "expired";
+}
+
+function renderMembers(members, shards) {
   const counts = new Map();
   for (const s of shards) if (s.state !== "unowned" && s.valid) counts.set(s.owner, (counts.get(s.owner) || 0) + 1);
   const tbody = document.querySelector("#members tbody");
-  tbody.replaceChildren(...st.members.map(m => {
+  tbody.replaceChildren(...members.map(m => {
     const role = [m.leader ? "leader" : m.voter ? "voter" : "", m.draining ? "draining" : ""].filter(Boolean).join(", ");
-    return el("tr", { "data-member": m.id },
+    const ms = memberState(m);
+    return el("tr", { "data-member": m.id, "data-state": m.suspected ? "suspected" : m.state },
       el("td", {}, el("span", { class: "swatch", style: `background:${colorOf(m.id)}` })),
       el("td", {}, m.id),
-      el("td", { class: m.state }, m.state),
+      el("td", { class: ms.cls + " member-state" }, ms.text),
       el("td", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(m.health * 100)}%` })), " " + m.health.toFixed(2)),
       el("td", {}, m.live ? "yes" : "no"),
+      el("td", { class: "lease" }, leaseText(m)),
       el("td", {}, role || "-"),
       el("td", {}, counts.get(m.id) || 0),
       el("td", {}, m.http_addr ? el("a", { href: `http://${m.http_addr}/`, style: "color:inherit" }, m.http_addr) : "-"));
   }));
   const legend = document.getElementById("legend");
-  legend.replaceChildren(...st.members.map(m =>
+  legend.replaceChildren(...members.map(m =>
     el("span", {}, el("span", { class: "swatch", style: `background:${colorOf(m.id)}` }), " " + m.id + " (" + (counts.get(m.id) || 0) + ")")));
 }
 
@@ -128,28 +149,73 @@ function renderShards(shards) {
     el("td", {}, s.valid ? "yes" : "no"), el("td", {}, s.acting ? s.lease_remaining_ms + " ms" : "-"), el("td", {}, s.reason || "-"))));
 }
 
+// unownedFor is, for a grant, how long its shard was unowned before it as
+// this node saw it (a failover: from the old owner's lease lapsing), from
+// the lapse recorded just before it.
+function unownedFor(moves, i) {
+  const m = moves[i];
+  if (!m.to) return "";
+  for (let j = i + 1; j < moves.length; j++) { // older moves
+    const p = moves[j];
+    if (p.shard !== m.shard) continue;
+    if (p.to) return "";
+    return ((new Date(m.at) - new Date(p.at)) / 1000).toFixed(2) + " s";
+  }
+  return "";
+}
+
 function renderMoves(moves) {
   const tbody = document.querySelector("#moves tbody");
-  tbody.replaceChildren(...moves.slice(0, 50).map(m => el("tr", {},
+  tbody.replaceChildren(...moves.slice(0, 50).map((m, i) => el("tr", { "data-cause": m.cause || "" },
     el("td", {}, new Date(m.at).toLocaleTimeString(undefined, { hour12: false }) + "." + String(new Date(m.at).getMilliseconds()).padStart(3, "0")),
     el("td", {}, m.shard), el("td", {}, m.epoch),
     el("td", {}, el("span", { class: "swatch", style: `background:${colorOf(m.from)}` }), " " + (m.from || "-")),
     el("td", {}, el("span", { class: "swatch", style: `background:${colorOf(m.to)}` }), " " + (m.to || "-")),
-    el("td", {}, m.reason || "-"), el("td", {}, m.cause || "-"))));
+    el("td", {}, m.reason || "-"), el("td", {}, m.cause || "-"), el("td", {}, unownedFor(moves, i) || "-"))));
+}
+
+function renderElections(es) {
+  const tbody = document.querySelector("#elections tbody");
+  if (!es.length) {
+    tbody.replaceChildren(el("tr", {}, el("td", { colSpan: 5, class: "dim" }, "no elections")));
+    return;
+  }
+  tbody.replaceChildren(...es.map(e => el("tr", { "data-election": e.name },
+    el("td", {}, e.name), el("td", {}, e.shard),
+    el("td", {}, el("span", { class: "swatch", style: `background:${colorOf(e.leader)}` }), " " + (e.leader || "none")),
+    el("td", {}, e.epoch), el("td", {}, e.state))));
 }
 
 function renderJobs(j) {
   const box = document.getElementById("jobs");
   box.replaceChildren(...Object.keys(j.counts).sort().map(k => el("span", { "data-state": k }, `${k}: ${j.counts[k]}`)));
+  const tbody = document.querySelector("#jobs-table tbody");
+  const jobs = j.jobs || [];
+  if (!jobs.length) {
+    tbody.replaceChildren(el("tr", {}, el("td", { colSpan: 7, class: "dim" }, "no jobs")));
+    return;
+  }
+  tbody.replaceChildren(...jobs.map(x => el("tr", { "data-job": x.id, "data-state": x.state },
+    el("td", {}, x.id), el("td", {}, x.shard), el("td", {}, x.type), el("td", { class: "job-" + x.state }, x.state),
+    el("td", {}, `${x.attempt}/${x.max_attempts}`), el("td", {}, x.owner || "-"), el("td", {}, x.last_error || "-"))));
+}
+
+// openJobs is the job counts and the jobs that need an eye — started,
+// pending and dead, up to 10 of each (completed ones are only counted).
+async function openJobs() {
+  const pages = await Promise.all(["started", "pending", "dead"].map(st => get("/v1/jobs?limit=10&state=" + st)));
+  return { counts: pages[0].counts, jobs: pages.flatMap(p => p.jobs || []) };
 }
 
 async function poll() {
   const conn = document.getElementById("conn");
   try {
-    const [st, shards, moves, jobs] = await Promise.all([get("/v1/status"), get("/v1/shards"), get("/v1/moves"), get("/v1/jobs?limit=1")]);
-    memberOrder = new Map(st.members.map((m, i) => [m.id, i]));
+    const [st, members, shards, moves, jobs, elections] = await Promise.all([get("/v1/status"), get("/v1/members"), get("/v1/shards"),
+      get("/v1/moves"), openJobs(), get("/v1/elections")]);
+    memberOrder = new Map(members.map((m, i) => [m.id, i]));
     renderSummary(st, shards);
-    renderMembers(st, shards);
+    renderMembers(members, shards);
+    renderElections(elections);
     renderRing(shards);
     renderShards(shards);
     renderMoves(moves);

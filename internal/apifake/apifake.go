@@ -32,6 +32,12 @@ type Node struct {
 	DrainErr   error
 	// DrainBlocks makes Drain wait for its context to end.
 	DrainBlocks bool
+	// DrainNowhere makes Drain behave as on the last eligible node: it
+	// marks the node draining, keeps its shards and returns
+	// httpapi.ErrNoEligibleNode.
+	DrainNowhere bool
+	// Self is the node's id in Status (default "n1").
+	Self string
 	// PanicOnStatus makes Status panic (for the recovery test).
 	PanicOnStatus bool
 }
@@ -78,8 +84,12 @@ func (f *Node) Status() apitypes.Status {
 			owned++
 		}
 	}
+	self := f.Self
+	if self == "" {
+		self = "n1"
+	}
 	return apitypes.Status{
-		Node: "n1", Group: "default", Incarnation: 1, Profile: "fast", Partitions: len(f.shards),
+		Node: self, Group: "default", Incarnation: 1, Profile: "fast", Partitions: len(f.shards),
 		ControlLeader: "n2", Voters: []string{"n1", "n2", "n3"}, AppliedIndex: 42, Owned: owned,
 		Health: f.health, Members: append([]apitypes.Member(nil), f.members...),
 	}
@@ -119,6 +129,19 @@ func (f *Node) Members() []apitypes.Member {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]apitypes.Member(nil), f.members...)
+}
+
+// SetMember replaces the member with m's id (or adds m).
+func (f *Node) SetMember(m apitypes.Member) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.members {
+		if f.members[i].ID == m.ID {
+			f.members[i] = m
+			return
+		}
+	}
+	f.members = append(f.members, m)
 }
 
 func (f *Node) Elections() []apitypes.Election {
@@ -218,6 +241,11 @@ func (f *Node) Drain(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	f.draining = true
+	if f.DrainNowhere {
+		f.members[0].Draining = true
+		f.mu.Unlock()
+		return fmt.Errorf("fake: drain n1: %w", httpapi.ErrNoEligibleNode)
+	}
 	var evs []httpapi.OwnershipEvent
 	for i, s := range f.shards {
 		if s.Owner == "n1" {
