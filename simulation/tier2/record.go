@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
+	"github.com/tenurehq/tenure/simulation/history"
 )
 
 // Violation is one broken guarantee.
@@ -55,16 +56,10 @@ type entryKey struct {
 	k     int // position within a batch entry
 }
 
-type shardEpoch struct {
-	shard uint32
-	epoch uint64
-}
-
 // replica is what one node process applied.
 type replica struct {
-	last   uint64
-	k      int
-	epochs map[uint32]uint64
+	last uint64
+	k    int
 	// apps[index] lists digests of the App commands applied at index.
 	apps map[uint64][]uint64
 }
@@ -80,18 +75,18 @@ type ack struct {
 type recorder struct {
 	start time.Time
 
-	mu          sync.Mutex
-	seq         uint64
-	terms       []*Term
-	replicas    map[replicaKey]*replica
-	log         map[entryKey]uint64 // digest of the entry each replica must agree on
-	completions map[uint64]entryKey // job -> entry that completed it
-	owners      map[shardEpoch]string
-	acks        []ack
-	ackCutoff   int // acks judged by the final checks: acks[:ackCutoff]
-	applies     uint64
-	violations  []Violation
-	stale       staleStats
+	mu         sync.Mutex
+	seq        uint64
+	terms      []*Term
+	replicas   map[replicaKey]*replica
+	log        map[entryKey]uint64 // digest of the entry each replica must agree on
+	hist       *history.Checker    // the ledger contract, fed in log order
+	completed  uint64              // jobs completed (accepted JobComplete entries)
+	acks       []ack
+	ackCutoff  int // acks judged by the final checks: acks[:ackCutoff]
+	applies    uint64
+	violations []Violation
+	stale      staleStats
 	// trace digests every recorded event in the order it happened, with
 	// its virtual time: equal traces mean equal histories (tier 3 compares
 	// them across runs of one seed).
@@ -109,8 +104,13 @@ type staleStats struct {
 }
 
 func newRecorder(start time.Time) *recorder {
-	return &recorder{start: start, replicas: map[replicaKey]*replica{}, log: map[entryKey]uint64{},
-		completions: map[uint64]entryKey{}, owners: map[shardEpoch]string{}}
+	r := &recorder{start: start, replicas: map[replicaKey]*replica{}, log: map[entryKey]uint64{}}
+	f, err := ledger.NewFSM(ledger.DefaultConfig()) // the nodes' settings
+	if err != nil {
+		panic(err) // the default config is valid
+	}
+	r.hist = history.New(f.State().Settings(), func(rule, msg string) { r.violate(rule, "%s", msg) })
+	return r
 }
 
 func (r *recorder) now() time.Duration { return time.Since(r.start) }
@@ -138,21 +138,6 @@ func digest(parts ...[]byte) uint64 {
 
 func appDigest(typ string, payload []byte) uint64 { return digest([]byte(typ), payload) }
 
-// fence returns the shard and epoch an owner's command is fenced by.
-func fence(c ledger.Command) (uint32, uint64, bool) {
-	switch c := ledger.Unwrap(c).(type) {
-	case ledger.App:
-		return c.Shard, c.Epoch, true
-	case ledger.JobStart:
-		return c.Shard, c.Epoch, true
-	case ledger.JobComplete:
-		return c.Shard, c.Epoch, true
-	case ledger.JobFail:
-		return c.Shard, c.Epoch, true
-	}
-	return 0, 0, false
-}
-
 // apply is node.Transports.OnApply: one command applied by one replica.
 func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, res ledger.Result) {
 	enc, err := ledger.Encode(c)
@@ -172,7 +157,7 @@ func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, 
 	rk := replicaKey{id, inc}
 	rp := r.replicas[rk]
 	if rp == nil {
-		rp = &replica{epochs: map[uint32]uint64{}, apps: map[uint64][]uint64{}}
+		rp = &replica{apps: map[uint64][]uint64{}}
 		r.replicas[rk] = rp
 	}
 	switch {
@@ -191,42 +176,19 @@ func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, 
 		r.violate("S3", "%s#%d applied a different entry or verdict at index %d.%d (%s)", id, inc, index, rp.k, describe(c, res))
 	} else if !ok {
 		r.log[ek] = d
+		// The first replica to apply an entry feeds the history checker:
+		// every replica applies in log order, so first sightings are in
+		// log order too. The checker holds the whole ledger contract (S1,
+		// S2, jobs, liveness) — the one the tier-1 sweep uses.
+		if !res.Replayed {
+			r.hist.Apply(index, "", ledger.Unwrap(c), res)
+			if _, ok := ledger.Unwrap(c).(ledger.JobComplete); ok && res.Err == nil {
+				r.completed++
+			}
+		}
 	}
 	if a, ok := ledger.Unwrap(c).(ledger.App); ok && res.Err == nil && !res.Replayed {
 		rp.apps[index] = append(rp.apps[index], appDigest(a.Type, a.Payload))
-	}
-	if res.Err != nil || res.Replayed { // a replay applied nothing
-		return
-	}
-	// S2: an owner's command is accepted only at the shard's current epoch.
-	if s, e, ok := fence(c); ok {
-		if cur, known := rp.epochs[s]; known && cur != e {
-			r.violate("S2", "%s#%d accepted %s at index %d fenced by epoch %d while shard %d is at epoch %d", id, inc, describe(c, res), index, e, s, cur)
-		}
-	}
-	switch c := ledger.Unwrap(c).(type) {
-	case ledger.Grant, ledger.Revoke, ledger.Release, ledger.Transfer:
-		sh := res.Shard
-		// S1: a shard's epoch only increases; one owner per epoch.
-		if cur, known := rp.epochs[sh.Shard]; known && sh.Epoch < cur {
-			r.violate("S1", "%s#%d: shard %d epoch went back %d -> %d at index %d", id, inc, sh.Shard, cur, sh.Epoch, index)
-		}
-		rp.epochs[sh.Shard] = sh.Epoch
-		if sh.State != ledger.ShardUnowned {
-			k := shardEpoch{sh.Shard, sh.Epoch}
-			if o, ok := r.owners[k]; ok && o != sh.Owner {
-				r.violate("S1", "shard %d epoch %d owned by %s and %s (%s#%d, index %d)", sh.Shard, sh.Epoch, o, sh.Owner, id, inc, index)
-			} else if !ok {
-				r.owners[k] = sh.Owner
-			}
-		}
-	case ledger.JobComplete:
-		// S2: a job completes once.
-		if first, ok := r.completions[c.Job]; ok && first != ek {
-			r.violate("S2", "job %d completed twice: at index %d.%d and %d.%d", c.Job, first.index, first.k, index, rp.k)
-		} else if !ok {
-			r.completions[c.Job] = ek
-		}
 	}
 }
 

@@ -337,7 +337,7 @@ func (h *harness) run(parent context.Context) (*Result, error) {
 		res.Terms = append(res.Terms, *t)
 	}
 	res.Faults = h.faults
-	res.Applies, res.Acks, res.JobsCompleted = h.rec.applies, uint64(len(h.rec.acks)), uint64(len(h.rec.completions))
+	res.Applies, res.Acks, res.JobsCompleted = h.rec.applies, uint64(len(h.rec.acks)), h.rec.completed
 	res.StaleProbes, res.StaleRejected = h.rec.stale.probes, h.rec.stale.rejected
 	res.Trace = h.rec.trace
 	return res, nil
