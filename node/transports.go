@@ -243,9 +243,24 @@ func (b *netBackend) stopControl(ctx context.Context, leave bool) error {
 		// A voter stopped gracefully keeps its place in the Raft
 		// configuration: a rolling restart must not shrink or reshuffle
 		// the voter set. If it never comes back, the leader replaces it
-		// after DeadVoterTimeout (docs/control-group.md). (A leader does
-		// not hand leadership over first: raft's transfer to a peer that
-		// is already gone held Shutdown past its deadline in tests.)
+		// after DeadVoterTimeout (docs/control-group.md). A leader hands
+		// leadership to a live voter first, so its planned stop costs a
+		// TimeoutNow round instead of an election with every renewal
+		// stalled; it skips the handover when no other voter is alive in
+		// gossip (a whole-cluster stop), and gives up after one lease.
+		if leave {
+			hctx, cancel := context.WithTimeout(ctx, b.timing.Lease)
+			to, err := c.g.HandOverLeadership(hctx)
+			cancel()
+			if b.cfg.Logger != nil {
+				switch {
+				case err != nil:
+					b.cfg.Logger.Warn("node: leadership handover before stopping failed; the group elects a new leader", "to", to, "err", err)
+				case to != "":
+					b.cfg.Logger.Info("node: handed control-group leadership over before stopping", "to", to)
+				}
+			}
+		}
 		return c.close(ctx)
 	}
 	return b.ctl.Shutdown(ctx)
