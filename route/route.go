@@ -90,16 +90,16 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	var errs []error
 	if o.Key == nil {
-		errs = append(errs, errors.New("Key is nil"))
+		errs = append(errs, errors.New("option Key: nil, want a function"))
 	}
 	if o.MaxBody < 0 {
-		errs = append(errs, fmt.Errorf("MaxBody %d: want >= 0", o.MaxBody))
+		errs = append(errs, fmt.Errorf("option MaxBody %d: want >= 0", o.MaxBody))
 	}
 	if o.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("Timeout %v: want >= 0", o.Timeout))
+		errs = append(errs, fmt.Errorf("option Timeout %v: want >= 0", o.Timeout))
 	}
 	if o.Scheme != "" && o.Scheme != "http" && o.Scheme != "https" {
-		errs = append(errs, fmt.Errorf("Scheme %q: want http or https", o.Scheme))
+		errs = append(errs, fmt.Errorf("option Scheme %q: want http or https", o.Scheme))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
