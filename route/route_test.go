@@ -432,16 +432,20 @@ func TestRouteMoveInFlight(t *testing.T) {
 
 	// After the move the key is served by its new owner through every node.
 	var newOwner *member
-	deadline := time.Now().Add(20 * time.Second)
+	sub := other.n.Subscribe(64) // wake on ownership changes rather than poll
+	defer sub.Close()
+	deadline := time.After(20 * time.Second)
 	for newOwner == nil {
 		if n, _ := owner(ms, key); n != nil && n != own {
 			newOwner = n
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-sub.C():
+		case <-time.After(100 * time.Millisecond): // acting starts on the owner's own lease, not an event here
+		case <-deadline:
 			t.Fatal("no new owner after the drain")
 		}
-		time.Sleep(20 * time.Millisecond) // polling the committed state, bounded by the deadline
 	}
 	for _, m := range ms {
 		b := send(t, ctx, "GET", "http://"+m.addr+"/app/"+key, "")

@@ -74,21 +74,25 @@ func TestServiceFailover(t *testing.T) {
 	t.Logf("settled at %v", time.Since(start).Round(time.Millisecond))
 
 	post := func(s *svc, key string) {
-		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+s.http+"/orders/"+key, nil)
-		for attempt := 0; ; attempt++ {
-			resp, err := http.DefaultClient.Do(req)
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					return
-				}
-				if attempt > 100 {
-					t.Fatalf("order %s via %s: %d %s", key, s.id, resp.StatusCode, b)
-				}
+		// 503 (or no answer) during a failover: retry until it is served.
+		var last string
+		defer func() {
+			if t.Failed() {
+				t.Logf("order %s via %s: last answer %s", key, s.id, last)
 			}
-			time.Sleep(50 * time.Millisecond) // 503 during a failover: retry, bounded by attempt
-		}
+		}()
+		proc.WaitUntil(t, ctx, 20*time.Second, "order "+key+" via "+s.id, func() bool {
+			req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+s.http+"/orders/"+key, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				last = err.Error()
+				return false
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+			return resp.StatusCode == 200
+		})
 	}
 	for i := range 20 {
 		post(svcs[i%3], fmt.Sprintf("before-%d", i))
