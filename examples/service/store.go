@@ -62,7 +62,7 @@ func OpenStore(path string) (*Store, error) {
 	db.SetMaxOpenConns(1)
 	if _, err := db.Exec(schema); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: schema: %w", err)
+		return nil, fmt.Errorf("store: opening %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
 }
