@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test mutations tier3 k8s-manifests test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test mutations tier3 k8s-manifests examples test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -24,12 +24,20 @@ test:
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
 	$(MAKE) tier3
 	$(MAKE) k8s-manifests
+	$(MAKE) examples
 
 # The Kubernetes manifests (deploy/kubernetes) decoded strictly into the
 # typed k8s.io/api structs and checked against the agent's flags, offline.
 # Its own module (deploy/kubernetes/go.mod).
 k8s-manifests:
 	cd deploy/kubernetes && $(GO) test -count=1 ./...
+
+# The runnable examples (examples/: a multi-process service with fenced
+# SQLite writes killed with SIGKILL, request routing, the external-module
+# test of the CLI and client). Their own module (examples/go.mod), so the
+# library's go.mod gets no SQLite dependency.
+examples:
+	cd examples && $(GO) test -count=1 -timeout 10m ./...
 
 # Every registered mutation (internal/mutation: one safety rule off each)
 # against the sweep (up to MUTATION_SEEDS seeds, stopping at the first
@@ -64,6 +72,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd simulation/tier3 && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd deploy/kubernetes && $(GO) vet ./...
+	cd examples && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # Each fuzz target runs for FUZZTIME (go test allows one -fuzz per package run).
 fuzz:
@@ -108,6 +117,7 @@ tidy:
 	$(GO) mod tidy
 	cd simulation/tier3 && $(GO) mod tidy
 	cd deploy/kubernetes && $(GO) mod tidy
+	cd examples && $(GO) mod tidy
 
 clean:
 	rm -rf bin

@@ -6,6 +6,7 @@
 //	c, err := client.New("127.0.0.1:7948", client.Options{Token: token})
 //	owner, err := c.Owner(ctx, "tenant-42")
 //	job, created, err := c.EnqueueJob(ctx, client.JobRequest{Type: "email", Key: "msg-1"})
+//	resp, err := c.Route(ctx, "tenant-42", req) // an application request, straight to the key's owner
 //
 // Idempotent calls (GETs, an enqueue with an idempotency key, drain and
 // undrain) are retried with backoff on 502, 503, 504 and connection

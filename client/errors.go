@@ -44,6 +44,9 @@ var (
 	// ErrNotTenure: the server answered something that is not the tenure
 	// API (HTML, another JSON shape).
 	ErrNotTenure = errors.New("tenure: not a tenure API")
+	// ErrNoOwner: Route found the key's shard without a valid owner, or an
+	// owner that advertises no HTTP address; retry after about a lease.
+	ErrNoOwner = errors.New("tenure: no owner to route to")
 )
 
 // APIError is an error answer of the API.

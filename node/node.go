@@ -85,6 +85,13 @@ var (
 	// version (the cluster was finalized past it, or this data dir was last
 	// run at a newer version). The message names both; docs/upgrades.md.
 	ErrVersionMismatch = errors.New("node: this binary cannot run at the cluster's version")
+	// ErrNoOwner: the key's shard has no valid committed owner right now
+	// (never granted, released, or its owner's lease lapsed and a
+	// failover is due); OwnerAddr answers it. Retry after about a lease.
+	ErrNoOwner = errors.New("node: shard has no valid owner")
+	// ErrNoAddress: the shard's owner advertises no HTTP address
+	// (Config.HTTPAddr) or is not a live gossip member here (OwnerAddr).
+	ErrNoAddress = errors.New("node: owner advertises no address")
 )
 
 // Token is a fencing token: the shard and the epoch this node owns it at.
