@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test mutations tier3 k8s-manifests test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test mutations tier3 k8s-manifests browser test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -24,6 +24,14 @@ test:
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
 	$(MAKE) tier3
 	$(MAKE) k8s-manifests
+	$(MAKE) browser
+
+# The dashboard in headless chromium (chromedp), against a fake node and a
+# `tenure demo` cluster; skipped where no chromium is installed. Its own
+# module (cmd/tenure/browsertest/go.mod) so the library never depends on
+# chromedp.
+browser:
+	cd cmd/tenure/browsertest && $(GO) test -count=1 -timeout 10m ./...
 
 # The Kubernetes manifests (deploy/kubernetes) decoded strictly into the
 # typed k8s.io/api structs and checked against the agent's flags, offline.
@@ -64,6 +72,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd simulation/tier3 && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd deploy/kubernetes && $(GO) vet ./...
+	cd cmd/tenure/browsertest && $(GO) vet ./...
 
 # Each fuzz target runs for FUZZTIME (go test allows one -fuzz per package run).
 fuzz:
@@ -108,6 +117,7 @@ tidy:
 	$(GO) mod tidy
 	cd simulation/tier3 && $(GO) mod tidy
 	cd deploy/kubernetes && $(GO) mod tidy
+	cd cmd/tenure/browsertest && $(GO) mod tidy
 
 clean:
 	rm -rf bin

@@ -280,23 +280,6 @@ func TestE2EDemoCommand(t *testing.T) {
 	}
 }
 
-// TestE2EDashboardBrowser loads the dashboard of a running 3-node cluster
-// in headless chromium, drains a node and sees the shard grid follow.
-func TestE2EDashboardBrowser(t *testing.T) {
-	chromiumPath(t)
-	const partitions = 16
-	dc := startCluster(t, 3, partitions)
-	live := map[string]bool{"n1": true, "n2": true, "n3": true}
-	waitOneActingOwner(t, dc, live, partitions, "", 60*time.Second)
-	ctx := browser(t, 120*time.Second)
-	drainee := dc.agents[2]
-	checkDashboard(t, ctx, "http://"+dc.agents[0].http+"/", partitions, drainee.id, func() {
-		if _, stderr, err := runEnv(t, nil, "drain", "--addr", drainee.http); err != nil {
-			t.Fatalf("drain: %v %s", err, stderr)
-		}
-	})
-}
-
 func containsAll(s string, subs ...string) bool {
 	for _, sub := range subs {
 		if !strings.Contains(s, sub) {

@@ -1,4 +1,4 @@
-package main
+package browsertest
 
 import (
 	"context"
@@ -18,7 +18,9 @@ import (
 )
 
 // The dashboard's browser tests drive Debian's chromium headless through
-// chromedp. They skip where no chromium is installed.
+// chromedp. They skip where no chromium is installed. They live in a module
+// of their own so the library's go.mod does not depend on chromedp; the
+// Makefile's test target runs them.
 
 // chromiumPath finds a Chromium or Chrome binary, or skips the test.
 func chromiumPath(t *testing.T) string {
@@ -137,6 +139,22 @@ func TestDashboardBrowserFake(t *testing.T) {
 	checkDashboard(t, ctx, srv+"/", 8, "n1", func() {
 		if err := f.Drain(context.Background()); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestE2EDashboardBrowser loads the dashboard of a running 3-node demo
+// cluster in headless chromium, drains a node and sees the shard grid
+// follow.
+func TestE2EDashboardBrowser(t *testing.T) {
+	chromiumPath(t)
+	const partitions = 16
+	bin := tenureBinary(t)
+	d := startDemo(t, bin, 3, partitions)
+	ctx := browser(t, 120*time.Second)
+	checkDashboard(t, ctx, d.dashboard, partitions, d.drainee, func() {
+		if out, err := exec.Command(bin, "drain", "--addr", d.draineeHTTP).CombinedOutput(); err != nil {
+			t.Fatalf("drain: %v %s", err, out)
 		}
 	})
 }
