@@ -18,9 +18,14 @@ build:
 # The test command README.md gives; .ci/run calls it. Everything runs under
 # the race detector except the many-seed simulator sweep, which the race
 # detector slows ~15x: it runs its 2,000 seeds (SIMSEEDS) without it.
+# The mutation switches (internal/mutation) are compiled in only with
+# -tags mutations, so the tests that turn them on (MUTATION_TESTS) skip in
+# the first run and run in the second.
 SIMSEEDS ?= 2000
+MUTATION_TESTS := ^(TestSetAndOn|TestMutations|TestSimShrink|TestTier2Mutations)$$
 test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
+	$(GO) test -race -count=1 -timeout 30m -tags mutations -run '$(MUTATION_TESTS)' ./internal/mutation/ ./simulation/ ./simulation/tier2/
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
 	$(MAKE) tier3
 	$(MAKE) k8s-manifests
@@ -46,8 +51,8 @@ k8s-manifests:
 # mutation is caught by neither.
 MUTATION_SEEDS ?= 200
 mutations:
-	$(GO) test -count=1 -timeout 30m -run '^TestMutations$$' ./simulation/ -args -mutations.out=$(CURDIR)/mutations.json -mutations.seeds=$(MUTATION_SEEDS)
-	$(GO) test -count=1 -timeout 30m -v -run '^TestTier2MutationsReport$$' ./simulation/tier2/ -args -mutations.file=$(CURDIR)/mutations.json
+	$(GO) test -count=1 -timeout 30m -tags mutations -run '^TestMutations$$' ./simulation/ -args -mutations.out=$(CURDIR)/mutations.json -mutations.seeds=$(MUTATION_SEEDS)
+	$(GO) test -count=1 -timeout 30m -tags mutations -v -run '^TestTier2MutationsReport$$' ./simulation/tier2/ -args -mutations.file=$(CURDIR)/mutations.json
 
 # Tier 3: tier-2 scenarios compiled for wasip1 and replayed under wazero,
 # byte-identical per seed. Its own module (simulation/tier3/go.mod).
