@@ -576,10 +576,13 @@ func TestWatchJobs(t *testing.T) {
 	if _, err := a.CompleteJob(ctx, started, nil); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	for first := true; ; first = false {
 		ev := recv(t, w)
 		if ev.Job.Key != "k" {
 			t.Fatalf("event for a job outside the query: %+v", ev)
+		}
+		if ev.Created != first {
+			t.Fatalf("event %+v: Created = %v, want %v (only the first event of a job is its creation)", ev, ev.Created, first)
 		}
 		if ev.Job.State == JobCompleted {
 			break
