@@ -219,7 +219,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg:     cfg,
 		timing:  timing,
 		log:     cfg.Logger,
-		guard:   max(timing.Lease/50, timing.RenewEvery/2),
+		guard:   actingGuard(timing),
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),

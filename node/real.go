@@ -154,15 +154,8 @@ var _ backend = (*netBackend)(nil)
 
 // ownershipConfig maps a node profile to the ownership configuration.
 func ownershipConfig(cfg Config) ownership.Config {
-	var oc ownership.Config
-	switch cfg.Profile {
-	case ProfileFast:
-		oc = ownership.FastConfig()
-	case ProfileSafe:
-		oc = ownership.SafeConfig()
-	default:
-		oc = ownership.DefaultConfig()
-	}
+	row, _ := cfg.Profile.row() // Validate refused unknown profiles
+	oc := row.ownership()
 	oc.Ring.Partitions = cfg.Partitions
 	oc.MinHealth = cfg.MinHealth
 	if cfg.Network == nil { // the in-memory twin has no cluster config
@@ -175,10 +168,8 @@ func ownershipConfig(cfg Config) ownership.Config {
 
 // membershipConfig maps a node profile to the gossip configuration.
 func membershipConfig(cfg Config) (cluster.Config, error) {
-	mc := cluster.DefaultLANConfig()
-	if cfg.Profile == ProfileFast {
-		mc = cluster.DefaultLocalConfig()
-	}
+	row, _ := cfg.Profile.row()
+	mc := row.membership()
 	mc.Name = cfg.NodeID
 	mc.ClusterLabel = cfg.Cluster
 	host, port, err := splitHostPort(cfg.GossipAddr)
@@ -208,9 +199,9 @@ func membershipConfig(cfg Config) (cluster.Config, error) {
 }
 
 func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err error) {
-	timing, _ := cfg.Profile.Timing()
+	ocfg := ownershipConfig(cfg)
 	b := &netBackend{
-		cfg: cfg, timing: timing, ocfg: ownershipConfig(cfg), notify: notify,
+		cfg: cfg, timing: timingOf(ocfg), ocfg: ocfg, notify: notify,
 		kickCh: make(chan struct{}, 1), revokedAt: make(map[uint32]time.Time),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -299,7 +290,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	cleanup = append(cleanup, func() { _ = b.gossip.Shutdown() })
 
-	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: timing})
+	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing})
 	if err != nil {
 		return nil, err
 	}
