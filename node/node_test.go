@@ -604,6 +604,23 @@ func TestRegisterFlags(t *testing.T) {
 		len(cfg.EncryptionKey) != 16 || cfg.JobTimeout != 3*time.Second {
 		t.Fatalf("parsed %+v", cfg)
 	}
+	// The settings `tenure agent` takes from RegisterFlags too.
+	fs = flag.NewFlagSet("x", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-voter", "never", "-voters-own-shards=false", "-tags", "zone=a, rack=r1",
+		"-max-pending-jobs", "7", "-manual-finalize", "-cluster", "blue"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Voter != VoterNever || !cfg.VoterOwnsNoShards || cfg.Tags["rack"] != "r1" || len(cfg.Tags) != 2 ||
+		cfg.MaxPendingJobs != 7 || !cfg.ManualFinalize || cfg.Cluster != "blue" {
+		t.Fatalf("parsed %+v", cfg)
+	}
+	if got := fs.Lookup("voters-own-shards").Value.String(); got != "false" {
+		t.Fatalf("voters-own-shards reads %q, want false", got)
+	}
+	if got := fs.Lookup("encrypt-key").Value.String(); got != "<redacted>" {
+		t.Fatalf("encrypt-key prints %q", got)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
