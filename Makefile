@@ -8,7 +8,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test mutations tier3 k8s-manifests examples test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test mutations tier3 k8s-manifests examples browser test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -18,13 +18,26 @@ build:
 # The test command README.md gives; .ci/run calls it. Everything runs under
 # the race detector except the many-seed simulator sweep, which the race
 # detector slows ~15x: it runs its 2,000 seeds (SIMSEEDS) without it.
+# The mutation switches (internal/mutation) are compiled in only with
+# -tags mutations, so the tests that turn them on (MUTATION_TESTS) skip in
+# the first run and run in the second.
 SIMSEEDS ?= 2000
+MUTATION_TESTS := ^(TestSetAndOn|TestMutations|TestSimShrink|TestTier2Mutations)$$
 test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
+	$(GO) test -race -count=1 -timeout 30m -tags mutations -run '$(MUTATION_TESTS)' ./internal/mutation/ ./simulation/ ./simulation/tier2/
 	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
 	$(MAKE) tier3
 	$(MAKE) k8s-manifests
 	$(MAKE) examples
+	$(MAKE) browser
+
+# The dashboard in headless chromium (chromedp), against a fake node and a
+# `tenure demo` cluster; skipped where no chromium is installed. Its own
+# module (cmd/tenure/browsertest/go.mod) so the library never depends on
+# chromedp.
+browser:
+	cd cmd/tenure/browsertest && $(GO) test -count=1 -timeout 10m ./...
 
 # The Kubernetes manifests (deploy/kubernetes) decoded strictly into the
 # typed k8s.io/api structs and checked against the agent's flags, offline.
@@ -46,8 +59,8 @@ examples:
 # mutation is caught by neither.
 MUTATION_SEEDS ?= 200
 mutations:
-	$(GO) test -count=1 -timeout 30m -run '^TestMutations$$' ./simulation/ -args -mutations.out=$(CURDIR)/mutations.json -mutations.seeds=$(MUTATION_SEEDS)
-	$(GO) test -count=1 -timeout 30m -v -run '^TestTier2MutationsReport$$' ./simulation/tier2/ -args -mutations.file=$(CURDIR)/mutations.json
+	$(GO) test -count=1 -timeout 30m -tags mutations -run '^TestMutations$$' ./simulation/ -args -mutations.out=$(CURDIR)/mutations.json -mutations.seeds=$(MUTATION_SEEDS)
+	$(GO) test -count=1 -timeout 30m -tags mutations -v -run '^TestTier2MutationsReport$$' ./simulation/tier2/ -args -mutations.file=$(CURDIR)/mutations.json
 
 # Tier 3: tier-2 scenarios compiled for wasip1 and replayed under wazero,
 # byte-identical per seed. Its own module (simulation/tier3/go.mod).
@@ -73,6 +86,7 @@ lint:
 	cd simulation/tier3 && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd deploy/kubernetes && $(GO) vet ./...
 	cd examples && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd cmd/tenure/browsertest && $(GO) vet ./...
 
 # Each fuzz target runs for FUZZTIME (go test allows one -fuzz per package run).
 fuzz:
@@ -118,6 +132,7 @@ tidy:
 	cd simulation/tier3 && $(GO) mod tidy
 	cd deploy/kubernetes && $(GO) mod tidy
 	cd examples && $(GO) mod tidy
+	cd cmd/tenure/browsertest && $(GO) mod tidy
 
 clean:
 	rm -rf bin

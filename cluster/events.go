@@ -13,21 +13,6 @@ import (
 	"time"
 )
 
-// String returns the state's name.
-func (s MemberState) String() string {
-	switch s {
-	case StateAlive:
-		return "alive"
-	case StateSuspect:
-		return "suspect"
-	case StateDead:
-		return "dead"
-	case StateLeft:
-		return "left"
-	}
-	return "state(" + strconv.Itoa(int(s)) + ")"
-}
-
 // String returns the kind's name.
 func (k EventKind) String() string {
 	switch k {

@@ -1,5 +1,7 @@
 package cluster
 
+import "github.com/tenurehq/tenure/member"
+
 // This file is the contract between membership (gossip) and its readers (the
 // control group, ownership, node). Fields may be added; meanings must not
 // change.
@@ -19,14 +21,16 @@ type Meta struct {
 	Tags        map[string]string // free-form labels
 }
 
-// MemberState is gossip's view of a member.
-type MemberState uint8
+// MemberState is gossip's view of a member (the one definition is
+// member.State).
+type MemberState = member.State
 
+// The member states.
 const (
-	StateAlive MemberState = iota
-	StateSuspect
-	StateDead // failed without leaving
-	StateLeft // left gracefully
+	StateAlive   = member.Alive
+	StateSuspect = member.Suspect
+	StateDead    = member.Dead // failed without leaving
+	StateLeft    = member.Left // left gracefully
 )
 
 // Member is one node as gossip sees it.

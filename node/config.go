@@ -53,7 +53,8 @@ const (
 )
 
 // Profile names a set of timing parameters (lease, renewal period, drift
-// margin, drain timeout) and failure-detection speeds. See docs/protocol.md.
+// margin, drain timeout) and failure-detection speeds: a row of the profile
+// table (profiles.go). See docs/protocol.md.
 type Profile string
 
 // The timing profiles. Shorter leases fail over faster and cost more
@@ -81,20 +82,6 @@ type Timing struct {
 	// DrainTimeout is how long an owner may keep acting on a revoked shard
 	// to drain it (T).
 	DrainTimeout time.Duration
-}
-
-// Timing returns the profile's timing parameters, and false for an unknown
-// profile.
-func (p Profile) Timing() (Timing, bool) {
-	switch p {
-	case ProfileFast:
-		return Timing{Lease: time.Second, RenewEvery: 200 * time.Millisecond, MaxDrift: 0.1, DrainTimeout: time.Second}, true
-	case ProfileDefault, "":
-		return Timing{Lease: 2 * time.Second, RenewEvery: 400 * time.Millisecond, MaxDrift: 0.1, DrainTimeout: 5 * time.Second}, true
-	case ProfileSafe:
-		return Timing{Lease: 5 * time.Second, RenewEvery: time.Second, MaxDrift: 0.2, DrainTimeout: 15 * time.Second}, true
-	}
-	return Timing{}, false
 }
 
 // Config configures a Node. Start it from DefaultConfig, which reads the

@@ -52,10 +52,8 @@ type clusterControl struct {
 }
 
 func newClusterControl(d controlDeps) (controlPlane, error) {
-	cc := cluster.DefaultControlConfig()
-	if d.cfg.Profile == ProfileFast {
-		cc = cluster.FastControlConfig()
-	}
+	row, _ := d.cfg.Profile.row()
+	cc := row.control()
 	cc.NodeID, cc.Incarnation = d.id, d.incarnation
 	cc.BindAddr, cc.AdvertiseAddr = d.cfg.RaftAddr, d.cfg.RaftAdvertise
 	cc.BootstrapExpect = d.cfg.BootstrapExpect
@@ -81,7 +79,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		cc.CheckCommand = nil
 	}
 	if tune.lanRaft {
-		lan := cluster.DefaultControlConfig()
+		lan := profileTable[ProfileDefault].control()
 		cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout = lan.HeartbeatTimeout, lan.ElectionTimeout, lan.LeaderLeaseTimeout
 	}
 	if d.cfg.Logger != nil {

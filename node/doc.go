@@ -78,11 +78,6 @@
 // IsLeader, Leader, Token, Events, WaitLeader, Resign and Candidates cover
 // what other leader-election libraries offer, without a database.
 //
-// Status: group elections need election shards in the ledger and
-// group-restricted placement in the planner; until those exist they run
-// on a MemNetwork only and GroupElection returns ErrUnsupported on a
-// networked cluster.
-//
 // # Health
 //
 // SetHealth gossips a score in [0, 1] and metadata. A node below

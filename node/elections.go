@@ -97,8 +97,8 @@ func (n *Node) Election(name string) *Election {
 // its own leader for the same name (Logx's SingleInstanceClusterWorker).
 // The first call declares the election in the ledger, which gives it a
 // dedicated shard the control group places only on the group's members;
-// ctx bounds that commit. It returns ErrUnsupported if the cluster cannot
-// hold group-scoped elections.
+// ctx bounds that commit; its errors are the commit's (ErrNoQuorum,
+// ctx.Err(), ...).
 func (n *Node) GroupElection(ctx context.Context, name string) (*Election, error) {
 	if n.isClosed() {
 		return nil, ErrClosed

@@ -5,37 +5,25 @@ import (
 	"maps"
 	"sort"
 	"time"
+
+	"github.com/tenurehq/tenure/member"
 )
 
-// MemberState is gossip's view of a member.
-type MemberState uint8
+// MemberState is gossip's view of a member (the one definition is
+// member.State).
+type MemberState = member.State
 
 // The member states.
 const (
 	// MemberAlive: the member answers gossip probes.
-	MemberAlive MemberState = iota
+	MemberAlive = member.Alive
 	// MemberSuspect: probes failed recently; it may be dead.
-	MemberSuspect
+	MemberSuspect = member.Suspect
 	// MemberDead: the member failed without leaving.
-	MemberDead
+	MemberDead = member.Dead
 	// MemberLeft: the member left gracefully.
-	MemberLeft
+	MemberLeft = member.Left
 )
-
-// String returns the state's name.
-func (s MemberState) String() string {
-	switch s {
-	case MemberAlive:
-		return "alive"
-	case MemberSuspect:
-		return "suspect"
-	case MemberDead:
-		return "dead"
-	case MemberLeft:
-		return "left"
-	}
-	return fmt.Sprintf("MemberState(%d)", uint8(s))
-}
 
 // Member is one node as this node sees it: gossip's view (a hint) joined
 // with the control group's committed view (Live, Voter).

@@ -11,7 +11,8 @@ import (
 	"github.com/tenurehq/tenure/ledger"
 )
 
-// JobState is where a job is in its life:
+// JobState is where a job is in its life (the one definition is
+// ledger.JobState; Finished reports the final states):
 //
 //	pending ──Start──▶ started ──Complete──▶ completed
 //	   ▲                  │
@@ -19,37 +20,19 @@ import (
 //	                      ├──Fail, attempts used up──▶ dead
 //	                      └──timed out: the shard's owner (the next one, if
 //	                         the old owner failed) starts a new attempt
-type JobState uint8
+type JobState = ledger.JobState
 
 // The job states.
 const (
 	// JobPending: enqueued, or failed and waiting for a retry.
-	JobPending JobState = iota + 1
+	JobPending = ledger.JobPending
 	// JobStarted: an attempt is running on the shard's owner.
-	JobStarted
+	JobStarted = ledger.JobStarted
 	// JobCompleted: an attempt completed; final.
-	JobCompleted
+	JobCompleted = ledger.JobCompleted
 	// JobDead: out of attempts (dead-lettered); final.
-	JobDead
+	JobDead = ledger.JobDead
 )
-
-// String returns the state's name.
-func (s JobState) String() string {
-	switch s {
-	case JobPending:
-		return "pending"
-	case JobStarted:
-		return "started"
-	case JobCompleted:
-		return "completed"
-	case JobDead:
-		return "dead"
-	}
-	return fmt.Sprintf("JobState(%d)", uint8(s))
-}
-
-// Final reports whether no transition leaves s.
-func (s JobState) Final() bool { return s == JobCompleted || s == JobDead }
 
 // DefaultJobTimeout is the default of Config.JobTimeout.
 const DefaultJobTimeout = time.Minute
@@ -153,7 +136,10 @@ func (q JobQuery) match(j Job) bool {
 // JobEvent is one committed change of a job.
 type JobEvent struct {
 	Job Job
-	// Previous is the state before the change (0 for a new job).
+	// Created reports that the job is new to this subscription's node;
+	// Previous is then meaningless.
+	Created bool
+	// Previous is the state before the change (unless Created).
 	Previous JobState
 }
 
@@ -333,7 +319,7 @@ func (n *Node) publishJobEvents() {
 			continue
 		}
 		n.jobSeen[j.ID] = v
-		evs = append(evs, JobEvent{Job: j, Previous: old.state})
+		evs = append(evs, JobEvent{Job: j, Created: !ok, Previous: old.state})
 	}
 	n.jobEvents.publish(evs...)
 }

@@ -490,7 +490,7 @@ func (b *memBackend) startJob(_ context.Context, tok Token, id uint64, attempt u
 		return cloneJob(*j), ErrNotOwner
 	}
 	now := time.Now()
-	if j.State.Final() || j.Attempt != attempt || !runnableAt(*j, b.net.shards[tok.Shard].Epoch, now) {
+	if j.State.Finished() || j.Attempt != attempt || !runnableAt(*j, b.net.shards[tok.Shard].Epoch, now) {
 		return cloneJob(*j), fmt.Errorf("job %d is %s (attempt %d, asked %d): %w", j.ID, j.State, j.Attempt, attempt, ErrJobState)
 	}
 	b.net.index++
@@ -511,7 +511,7 @@ func (b *memBackend) finishJob(_ context.Context, tok Token, id uint64, attempt 
 	if !ok || j.Shard != tok.Shard {
 		return Job{}, ErrJobNotFound
 	}
-	if j.State.Final() {
+	if j.State.Finished() {
 		return cloneJob(*j), fmt.Errorf("job %d is %s: %w", j.ID, j.State, ErrJobState)
 	}
 	if err := b.fenced(tok); err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -114,32 +115,20 @@ func (t Token) IsZero() bool { return t == Token{} }
 // refuses writes carrying an older one.
 func (t Token) Newer(u Token) bool { return t.Shard == u.Shard && t.Epoch > u.Epoch }
 
-// ShardState is the committed state of a shard.
-type ShardState uint8
+// ShardState is the committed state of a shard (the one definition is
+// ledger.ShardState).
+type ShardState = ledger.ShardState
 
 // The shard states (see docs/protocol.md).
 const (
 	// ShardUnowned: no node may act on the shard.
-	ShardUnowned ShardState = iota
+	ShardUnowned = ledger.ShardUnowned
 	// ShardOwned: the owner acts while its lease is valid.
-	ShardOwned
+	ShardOwned = ledger.ShardOwned
 	// ShardRevoking: the owner was asked to hand the shard over and acts
 	// only to drain it, until it releases it or its drain timeout ends.
-	ShardRevoking
+	ShardRevoking = ledger.ShardRevoking
 )
-
-// String returns the state's name.
-func (s ShardState) String() string {
-	switch s {
-	case ShardUnowned:
-		return "unowned"
-	case ShardOwned:
-		return "owned"
-	case ShardRevoking:
-		return "revoking"
-	}
-	return fmt.Sprintf("ShardState(%d)", uint8(s))
-}
 
 // ShardInfo is one shard's committed ownership as this node's replica
 // shows it, plus whether this node acts on it.
@@ -237,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg:     cfg,
 		timing:  timing,
 		log:     cfg.Logger,
-		guard:   max(timing.Lease/50, timing.RenewEvery/2),
+		guard:   actingGuard(timing),
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),

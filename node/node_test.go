@@ -576,10 +576,13 @@ func TestWatchJobs(t *testing.T) {
 	if _, err := a.CompleteJob(ctx, started, nil); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	for first := true; ; first = false {
 		ev := recv(t, w)
 		if ev.Job.Key != "k" {
 			t.Fatalf("event for a job outside the query: %+v", ev)
+		}
+		if ev.Created != first {
+			t.Fatalf("event %+v: Created = %v, want %v (only the first event of a job is its creation)", ev, ev.Created, first)
 		}
 		if ev.Job.State == JobCompleted {
 			break
@@ -600,6 +603,23 @@ func TestRegisterFlags(t *testing.T) {
 	if cfg.NodeID != "n7" || len(cfg.Seeds) != 2 || cfg.Seeds[1] != "b:2" || cfg.Profile != ProfileFast ||
 		len(cfg.EncryptionKey) != 16 || cfg.JobTimeout != 3*time.Second {
 		t.Fatalf("parsed %+v", cfg)
+	}
+	// The settings `tenure agent` takes from RegisterFlags too.
+	fs = flag.NewFlagSet("x", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-voter", "never", "-voters-own-shards=false", "-tags", "zone=a, rack=r1",
+		"-max-pending-jobs", "7", "-manual-finalize", "-cluster", "blue"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Voter != VoterNever || !cfg.VoterOwnsNoShards || cfg.Tags["rack"] != "r1" || len(cfg.Tags) != 2 ||
+		cfg.MaxPendingJobs != 7 || !cfg.ManualFinalize || cfg.Cluster != "blue" {
+		t.Fatalf("parsed %+v", cfg)
+	}
+	if got := fs.Lookup("voters-own-shards").Value.String(); got != "false" {
+		t.Fatalf("voters-own-shards reads %q, want false", got)
+	}
+	if got := fs.Lookup("encrypt-key").Value.String(); got != "<redacted>" {
+		t.Fatalf("encrypt-key prints %q", got)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

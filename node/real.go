@@ -154,15 +154,8 @@ var _ backend = (*netBackend)(nil)
 
 // ownershipConfig maps a node profile to the ownership configuration.
 func ownershipConfig(cfg Config) ownership.Config {
-	var oc ownership.Config
-	switch cfg.Profile {
-	case ProfileFast:
-		oc = ownership.FastConfig()
-	case ProfileSafe:
-		oc = ownership.SafeConfig()
-	default:
-		oc = ownership.DefaultConfig()
-	}
+	row, _ := cfg.Profile.row() // Validate refused unknown profiles
+	oc := row.ownership()
 	oc.Ring.Partitions = cfg.Partitions
 	oc.MinHealth = cfg.MinHealth
 	if cfg.Network == nil { // the in-memory twin has no cluster config
@@ -175,10 +168,8 @@ func ownershipConfig(cfg Config) ownership.Config {
 
 // membershipConfig maps a node profile to the gossip configuration.
 func membershipConfig(cfg Config) (cluster.Config, error) {
-	mc := cluster.DefaultLANConfig()
-	if cfg.Profile == ProfileFast {
-		mc = cluster.DefaultLocalConfig()
-	}
+	row, _ := cfg.Profile.row()
+	mc := row.membership()
 	mc.Name = cfg.NodeID
 	mc.ClusterLabel = cfg.Cluster
 	host, port, err := splitHostPort(cfg.GossipAddr)
@@ -208,9 +199,9 @@ func membershipConfig(cfg Config) (cluster.Config, error) {
 }
 
 func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err error) {
-	timing, _ := cfg.Profile.Timing()
+	ocfg := ownershipConfig(cfg)
 	b := &netBackend{
-		cfg: cfg, timing: timing, ocfg: ownershipConfig(cfg), notify: notify,
+		cfg: cfg, timing: timingOf(ocfg), ocfg: ocfg, notify: notify,
 		kickCh: make(chan struct{}, 1), revokedAt: make(map[uint32]time.Time),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -299,7 +290,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	cleanup = append(cleanup, func() { _ = b.gossip.Shutdown() })
 
-	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: timing})
+	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing})
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +408,7 @@ func (s loopSource) Input() ownership.Input {
 	voters := s.b.ctl.Voters()
 	for _, m := range s.b.gossip.Members() {
 		in.Members = append(in.Members, ownership.Member{
-			ID: m.ID, Incarnation: m.Incarnation, State: ownership.GossipState(m.State),
+			ID: m.ID, Incarnation: m.Incarnation, State: m.State,
 			Health: m.Health, Draining: m.Draining, Group: m.Tags[groupTag],
 			NoShards: ownsNoShards(m.Tags, slices.Contains(voters, m.ID)),
 		})
@@ -600,7 +591,7 @@ func (b *netBackend) appliedIndex() uint64 { return b.fsm.State().AppliedIndex()
 
 func shardInfo(st *ledger.State, r ledger.ShardRecord) ShardInfo {
 	return ShardInfo{
-		Shard: r.Shard, Epoch: r.Epoch, Owner: r.Owner, State: ShardState(r.State), Target: r.Target,
+		Shard: r.Shard, Epoch: r.Epoch, Owner: r.Owner, State: r.State, Target: r.Target,
 		Valid: st.OwnershipValid(r), ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason,
 	}
 }
@@ -656,7 +647,7 @@ func (b *netBackend) members() []Member {
 		rec, known := st.Node(m.ID)
 		mm := Member{
 			ID: m.ID, Group: firstNonEmpty(m.Tags[groupTag], m.Group), Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr,
-			HTTPAddr: m.HTTPAddr, State: MemberState(m.State), Health: m.Health, Draining: m.Draining || rec.Draining,
+			HTTPAddr: m.HTTPAddr, State: m.State, Health: m.Health, Draining: m.Draining || rec.Draining,
 			Live:  known && rec.Incarnation == m.Incarnation && (m.State == cluster.StateAlive || m.State == cluster.StateSuspect),
 			Voter: slices.Contains(voters, m.ID), Leader: m.ID == leader, Version: m.Version,
 		}
@@ -897,7 +888,7 @@ func jobFromRecord(j ledger.JobRecord) Job {
 		return time.Unix(0, ns)
 	}
 	return Job{
-		ID: j.ID, Shard: j.Shard, Key: j.Key, Type: j.Type, Payload: j.Payload, State: JobState(j.State + 1),
+		ID: j.ID, Shard: j.Shard, Key: j.Key, Type: j.Type, Payload: j.Payload, State: j.State,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Owner: j.Owner, Epoch: j.Epoch,
 		Timeout: time.Duration(j.Timeout), Result: j.Result, Error: j.LastError,
 		NotBefore: t(j.NotBefore), EnqueuedAt: t(j.EnqueuedAt), StartedAt: t(j.StartedAt), FinishedAt: t(j.FinishedAt),
@@ -987,7 +978,7 @@ func (b *netBackend) jobs(q JobQuery) []Job {
 		for _, s := range slices.Compact(shards) {
 			var per []ledger.JobRecord
 			for _, js := range q.States {
-				per = append(per, st.Jobs(s, ledger.JobState(js-1))...)
+				per = append(per, st.Jobs(s, js)...)
 			}
 			slices.SortFunc(per, func(a, b ledger.JobRecord) int { return cmp.Compare(a.ID, b.ID) })
 			recs = append(recs, per...)

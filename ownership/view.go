@@ -5,34 +5,21 @@ import (
 	"slices"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 )
 
-// GossipState is gossip's opinion of a member. Gossip is a hint: the planner
-// uses it for placement only, never to decide that a lease has ended.
-type GossipState uint8
+// GossipState is gossip's opinion of a member (the one definition is
+// member.State, which cluster produces). Gossip is a hint: the planner uses
+// it for placement only, never to decide that a lease has ended.
+type GossipState = member.State
 
-// Gossip states, in the same order as cluster.MemberState.
+// The gossip states.
 const (
-	GossipAlive GossipState = iota
-	GossipSuspect
-	GossipDead
-	GossipLeft
+	GossipAlive   = member.Alive
+	GossipSuspect = member.Suspect
+	GossipDead    = member.Dead
+	GossipLeft    = member.Left
 )
-
-// String names the state.
-func (s GossipState) String() string {
-	switch s {
-	case GossipAlive:
-		return "alive"
-	case GossipSuspect:
-		return "suspect"
-	case GossipDead:
-		return "dead"
-	case GossipLeft:
-		return "left"
-	}
-	return "unknown"
-}
 
 // Member is one node as the leader's gossip sees it (node/ builds it from
 // cluster.Member).

@@ -31,6 +31,9 @@ func TestSimDeterminism(t *testing.T) {
 // TestSimShrink shrinks a run that fails under a mutation to a smaller
 // fault schedule that still fails the same way.
 func TestSimShrink(t *testing.T) {
+	if !mutation.Enabled {
+		t.Skip(mutation.SkipReason)
+	}
 	defer mutation.Set(mutation.SkipTakeoverWait)()
 	for seed := uint64(1); seed <= 20; seed++ {
 		cfg := DefaultConfig(seed)

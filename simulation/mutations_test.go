@@ -73,6 +73,9 @@ func sweepMutation(t *testing.T, m mutation.Switch, seeds int) MutationReport {
 // missed are left for tier 2 (make mutations runs TestTier2MutationsReport
 // on the file next). A harness that cannot fail is worthless.
 func TestMutations(t *testing.T) {
+	if !mutation.Enabled {
+		t.Skip(mutation.SkipReason)
+	}
 	if testing.Short() {
 		t.Skip("mutations take a while")
 	}

@@ -12,8 +12,22 @@ import (
 	"github.com/tenurehq/tenure/node"
 )
 
+// loadCfg loads the agent's config with exactly env as the environment:
+// ff reads TENURE_* from the process environment, so every TENURE_*
+// variable of the test process is cleared (t.Setenv restores it) and env's
+// are set; HOSTNAME and CLUSTER_NAME come through getenv.
 func loadCfg(t *testing.T, env map[string]string, args ...string) (agentConfig, error) {
 	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, envPrefix+"_") {
+			t.Setenv(k, "")
+		}
+	}
+	for k, v := range env {
+		if strings.HasPrefix(k, envPrefix+"_") {
+			t.Setenv(k, v)
+		}
+	}
 	var stderr bytes.Buffer
 	return loadAgentConfig(args, func(k string) string { return env[k] }, &stderr)
 }
@@ -44,7 +58,7 @@ tags = zone=a,rack=r1
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := defaultAgentConfig()
+	want := defaultAgentConfig(func(string) string { return "" })
 	want.NodeID, want.Group = "pod-0", "blue"
 	want.DataDir, want.Profile, want.Partitions = "/from/file", "fast", 64
 	want.Seeds = []string{"a:1", "b:2"}
@@ -96,7 +110,7 @@ func TestAgentConfigJSONFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.NodeID != "j1" || len(c.Seeds) != 2 || c.Workload || c.Tags["zone"] != "b" || string(c.EncryptKey) != "0123456789abcdef" || c.TickEvery != 250*time.Millisecond {
+	if c.NodeID != "j1" || len(c.Seeds) != 2 || c.Workload || c.Tags["zone"] != "b" || string(c.EncryptionKey) != "0123456789abcdef" || c.TickEvery != 250*time.Millisecond {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -117,7 +131,8 @@ func TestAgentConfigErrorsNameTheKey(t *testing.T) {
 		{"unknown json key", nil, `{"nodeid": "x"}`, nil, []string{`unknown key "nodeid"`}},
 		{"json array of numbers", nil, `{"seeds": [1]}`, nil, []string{`key "seeds"`, "not a string"}},
 		{"bad env", map[string]string{"TENURE_PARTITIONS": "x"}, "", nil, []string{"TENURE_PARTITIONS"}},
-		{"bad key base64", map[string]string{"TENURE_ENCRYPT": "!!!"}, "", nil, []string{"TENURE_ENCRYPT", "base64", "<redacted>"}},
+		{"bad key base64", map[string]string{"TENURE_ENCRYPT": "!!!"}, "", nil, []string{"TENURE_ENCRYPT", "base64"}},
+		{"bad key in file", nil, "encrypt = YWJj\n", nil, []string{`key "encrypt"`, "<redacted>", "3 bytes"}},
 		{"bad key size", nil, "", []string{"--encrypt", "YWJj"}, []string{"3 bytes"}},
 		{"profile", nil, "", []string{"--profile", "turbo"}, []string{`profile "turbo"`}},
 		{"no seeds", nil, "", []string{"--bootstrap-expect", "3"}, []string{"seeds empty"}},
@@ -150,6 +165,12 @@ func TestAgentConfigErrorsNameTheKey(t *testing.T) {
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Fatalf("error %q does not contain %q", err, w)
+				}
+			}
+			// A secret is never repeated in an error.
+			for _, secret := range []string{"!!!", "YWJj"} {
+				if strings.Contains(err.Error(), secret) && c.name != "bad key size" {
+					t.Fatalf("error %q repeats the secret %q", err, secret)
 				}
 			}
 		})

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,49 +10,34 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/node"
 )
 
-// Agent defaults.
+// Agent defaults beyond node.DefaultConfig's.
 const (
-	defaultGossipPort  = 7946
-	defaultRaftPort    = 7947
-	defaultPartitions  = 271
-	defaultBootstrap   = 3
 	defaultDrainOnStop = 30 * time.Second
 	defaultDataDir     = "tenure-data"
-	defaultProfile     = "default"
-	defaultGroup       = "default"
-	defaultMinHealth   = 0.5
-	defaultJobTimeout  = time.Minute
-	envPrefix          = "TENURE_"
-	envIdentityNode    = "HOSTNAME"
-	envIdentityGroup   = "CLUSTER_NAME"
+	defaultJobTimeout  = node.DefaultJobTimeout
+	envPrefix          = "TENURE"
 )
 
-// agentConfig is everything `tenure agent` is configured with. Values come
-// from, in increasing precedence: defaults, the config file (--config or
-// TENURE_CONFIG), the environment (TENURE_<FLAG>, plus HOSTNAME and
-// CLUSTER_NAME for the identity) and the command line.
+// agentConfig is everything `tenure agent` is configured with: the node's
+// settings (node.Config, whose flags come from node.Config.RegisterFlags)
+// and the agent's own (HTTP server, demo workload, logs, shutdown). Values
+// come from, in increasing precedence: defaults (HOSTNAME and CLUSTER_NAME
+// for the identity, node.ConfigFromEnv), the config file (--config or
+// TENURE_CONFIG), the environment (TENURE_<FLAG>) and the command line;
+// github.com/peterbourgon/ff layers them.
 type agentConfig struct {
-	NodeID          string
-	Group           string
-	DataDir         string
-	Seeds           []string
-	BootstrapExpect int
-	GossipAddr      string
-	GossipAdvertise string
-	RaftAddr        string
-	RaftAdvertise   string
-	HTTPAddr        string
-	Profile         string
-	Partitions      int
-	MinHealth       float64
-	EncryptKey      []byte // decoded from base64
+	node.Config
+
 	// HTTP API tokens (write scope, read scope) or the files holding them.
 	Token         string
 	ReadToken     string
@@ -68,157 +52,44 @@ type agentConfig struct {
 	HTTPTLSKey  string
 	// HTTPMaxConnsPerClient caps open HTTP connections per client IP (0: none).
 	HTTPMaxConnsPerClient int
-	// MaxPendingJobs caps the pending jobs of one shard (0: none).
-	MaxPendingJobs int
-	// ManualFinalize: the cluster version is raised only by `tenure
-	// upgrade finalize` (node.Config.ManualFinalize).
-	ManualFinalize bool
-	// Voter is the node's place in the control group: auto, always or
-	// never (node.Config.Voter).
-	Voter string
-	// VotersOwnShards false: while a voter, this node owns no shards
-	// (node.Config.VoterOwnsNoShards).
-	VotersOwnShards bool
-	Witness         string
-	Workload        bool
-	TickEvery       time.Duration
-	DrainOnStop     time.Duration
-	JobTimeout      time.Duration
-	Tags            map[string]string
-	LogFormat       string // auto, text, json
-	LogLevel        string // debug, info, warn, error
-	// Mutual TLS on the Raft/RPC port (node.Config.TLS*).
-	TLSCA   string
-	TLSCert string
-	TLSKey  string
-	// Insecure allows a non-loopback Raft port without TLS.
-	Insecure bool
+	Witness               string
+	Workload              bool
+	TickEvery             time.Duration
+	DrainOnStop           time.Duration
+	LogFormat             string // auto, text, json
+	LogLevel              string // debug, info, warn, error
 }
 
-// defaultAgentConfig returns the defaults before file, env and flags.
-func defaultAgentConfig() agentConfig {
+// defaultAgentConfig returns the defaults before file, env and flags, with
+// the identity read through getenv (HOSTNAME, CLUSTER_NAME).
+func defaultAgentConfig(getenv func(string) string) agentConfig {
+	nc := node.ConfigFromEnv(getenv)
+	nc.DataDir = defaultDataDir
+	// The agent listens on HTTPAddr and advertises it (nodeConfig).
+	nc.HTTPAddr = "0.0.0.0:" + strconv.Itoa(defaultHTTPPort)
+	nc.JobTimeout = defaultJobTimeout
+	nc.MaxPendingJobs = defaultMaxPendingJobs
+	nc.Voter = node.VoterAuto
 	return agentConfig{
-		Group:           defaultGroup,
-		DataDir:         defaultDataDir,
-		BootstrapExpect: defaultBootstrap,
-		GossipAddr:      "0.0.0.0:" + strconv.Itoa(defaultGossipPort),
-		RaftAddr:        "0.0.0.0:" + strconv.Itoa(defaultRaftPort),
-		HTTPAddr:        "0.0.0.0:" + strconv.Itoa(defaultHTTPPort),
-		Profile:         defaultProfile,
-		Partitions:      defaultPartitions,
-		MinHealth:       defaultMinHealth,
-		Workload:        true,
-		Voter:           "auto",
-		VotersOwnShards: true,
-		TickEvery:       defaultTickEvery,
-		DrainOnStop:     defaultDrainOnStop,
-		JobTimeout:      defaultJobTimeout,
-		LogFormat:       "auto",
-		LogLevel:        "info",
-
+		Config:                nc,
+		Workload:              true,
+		TickEvery:             defaultTickEvery,
+		DrainOnStop:           defaultDrainOnStop,
+		LogFormat:             "auto",
+		LogLevel:              "info",
 		HTTPMaxConnsPerClient: defaultMaxConnsPerClient,
-		MaxPendingJobs:        defaultMaxPendingJobs,
 	}
 }
 
-// listValue is a comma-separated list flag.
-type listValue struct{ p *[]string }
-
-func (v listValue) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return strings.Join(*v.p, ",")
-}
-
-func (v listValue) Set(s string) error {
-	*v.p = nil
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			*v.p = append(*v.p, part)
-		}
-	}
-	return nil
-}
-
-// tagsValue is a comma-separated k=v list flag.
-type tagsValue struct{ p *map[string]string }
-
-func (v tagsValue) String() string {
-	if v.p == nil {
-		return ""
-	}
-	keys := make([]string, 0, len(*v.p))
-	for k := range *v.p {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + (*v.p)[k]
-	}
-	return strings.Join(parts, ",")
-}
-
-func (v tagsValue) Set(s string) error {
-	m := map[string]string{}
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
-		k, val, ok := strings.Cut(part, "=")
-		if !ok || strings.TrimSpace(k) == "" {
-			return fmt.Errorf("tag %q: want key=value", part)
-		}
-		m[strings.TrimSpace(k)] = strings.TrimSpace(val)
-	}
-	*v.p = m
-	return nil
-}
-
-// keyValue is a base64-encoded key flag.
-type keyValue struct{ p *[]byte }
-
-func (v keyValue) String() string {
-	if v.p == nil || len(*v.p) == 0 {
-		return ""
-	}
-	return "<redacted>"
-}
-
-func (v keyValue) Set(s string) error {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		*v.p = nil
-		return nil
-	}
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return errors.New("not valid base64 (generate one with `head -c 32 /dev/urandom | base64`)")
-	}
-	if n := len(b); n != 16 && n != 24 && n != 32 {
-		return fmt.Errorf("decodes to %d bytes, want 16, 24 or 32", n)
-	}
-	*v.p = b
-	return nil
-}
-
-// agentFlags declares every agent setting on fs, bound to c.
+// agentFlags declares every agent setting on fs, bound to c: the node's
+// flags (node.Config.RegisterFlags), then the agent's own.
 func agentFlags(fs *flag.FlagSet, c *agentConfig) {
-	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "stable node id (default $HOSTNAME)")
-	fs.StringVar(&c.Group, "group", c.Group, "group the node belongs to (default $CLUSTER_NAME, else \"default\")")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the node's identity, Raft log and snapshots")
-	fs.Var(listValue{&c.Seeds}, "seeds", "comma-separated gossip addresses (host:port) of nodes to join")
-	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", c.BootstrapExpect, "control-group voters that must see each other before the cluster forms (1 = single node; 3 or 5 in production)")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "host:port the gossip transport binds")
-	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", c.GossipAdvertise, "host:port other nodes reach gossip at (default: the bind address, or this host's private IP when binding a wildcard)")
-	fs.StringVar(&c.RaftAddr, "raft-addr", c.RaftAddr, "host:port the Raft transport binds")
-	fs.StringVar(&c.RaftAdvertise, "raft-advertise", c.RaftAdvertise, "host:port other nodes reach Raft at (default like --gossip-advertise)")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "host:port the HTTP API, metrics and dashboard listen on (empty: none)")
-	fs.StringVar(&c.Profile, "profile", c.Profile, "lease timing profile: fast, default or safe")
-	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "number of shards (the same on every node, for the cluster's life)")
-	fs.Float64Var(&c.MinHealth, "min-health", c.MinHealth, "health score (0..1) below which the node gives its shards up")
-	fs.Var(keyValue{&c.EncryptKey}, "encrypt", "base64 gossip encryption key of 16, 24 or 32 bytes (same on every node)")
+	c.Config.RegisterFlags(fs)
+	// The agent listens on --http-addr (node.Config only advertises it).
+	fs.Lookup("http-addr").Usage = "host:port the HTTP API, metrics and dashboard listen on, advertised to the other nodes (empty: none)"
+	// --encrypt is the agent's historical name of --encrypt-key.
+	key := fs.Lookup("encrypt-key")
+	fs.Var(key.Value, "encrypt", key.Usage+" (the same as --encrypt-key)")
 	fs.StringVar(&c.Token, "token", c.Token, "bearer token of the HTTP API's write scope (every endpoint); with it set every /v1 endpoint needs a token. Prefer --token-file: argv is visible to other users")
 	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token of the HTTP API's read scope: GETs, job payloads and results included (needs --token)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file holding the write token (instead of --token)")
@@ -228,41 +99,32 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", c.HTTPTLSCert, "PEM certificate (chain) for HTTPS on the API (with --http-tls-key; TLS 1.2+); re-read when it changes")
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM private key for HTTPS on the API; re-read when it changes")
 	fs.IntVar(&c.HTTPMaxConnsPerClient, "http-max-conns-per-client", c.HTTPMaxConnsPerClient, "open HTTP connections one client IP may hold; more are closed at once (0: no cap)")
-	fs.BoolVar(&c.ManualFinalize, "manual-finalize", c.ManualFinalize, "after a rolling upgrade, keep the cluster version until `tenure upgrade finalize` (a window to go back to the previous binary); by default the leader finalizes once every live node runs the new binary")
-	fs.StringVar(&c.Voter, "voter", c.Voter, "this node's place in the control group: auto (promoted when voters are needed, lowest id first), always (bootstrap voter and promoted first) or never (never votes: for members beside a fixed voter set)")
-	fs.BoolVar(&c.VotersOwnShards, "voters-own-shards", c.VotersOwnShards, "false: while this node is a control-group voter it owns no shards, so a voter's death is never also an owner failure (set it on every node that may vote; costs the voters' capacity)")
-	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it answer 429 (checked by this node before proposing, so advisory under concurrent enqueues; 0: no cap)")
 	fs.StringVar(&c.Witness, "witness", c.Witness, "URL the demo workload POSTs its ticks to (see: tenure witness -h)")
 	fs.BoolVar(&c.Workload, "workload", c.Workload, "run the demo workload that ticks every owned shard")
 	fs.DurationVar(&c.TickEvery, "tick", c.TickEvery, "demo workload tick period")
 	fs.DurationVar(&c.DrainOnStop, "drain-timeout", c.DrainOnStop, "on SIGTERM/SIGINT, how long to wait for shards to hand over before leaving anyway")
-	fs.DurationVar(&c.JobTimeout, "job-timeout", c.JobTimeout, "how long one job attempt may run before the shard's owner may retry it")
-	fs.Var(tagsValue{&c.Tags}, "tags", "comma-separated key=value labels gossiped with the node")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: auto (text on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
-	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "PEM file of the cluster's CA (bundle): with --tls-cert and --tls-key the Raft/RPC port speaks only mutual TLS (`tenure tls init`); required off loopback unless --insecure")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM file of this node's certificate (its node id in the certificate must equal --node-id); re-read when it changes")
-	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM file of this node's private key; re-read when it changes")
-	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow a non-loopback Raft/RPC port without TLS: anyone who reaches it can commit any command (logged loudly)")
 }
 
-// envName is the environment variable of a flag: TENURE_DATA_DIR.
+// envName is the environment variable of a flag: TENURE_DATA_DIR (ff's
+// naming with the TENURE prefix).
 func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // loadAgentConfig builds the config from defaults, the config file, the
-// environment and args. Errors name the bad key and where it came from.
+// process environment and args (ff.Parse layers them); getenv supplies
+// only the identity defaults (HOSTNAME, CLUSTER_NAME). Errors name the bad
+// key and where it came from.
 func loadAgentConfig(args []string, getenv func(string) string, stderr io.Writer) (agentConfig, error) {
-	c := defaultAgentConfig()
+	c := defaultAgentConfig(getenv)
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	agentFlags(fs, &c)
-	configPath := fs.String("config", getenv(envPrefix+"CONFIG"), "config file: JSON, or key = value lines with flag names as keys (env TENURE_CONFIG)")
+	fs.String("config", "", "config file: JSON, or key = value lines with flag names as keys")
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != "config" {
-			f.Usage += fmt.Sprintf(" (env %s)", envName(f.Name))
-		}
+		f.Usage += fmt.Sprintf(" (env %s)", envName(f.Name))
 	})
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: tenure agent [flags]")
@@ -270,49 +132,11 @@ func loadAgentConfig(args []string, getenv func(string) string, stderr io.Writer
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
-	// Find --config on the command line first: the file goes under env
-	// and flags, so it is applied before them.
-	file := *configPath
-scan:
-	for i, a := range args {
-		switch {
-		case a == "--":
-			break scan
-		case (a == "--config" || a == "-config") && i+1 < len(args):
-			file = args[i+1]
-		case strings.HasPrefix(a, "--config=") || strings.HasPrefix(a, "-config="):
-			file = a[strings.Index(a, "=")+1:]
-		}
-	}
-	if file != "" {
-		if err := applyConfigFile(fs, file); err != nil {
-			return c, err
-		}
-	}
-	// Identity from the platform (Kubernetes StatefulSet: HOSTNAME is
-	// stable), then TENURE_* which wins over it.
-	if v := strings.TrimSpace(getenv(envIdentityNode)); v != "" {
-		c.NodeID = v
-	}
-	if v := strings.TrimSpace(getenv(envIdentityGroup)); v != "" {
-		c.Group = v
-	}
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" || envErr != nil {
-			return
-		}
-		name := envName(f.Name)
-		if v, ok := lookup(getenv, name); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("environment %s=%q: %v", name, redact(f.Name, v), err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, envErr
-	}
-	if err := parseFlags(fs, args); err != nil {
+	err := ff.Parse(fs, args,
+		ff.WithEnvVarPrefix(envPrefix),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(configFileParser(fs)))
+	if err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
@@ -345,79 +169,109 @@ func (c *agentConfig) loadTokenFiles() error {
 	return nil
 }
 
-func lookup(getenv func(string) string, name string) (string, bool) {
-	v := getenv(name)
-	return v, v != ""
+// listValue is a comma-separated list flag (tenure tls).
+type listValue struct{ p *[]string }
+
+func (v listValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strings.Join(*v.p, ",")
 }
 
+func (v listValue) Set(s string) error {
+	*v.p = nil
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*v.p = append(*v.p, part)
+		}
+	}
+	return nil
+}
+
+// secretFlags are the flags whose values errors never repeat.
+var secretFlags = map[string]bool{"encrypt": true, "encrypt-key": true, "token": true, "read-token": true}
+
 func redact(flagName, v string) string {
-	if flagName == "encrypt" || flagName == "token" || flagName == "read-token" {
+	if secretFlags[flagName] {
 		return "<redacted>"
 	}
 	return v
 }
 
-// applyConfigFile sets every key of the file on fs. The file is JSON (an
-// object whose keys are flag names) or lines of `key = value` with #
-// comments.
-func applyConfigFile(fs *flag.FlagSet, path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("config file: %w", err)
-	}
-	set := func(where, key, val string) error {
-		if key == "config" {
-			return fmt.Errorf("config file %s: %s: key \"config\" cannot be set from a config file", path, where)
+// maxConfigFile bounds the config file the agent reads.
+const maxConfigFile = 1 << 20
+
+// configFileParser is the config-file format for ff.Parse: a JSON object
+// whose keys are flag names, or lines of `key = value` with # comments.
+// Its errors name the file, the line and the key.
+func configFileParser(fs *flag.FlagSet) ff.ConfigFileParser {
+	return func(r io.Reader, setFlag func(name, value string) error) error {
+		path := fs.Lookup("config").Value.String()
+		b, err := io.ReadAll(io.LimitReader(r, maxConfigFile+1))
+		if err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
 		}
-		if fs.Lookup(key) == nil {
-			return fmt.Errorf("config file %s: %s: unknown key %q (keys are the agent's flag names, e.g. \"data-dir\")", path, where, key)
+		if len(b) > maxConfigFile {
+			return fmt.Errorf("config file %s: larger than %d bytes", path, maxConfigFile)
 		}
-		if err := fs.Set(key, val); err != nil {
-			return fmt.Errorf("config file %s: %s: key %q value %q: %v", path, where, key, redact(key, val), err)
-		}
-		return nil
-	}
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) > 0 && trimmed[0] == '{' {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(trimmed, &obj); err != nil {
-			return fmt.Errorf("config file %s: not valid JSON: %v", path, err)
-		}
-		keys := make([]string, 0, len(obj))
-		for k := range obj {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			v, err := jsonValueString(obj[k])
-			if err != nil {
-				return fmt.Errorf("config file %s: key %q: %v", path, k, err)
+		set := func(where, key, val string) error {
+			if key == "config" {
+				return fmt.Errorf("config file %s: %s: key \"config\" cannot be set from a config file", path, where)
 			}
-			if err := set("JSON", k, v); err != nil {
+			if fs.Lookup(key) == nil {
+				return fmt.Errorf("config file %s: %s: unknown key %q (keys are the agent's flag names, e.g. \"data-dir\")", path, where, key)
+			}
+			if err := setFlag(key, val); err != nil {
+				return fmt.Errorf("config file %s: %s: key %q value %q: %v", path, where, key, redact(key, val), errors.Unwrap(err))
+			}
+			return nil
+		}
+		trimmed := bytes.TrimSpace(b)
+		if len(trimmed) > 0 && trimmed[0] == '{' {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(trimmed, &obj); err != nil {
+				return fmt.Errorf("config file %s: not valid JSON: %v", path, err)
+			}
+			keys := make([]string, 0, len(obj))
+			for k := range obj {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				v, err := jsonValueString(obj[k])
+				if err != nil {
+					return fmt.Errorf("config file %s: key %q: %v", path, k, err)
+				}
+				if err := set("JSON", k, v); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for line := 1; sc.Scan(); line++ {
+			text := strings.TrimSpace(sc.Text())
+			if text == "" || strings.HasPrefix(text, "#") {
+				continue
+			}
+			k, v, ok := strings.Cut(text, "=")
+			if !ok {
+				return fmt.Errorf("config file %s: line %d: %q: want key = value", path, line, text)
+			}
+			v = strings.TrimSpace(v)
+			if uq, err := strconv.Unquote(v); err == nil {
+				v = uq
+			}
+			if err := set(fmt.Sprintf("line %d", line), strings.TrimSpace(k), v); err != nil {
 				return err
 			}
 		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
+		}
 		return nil
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(text, "=")
-		if !ok {
-			return fmt.Errorf("config file %s: line %d: %q: want key = value", path, line, text)
-		}
-		v = strings.TrimSpace(v)
-		if uq, err := strconv.Unquote(v); err == nil {
-			v = uq
-		}
-		if err := set(fmt.Sprintf("line %d", line), strings.TrimSpace(k), v); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
 }
 
 // jsonValueString turns a JSON config value into its flag string: strings
@@ -478,9 +332,7 @@ func (c agentConfig) Validate() error {
 	if c.DataDir == "" {
 		bad("data-dir is empty")
 	}
-	switch c.Profile {
-	case "fast", "default", "safe":
-	default:
+	if _, ok := c.Profile.Timing(); !ok {
 		bad("profile %q: want fast, default or safe", c.Profile)
 	}
 	if c.BootstrapExpect < 1 || c.BootstrapExpect > 7 {
@@ -557,9 +409,7 @@ func (c agentConfig) Validate() error {
 	if c.MaxPendingJobs < 0 {
 		bad("max-pending-jobs %d: want >= 0 (0: no cap)", c.MaxPendingJobs)
 	}
-	switch c.Voter {
-	case "auto", "always", "never":
-	default:
+	if _, err := cluster.ParseVoterPreference(string(c.Voter)); err != nil {
 		bad("voter %q: want auto, always or never", c.Voter)
 	}
 	if len(errs) == 0 {

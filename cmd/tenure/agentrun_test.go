@@ -62,8 +62,9 @@ func TestAgentLifecycle(t *testing.T) {
 	defer wsrv.Close()
 
 	var logs syncBuffer
+	t.Setenv("TENURE_PROFILE", "fast") // the agent reads TENURE_* from the process environment (ff)
 	m := &Main{Stdout: &logs, Stderr: &logs, Getenv: func(k string) string {
-		return map[string]string{"HOSTNAME": "n1", "TENURE_PROFILE": "fast"}[k]
+		return map[string]string{"HOSTNAME": "n1"}[k]
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

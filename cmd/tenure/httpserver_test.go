@@ -23,6 +23,7 @@ import (
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/internal/apifake"
 	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/node"
 )
 
 func TestAgentConfigTokens(t *testing.T) {
@@ -73,7 +74,7 @@ func TestHTTPExposure(t *testing.T) {
 		if got := isLoopbackAddr(addr); got != loop {
 			t.Errorf("isLoopbackAddr(%q) = %v", addr, got)
 		}
-		c := agentConfig{HTTPAddr: addr}
+		c := agentConfig{Config: node.Config{HTTPAddr: addr}}
 		_, err := c.checkHTTPExposure()
 		if (err == nil) != loop {
 			t.Errorf("%s without token: %v", addr, err)

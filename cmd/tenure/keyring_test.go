@@ -25,10 +25,10 @@ func TestKeyringAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
-	c := defaultAgentConfig()
+	c := defaultAgentConfig(func(string) string { return "" })
 	c.NodeID, c.BootstrapExpect, c.DataDir, c.Profile, c.Partitions = "n1", 1, t.TempDir(), "fast", 4
 	c.GossipAddr, c.RaftAddr, c.HTTPAddr = freePort(t), freePort(t), ""
-	c.EncryptKey = oldKey
+	c.EncryptionKey = oldKey
 	n, err := startRealNode(ctx, c, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestKeyringAPI(t *testing.T) {
 
 	// A node without gossip encryption has no keyring: 501.
 	c2 := c
-	c2.NodeID, c2.DataDir, c2.EncryptKey = "n2", t.TempDir(), nil
+	c2.NodeID, c2.DataDir, c2.EncryptionKey = "n2", t.TempDir(), nil
 	c2.GossipAddr, c2.RaftAddr = freePort(t), freePort(t)
 	n2, err := startRealNode(ctx, c2, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -39,7 +39,9 @@ func exitCode(stderr io.Writer, err error) int {
 type Main struct {
 	Stdout io.Writer
 	Stderr io.Writer
-	// Getenv reads the environment (TENURE_*, HOSTNAME, CLUSTER_NAME);
+	// Getenv reads the environment (HOSTNAME, CLUSTER_NAME, the client
+	// commands' TENURE_ADDR and TENURE_TOKEN...; the agent reads its TENURE_*
+	// settings from the process environment through ff);
 	// nil means os.Getenv. Tests set it to a map lookup.
 	Getenv func(string) string
 }

@@ -45,34 +45,9 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 			return node.Config{}, fmt.Errorf("http-addr: %w", err)
 		}
 	}
-	cfg := node.Config{
-		NodeID:          c.NodeID,
-		Group:           c.Group,
-		Seeds:           c.Seeds,
-		BootstrapExpect: c.BootstrapExpect,
-		DataDir:         c.DataDir,
-		Profile:         node.Profile(c.Profile),
-		Partitions:      c.Partitions,
-		MinHealth:       c.MinHealth,
-		GossipAddr:      c.GossipAddr,
-		GossipAdvertise: gossipAdv,
-		RaftAddr:        c.RaftAddr,
-		RaftAdvertise:   raftAdv,
-		HTTPAddr:        httpAdv,
-		EncryptionKey:   c.EncryptKey,
-		Tags:            c.Tags,
-		JobTimeout:      c.JobTimeout,
-		MaxPendingJobs:  c.MaxPendingJobs,
-		ManualFinalize:  c.ManualFinalize,
-		Voter:           node.VoterPreference(c.Voter),
-		// --voters-own-shards=false
-		VoterOwnsNoShards: !c.VotersOwnShards,
-		Logger:            log,
-		TLSCAFile:         c.TLSCA,
-		TLSCertFile:       c.TLSCert,
-		TLSKeyFile:        c.TLSKey,
-		Insecure:          c.Insecure,
-	}
+	cfg := c.Config
+	cfg.GossipAdvertise, cfg.RaftAdvertise, cfg.HTTPAddr = gossipAdv, raftAdv, httpAdv
+	cfg.Logger = log
 	return cfg, cfg.Validate()
 }
 

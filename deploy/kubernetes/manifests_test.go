@@ -95,17 +95,20 @@ func load(t *testing.T, glob string) objects {
 }
 
 // agentEnv returns the TENURE_* variables `tenure agent` reads: one per
-// flag declared in cmd/tenure/agentconfig.go (envName), plus TENURE_CONFIG.
+// flag declared in node/flags.go (node.Config.RegisterFlags) and
+// cmd/tenure/agentconfig.go (the agent's own; envName), plus TENURE_CONFIG.
 func agentEnv(t *testing.T) map[string]bool {
 	t.Helper()
-	src, err := os.ReadFile("../../cmd/tenure/agentconfig.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]bool{"TENURE_CONFIG": true}
-	re := regexp.MustCompile(`fs\.\w+\((?:&c\.\w+|\w+\{&c\.\w+\}), "([a-z0-9-]+)"`)
-	for _, m := range re.FindAllSubmatch(src, -1) {
-		out["TENURE_"+strings.ToUpper(strings.ReplaceAll(string(m[1]), "-", "_"))] = true
+	re := regexp.MustCompile(`fs\.\w+\([^,]+, "([a-z0-9-]+)"`)
+	for _, file := range []string{"../../node/flags.go", "../../cmd/tenure/agentconfig.go"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllSubmatch(src, -1) {
+			out["TENURE_"+strings.ToUpper(strings.ReplaceAll(string(m[1]), "-", "_"))] = true
+		}
 	}
 	if len(out) < 20 || !out["TENURE_VOTER"] || !out["TENURE_DATA_DIR"] {
 		t.Fatalf("agentconfig.go parse found only %d variables: %v", len(out), out)

@@ -1,11 +1,15 @@
 // Package mutation holds the switches that disable one safety rule each in
 // the real code (ownership, ledger). They exist only so that the simulator's
 // tests can prove the harness catches every broken rule; production code
-// never sets them, and they are off by default. Being internal, they are
-// not part of tenure's public API.
+// never sets them. Being internal, they are not part of tenure's public API.
+//
+// The switches are compiled in only under the build tag "mutations"
+// (switch_on.go). Without it (every production build) Enabled is false and
+// On is a function returning the constant false, which the compiler
+// inlines, so every `!mutation.On(...)` guard folds away; Set panics.
+// Tests that turn a switch on skip without the tag (see Enabled); `make
+// test` and `make mutations` run them with -tags mutations.
 package mutation
-
-import "sync/atomic"
 
 // Switch names one disabled safety rule.
 type Switch int32
@@ -209,17 +213,9 @@ func All() []Switch {
 	return out
 }
 
-var active atomic.Int32
-
-// Set turns on exactly one switch (None turns all off) and returns a
-// function that restores the previous one.
-func Set(s Switch) (restore func()) {
-	prev := active.Swap(int32(s))
-	return func() { active.Store(prev) }
-}
-
-// On reports whether switch s is on. It is one atomic load.
-func On(s Switch) bool { return Switch(active.Load()) == s }
+// SkipReason is what a test that needs the switches says when it skips
+// because Enabled is false.
+const SkipReason = "mutation switches are compiled in only with -tags mutations (make test and make mutations pass it)"
 
 // ByName returns the switch named name.
 func ByName(name string) (Switch, bool) {

@@ -19,6 +19,9 @@ import (
 // of wall time, so the test allows 16). The switches are process-wide, so this test
 // does not run in parallel with the others.
 func TestTier2Mutations(t *testing.T) {
+	if !mutation.Enabled {
+		t.Skip(mutation.SkipReason)
+	}
 	if testing.Short() {
 		t.Skip("mutation runs are skipped with -short")
 	}

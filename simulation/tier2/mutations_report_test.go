@@ -32,6 +32,9 @@ func TestTier2MutationsReport(t *testing.T) {
 	if *flagMutations == "" {
 		t.Skip("no -mutations.file given")
 	}
+	if !mutation.Enabled {
+		t.Fatal(mutation.SkipReason + ": run it with -tags mutations")
+	}
 	b, err := os.ReadFile(*flagMutations)
 	if err != nil {
 		t.Fatal(err)

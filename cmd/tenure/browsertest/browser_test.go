@@ -1,4 +1,4 @@
-package main
+package browsertest
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,11 +16,14 @@ import (
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/node"
 	"net/http/httptest"
 )
 
 // The dashboard's browser tests drive Debian's chromium headless through
-// chromedp. They skip where no chromium is installed.
+// chromedp. They skip where no chromium is installed. They live in a module
+// of their own so the library's go.mod does not depend on chromedp; the
+// Makefile's test target runs them.
 
 // chromiumPath finds a Chromium or Chrome binary, or skips the test.
 func chromiumPath(t *testing.T) string {
@@ -138,5 +143,91 @@ func TestDashboardBrowserFake(t *testing.T) {
 		if err := f.Drain(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestE2EDashboardBrowser loads the dashboard of a running 3-node demo
+// cluster in headless chromium, drains a node and sees the shard grid
+// follow.
+func TestE2EDashboardBrowser(t *testing.T) {
+	chromiumPath(t)
+	const partitions = 16
+	bin := tenureBinary(t)
+	d := startDemo(t, bin, 3, partitions)
+	ctx := browser(t, 120*time.Second)
+	checkDashboard(t, ctx, d.dashboard, partitions, d.drainee, func() {
+		if out, err := exec.Command(bin, "drain", "--addr", d.draineeHTTP).CombinedOutput(); err != nil {
+			t.Fatalf("drain: %v %s", err, out)
+		}
+	})
+}
+
+// TestE2EDashboardBrowserKill loads the dashboard of a running 3-node demo
+// cluster in headless chromium, kill -9s the node the demo suggests
+// crashing and sees its member row turn suspected or dead within its lease
+// (plus one dashboard refresh), before the control group has expired it,
+// and then its shards leave it with none unowned.
+func TestE2EDashboardBrowserKill(t *testing.T) {
+	chromiumPath(t)
+	const partitions = 16
+	bin := tenureBinary(t)
+	d := startDemo(t, bin, 3, partitions)
+	ctx := browser(t, 120*time.Second)
+	rowState := func() (string, error) {
+		var s string
+		err := chromedp.Run(ctx, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector('#members tr[data-member=%q]') || {dataset: {}}).dataset.state || ""`, d.victim), &s))
+		return s, err
+	}
+	if err := chromedp.Run(ctx,
+		chromedp.Navigate(d.dashboard),
+		chromedp.WaitVisible(`#members tbody tr`, chromedp.ByQuery),
+	); err != nil {
+		t.Fatalf("loading the dashboard: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the dashboard shows "+d.victim+" alive and owning shards", func() bool {
+		s, err := rowState()
+		if err != nil || s != "alive" {
+			return false
+		}
+		owners, err := shardOwners(ctx)
+		return err == nil && slices.Contains(owners, d.victim)
+	})
+
+	lease, _ := node.ProfileFast.Timing() // tenure demo's default profile
+	const pollMS = 1000                   // httpapi/dashboard/app.js POLL_MS
+	bound := lease.Lease + pollMS*time.Millisecond
+	killedAt := time.Now()
+	if err := syscall.Kill(d.victimPID, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d (%s): %v", d.victimPID, d.victim, err)
+	}
+	var shown string
+	waitFor(t, 30*time.Second, "the dashboard shows "+d.victim+" suspected or dead", func() bool {
+		s, err := rowState()
+		if err != nil {
+			return false
+		}
+		if s == "suspected" || s == "suspect" || s == "dead" {
+			shown = s
+			return true
+		}
+		return false
+	})
+	took := time.Since(killedAt)
+	t.Logf("kill -9 %s → dashboard shows %q after %v (lease %v, refresh %dms)", d.victim, shown, took.Round(time.Millisecond), lease.Lease, pollMS)
+	if took > bound {
+		t.Errorf("the dashboard showed %s %s %v after kill -9: want within its lease (%v) plus one refresh (%dms)", d.victim, shown, took, lease.Lease, pollMS)
+	}
+	// Then its shards fail over: the grid shows none on it and none unowned.
+	waitFor(t, 60*time.Second, "the grid shows no shard on "+d.victim+" and none unowned", func() bool {
+		owners, err := shardOwners(ctx)
+		if err != nil || len(owners) != partitions {
+			return false
+		}
+		for _, o := range owners {
+			if o == d.victim || o == "" {
+				return false
+			}
+		}
+		return true
 	})
 }

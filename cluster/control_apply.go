@@ -1,0 +1,282 @@
+package cluster
+
+// Submitting commands: Apply and RemoveServer on the leader or forwarded to
+// it over RPC, Barrier, the mapping of Raft's errors onto this package's,
+// and the leader-change watch that cuts a forwarded call short.
+
+import (
+	"context"
+	"encoding"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+)
+
+// leaderWatchLoop turns Raft's leader observations into closes of
+// leaderChange. The observer never blocks Raft: an observation dropped on
+// a full channel only delays a forwarded command's cancellation to its
+// own deadline.
+func (g *ControlGroup) leaderWatchLoop(obs <-chan raft.Observation) {
+	defer g.raft.DeregisterObserver(g.observer)
+	for {
+		select {
+		case <-obs:
+			g.leaderMu.Lock()
+			close(g.leaderChange)
+			g.leaderChange = make(chan struct{})
+			g.leaderMu.Unlock()
+		case <-g.closing:
+			return
+		}
+	}
+}
+
+// leaderChanged returns a channel closed at the next leader change.
+func (g *ControlGroup) leaderChanged() <-chan struct{} {
+	g.leaderMu.Lock()
+	defer g.leaderMu.Unlock()
+	return g.leaderChange
+}
+
+// whileLeader returns a context that ends with ctx or as soon as this
+// node sees a leader other than addr (or none). A command forwarded to a
+// leader that died without closing its connections (a host gone, no TCP
+// reset) would otherwise wait for its whole deadline — or forever without
+// one — while a new leader is already serving.
+func (g *ControlGroup) whileLeader(ctx context.Context, addr string) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for {
+			ch := g.leaderChanged()
+			if _, cur := g.Leader(); cur != addr {
+				cancel(fmt.Errorf("leader changed from %s to %q", addr, cur))
+				return
+			}
+			select {
+			case <-ch:
+			case <-wctx.Done():
+				return
+			case <-g.closing:
+				return
+			}
+		}
+	}()
+	return wctx, func() { cancel(nil) }
+}
+
+// Barrier waits until every entry committed before the call is applied to
+// the local FSM. Leader only (ErrNotLeader otherwise).
+func (g *ControlGroup) Barrier(ctx context.Context) error {
+	f := g.raft.Barrier(timeoutFrom(ctx))
+	if err := g.waitCtx(ctx, f); err != nil {
+		return g.mapRaftErr(err)
+	}
+	return nil
+}
+
+// timeoutFrom converts ctx's deadline into a raft timeout (0 = none).
+func timeoutFrom(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		d := time.Until(dl)
+		if d <= 0 {
+			return time.Nanosecond
+		}
+		return d
+	}
+	return 0
+}
+
+func (g *ControlGroup) mapRaftErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %w", ErrLeadershipLost, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrControlClosed, err)
+	}
+	return err
+}
+
+// Apply commits cmd through Raft and returns its index and the FSM's
+// marshalled response. On a follower the command is forwarded over RPC to the
+// leader. It retries only where the command certainly was not submitted (no
+// leader yet, the peer was not leader, the connection could not be opened);
+// ErrLeadershipLost and ErrTimeout mean the outcome is unknown and are
+// returned, never retried. An FSM error response comes back as *FSMError.
+// Give ctx a deadline: without one, Apply waits for a leader until Close.
+func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
+	backoff := 5 * time.Millisecond
+	var lastErr error
+	for {
+		select {
+		case <-g.closing:
+			return Applied{}, ErrControlClosed
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			if lastErr != nil {
+				return Applied{}, fmt.Errorf("%w: %w (last: %v)", ErrNoLeader, err, lastErr)
+			}
+			return Applied{}, fmt.Errorf("%w: %w", ErrNoLeader, err)
+		}
+		var (
+			res Applied
+			err error
+		)
+		if g.raft.State() == raft.Leader {
+			res, err = g.applyLocal(ctx, cmd)
+		} else if _, addr := g.Leader(); addr != "" && addr != g.addr {
+			res, err = g.applyRemote(ctx, addr, cmd)
+		} else {
+			err = ErrNoLeader
+		}
+		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || isDialErr(err)) {
+			return res, err
+		}
+		lastErr = err
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		case <-g.closing:
+			t.Stop()
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+func isDialErr(err error) bool {
+	var d *errDial
+	return errors.As(err, &d)
+}
+
+func (g *ControlGroup) applyLocal(ctx context.Context, cmd []byte) (Applied, error) {
+	if g.cfg.CheckCommand != nil {
+		if err := g.cfg.CheckCommand(cmd); err != nil {
+			return Applied{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	f := g.raft.Apply(cmd, timeoutFrom(ctx))
+	if err := g.waitCtx(ctx, f); err != nil {
+		return Applied{}, g.mapRaftErr(err)
+	}
+	res := Applied{Index: f.Index()}
+	b, err := marshalResponse(f.Response())
+	if err != nil {
+		var fe *FSMError
+		if errors.As(err, &fe) {
+			fe.Index = res.Index
+		}
+		return res, err
+	}
+	res.Response = b
+	return res, nil
+}
+
+// marshalResponse turns an FSM response into bytes (see ControlConfig.FSM).
+func marshalResponse(resp any) ([]byte, error) {
+	switch v := resp.(type) {
+	case nil:
+		return nil, nil
+	case []byte:
+		return v, nil
+	case error:
+		return nil, &FSMError{Err: v}
+	case encoding.BinaryMarshaler:
+		b, err := v.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("%w: marshal %T: %v", ErrBadResponse, resp, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w: %T", ErrBadResponse, resp)
+}
+
+func (g *ControlGroup) applyRemote(ctx context.Context, addr string, cmd []byte) (Applied, error) {
+	args := wire.ApplyArgs{Cmd: cmd, Timeout: timeoutFrom(ctx)}
+	var reply wire.ApplyReply
+	cctx, cancel := g.whileLeader(ctx, addr)
+	defer cancel()
+	err := g.pool.call(cctx, addr, "Control.Apply", &args, &reply)
+	switch {
+	case err == nil:
+	case isDialErr(err):
+		return Applied{}, err // never sent: Apply retries (with the new leader)
+	case ctx.Err() != nil:
+		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrTimeout, addr, ctx.Err())
+	case cctx.Err() != nil:
+		// The request may have reached the old leader: outcome unknown.
+		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrLeadershipLost, addr, context.Cause(cctx))
+	default:
+		return Applied{}, fmt.Errorf("%w: forwarding to %s: %v", ErrLeadershipLost, addr, err)
+	}
+	return applyResult(reply, addr)
+}
+
+// RemoveServer removes id from the Raft configuration (operator action, run
+// on the leader; forwarded if needed; retried across leader changes until
+// ctx ends). If id is a voter, a caught-up healthy
+// non-voter is promoted first; without one, the removal is refused with
+// ErrQuorumRisk when it would leave fewer voters than a quorum of MaxVoters.
+// The node is not re-added while it keeps its current incarnation.
+func (g *ControlGroup) RemoveServer(ctx context.Context, id string) error {
+	return g.forwardRemove(ctx, wire.RemoveArgs{ID: id})
+}
+
+// forwardRemove runs a removal on the leader, wherever it is. Removal is
+// idempotent, so unlike Apply it is retried after an unknown outcome (a
+// leadership change mid-way); an "unknown server" after such a retry means
+// the first attempt succeeded.
+func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs) error {
+	backoff := 5 * time.Millisecond
+	uncertain := false
+	for {
+		var err error
+		if g.raft.State() == raft.Leader {
+			err = g.removeServer(ctx, args)
+		} else if _, addr := g.Leader(); addr != "" && addr != g.addr {
+			var reply wire.RemoveReply
+			err = g.pool.call(ctx, addr, "Control.Remove", &args, &reply)
+			switch {
+			case err == nil:
+				err = removeErr(reply)
+			case !isDialErr(err) && ctx.Err() == nil:
+				err = fmt.Errorf("%w: remove via %s: %v", ErrLeadershipLost, addr, err)
+			}
+		} else {
+			err = ErrNoLeader
+		}
+		if uncertain && errors.Is(err, ErrUnknownServer) {
+			return nil
+		}
+		if (errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrTimeout)) && ctx.Err() == nil {
+			uncertain = true
+		} else if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || isDialErr(err)) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if uncertain {
+				return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrTimeout, args.ID, ctx.Err(), err)
+			}
+			return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrNoLeader, args.ID, ctx.Err(), err)
+		case <-g.closing:
+			t.Stop()
+			return ErrControlClosed
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}

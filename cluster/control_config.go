@@ -1,0 +1,227 @@
+package cluster
+
+// ControlConfig: the control group's settings, its named profiles and
+// Validate.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// ControlConfig configures a ControlGroup. Start from DefaultControlConfig,
+// FastControlConfig or TestControlConfig and fill in the node-specific fields.
+type ControlConfig struct {
+	NodeID      string // stable node id (LoadIdentity); the Raft server id
+	Incarnation uint64 // process incarnation; lets a left node come back
+
+	// BindAddr is the Raft+RPC listen address (host:port; port 0 picks one).
+	// Unused when StreamLayer is set.
+	BindAddr string
+	// AdvertiseAddr is the address peers dial; "" = the bound address. It is
+	// what the node must gossip as Meta.RaftAddr (see ControlGroup.Addr).
+	AdvertiseAddr string
+
+	// BootstrapExpect is the number of voters the cluster is formed with
+	// (1, 3 or 5); 0 means never bootstrap (only join an existing cluster).
+	BootstrapExpect int
+	// MaxVoters is the number of voters the reconcile loop keeps (odd, ≥
+	// BootstrapExpect). Other nodes are non-voters.
+	MaxVoters int
+	// Voter is this node's own VoterPreference ("" = VoterAuto). The
+	// reconcile loop reads every node's preference from gossip
+	// (Meta.Tags[TagVoter]), so the node must gossip the same value; this
+	// field covers the moments before gossip lists the node itself
+	// (bootstrap).
+	Voter VoterPreference
+
+	// FSM is the state machine. Its Apply response must be nil, []byte, an
+	// error, or implement encoding.BinaryMarshaler: the bytes are what
+	// Apply returns, locally and to forwarded callers alike.
+	FSM           raft.FSM
+	LogStore      raft.LogStore
+	StableStore   raft.StableStore
+	SnapshotStore raft.SnapshotStore
+
+	// StreamLayer carries Raft and RPC (multiplexed by a first byte); nil =
+	// plain TCP on BindAddr. Wrap it with NewTLSStreamLayer for TLS.
+	StreamLayer StreamLayer
+	// Authenticate, if set, proves who is on the other end of every
+	// accepted connection before any Raft or RPC byte is read (mutual TLS:
+	// TLSAuthenticator). Raft messages must then carry the proven id and
+	// forwarded commands pass Authorize. nil trusts every peer: only for
+	// loopback clusters, tests and an explicit insecure mode.
+	Authenticate func(ctx context.Context, c net.Conn) (Peer, error)
+	// Authorize, with Authenticate, decides on the leader whether the proven
+	// peer may have cmd (a forwarded Apply) proposed; an error refuses it
+	// with ErrUnauthorized. It runs after the leader has applied everything
+	// committed when the request arrived. nil allows every command.
+	Authorize func(p Peer, cmd []byte) error
+	// CheckCommand, if set, checks every command before this node proposes it
+	// as leader (local or forwarded, authenticated or not); an error
+	// refuses it with ErrBadRequest. A replica that cannot read a committed
+	// entry must stop applying (every replica must apply the same log), so
+	// bytes that do not decode must never reach the log.
+	CheckCommand func(cmd []byte) error
+	// MaxRPCMessage bounds one RPC message in bytes (DefaultMaxRPCMessage
+	// if 0); RPCIdleTimeout and RPCMessageTimeout bound the time between
+	// requests and within one (defaults if 0).
+	MaxRPCMessage     int
+	RPCIdleTimeout    time.Duration
+	RPCMessageTimeout time.Duration
+
+	// Transport, if set, carries Raft instead of the StreamLayer (which then
+	// carries only RPC): RaftMemNetwork.Transport in tests and simulation.
+	// It requires a StreamLayer whose address equals its LocalAddr.
+	Transport raft.Transport
+
+	// Raft timings.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+
+	// ReconcileInterval is how often the leader reconciles even without
+	// membership events; BootstrapInterval how often an unbootstrapped node
+	// re-checks whether it can bootstrap.
+	ReconcileInterval time.Duration
+	BootstrapInterval time.Duration
+	// RPCTimeout bounds internal RPCs (status probes, leave) and raft
+	// configuration changes.
+	RPCTimeout time.Duration
+	// DeadVoterTimeout: a voter that gossip has not seen alive for this long
+	// (by the leader's clock, restarted at every leadership change) is
+	// replaced by a healthy non-voter. 0 = only RemoveServer replaces voters.
+	DeadVoterTimeout time.Duration
+	// CatchUpLag is how many entries behind the leader's commit index a
+	// non-voter may be and still be promoted.
+	CatchUpLag uint64
+
+	// Logger receives the control group's and Raft's logs; nil = discard.
+	Logger *slog.Logger
+}
+
+// DefaultControlConfig is for LAN deployments: Raft's default timings, 3
+// voters, dead voters replaced after 30 minutes.
+func DefaultControlConfig() ControlConfig {
+	return ControlConfig{
+		BootstrapExpect:    3,
+		MaxVoters:          3,
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		SnapshotInterval:   120 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		ReconcileInterval:  10 * time.Second,
+		BootstrapInterval:  time.Second,
+		RPCTimeout:         10 * time.Second,
+		DeadVoterTimeout:   30 * time.Minute,
+		CatchUpLag:         256,
+	}
+}
+
+// FastControlConfig is for a low-latency network (one data centre, local
+// demo): faster failure detection at the cost of more spurious elections
+// under load.
+func FastControlConfig() ControlConfig {
+	c := DefaultControlConfig()
+	c.HeartbeatTimeout = 500 * time.Millisecond
+	c.ElectionTimeout = 500 * time.Millisecond
+	c.LeaderLeaseTimeout = 250 * time.Millisecond
+	c.CommitTimeout = 10 * time.Millisecond
+	c.ReconcileInterval = 2 * time.Second
+	c.BootstrapInterval = 200 * time.Millisecond
+	c.RPCTimeout = 5 * time.Second
+	c.DeadVoterTimeout = 5 * time.Minute
+	return c
+}
+
+// TestControlConfig is for tests: scaled-down timings that still tolerate a
+// loaded machine; dead voters are never replaced automatically.
+func TestControlConfig() ControlConfig {
+	c := DefaultControlConfig()
+	c.HeartbeatTimeout = 300 * time.Millisecond
+	c.ElectionTimeout = 300 * time.Millisecond
+	c.LeaderLeaseTimeout = 150 * time.Millisecond
+	c.CommitTimeout = 5 * time.Millisecond
+	c.SnapshotInterval = 5 * time.Second
+	c.SnapshotThreshold = 1024
+	c.TrailingLogs = 256
+	c.ReconcileInterval = 500 * time.Millisecond
+	c.BootstrapInterval = 50 * time.Millisecond
+	c.RPCTimeout = 5 * time.Second
+	c.DeadVoterTimeout = 0
+	return c
+}
+
+// Validate reports the first invalid field, naming its value.
+func (c ControlConfig) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadControlConfig, fmt.Sprintf(format, args...))
+	}
+	if err := ValidateNodeID(c.NodeID); err != nil {
+		return bad("NodeID: %v", err)
+	}
+	if c.StreamLayer == nil && c.BindAddr == "" {
+		return bad("BindAddr is empty and no StreamLayer is set")
+	}
+	if c.StreamLayer == nil && c.AdvertiseAddr == "" {
+		if host, _, err := net.SplitHostPort(c.BindAddr); err != nil {
+			return bad("BindAddr %q: %v", c.BindAddr, err)
+		} else if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			return bad("BindAddr %q is unspecified and AdvertiseAddr is empty", c.BindAddr)
+		}
+	}
+	if c.Transport != nil && c.StreamLayer == nil {
+		return bad("Transport is set without a StreamLayer: RPC must listen at the Raft address")
+	}
+	if c.Transport != nil && string(c.Transport.LocalAddr()) != c.StreamLayer.Addr().String() {
+		return bad("Transport address %q differs from StreamLayer address %q", c.Transport.LocalAddr(), c.StreamLayer.Addr())
+	}
+	if c.MaxVoters < 1 || c.MaxVoters > 9 || c.MaxVoters%2 == 0 {
+		return bad("MaxVoters = %d, want 1, 3, 5, 7 or 9", c.MaxVoters)
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > c.MaxVoters {
+		return bad("BootstrapExpect = %d, want 0..MaxVoters (%d)", c.BootstrapExpect, c.MaxVoters)
+	}
+	if _, err := ParseVoterPreference(string(c.Voter)); err != nil {
+		return bad("Voter: %v", err)
+	}
+	if c.FSM == nil || c.LogStore == nil || c.StableStore == nil || c.SnapshotStore == nil {
+		return bad("FSM, LogStore, StableStore and SnapshotStore are required")
+	}
+	if c.HeartbeatTimeout < 5*time.Millisecond || c.ElectionTimeout < 5*time.Millisecond || c.CommitTimeout <= 0 {
+		return bad("HeartbeatTimeout %v, ElectionTimeout %v (≥ 5ms) and CommitTimeout %v (> 0) required",
+			c.HeartbeatTimeout, c.ElectionTimeout, c.CommitTimeout)
+	}
+	if c.LeaderLeaseTimeout < 5*time.Millisecond || c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return bad("LeaderLeaseTimeout = %v, want 5ms..HeartbeatTimeout (%v)", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		return bad("ElectionTimeout %v < HeartbeatTimeout %v", c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.SnapshotInterval < 5*time.Millisecond || c.SnapshotThreshold == 0 {
+		return bad("SnapshotInterval %v (≥ 5ms) and SnapshotThreshold %d (> 0) required", c.SnapshotInterval, c.SnapshotThreshold)
+	}
+	if c.ReconcileInterval <= 0 || c.BootstrapInterval <= 0 || c.RPCTimeout <= 0 {
+		return bad("ReconcileInterval %v, BootstrapInterval %v, RPCTimeout %v must be > 0",
+			c.ReconcileInterval, c.BootstrapInterval, c.RPCTimeout)
+	}
+	if c.MaxRPCMessage < 0 || (c.MaxRPCMessage > 0 && c.MaxRPCMessage < 64<<10) || c.RPCIdleTimeout < 0 || c.RPCMessageTimeout < 0 {
+		return bad("MaxRPCMessage %d (0 or ≥ 64 KiB), RPCIdleTimeout %v and RPCMessageTimeout %v (≥ 0)",
+			c.MaxRPCMessage, c.RPCIdleTimeout, c.RPCMessageTimeout)
+	}
+	if c.DeadVoterTimeout < 0 || (c.DeadVoterTimeout > 0 && c.DeadVoterTimeout < 2*c.ElectionTimeout) {
+		return bad("DeadVoterTimeout = %v, want 0 (off) or ≥ 2×ElectionTimeout (%v)", c.DeadVoterTimeout, 2*c.ElectionTimeout)
+	}
+	return nil
+}
