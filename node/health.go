@@ -57,6 +57,10 @@ type Member struct {
 	// NoShards reports that the member owns no shards because it is a
 	// control-group voter started with Config.VoterOwnsNoShards.
 	NoShards bool
+	// Weight and Zone are the member's gossiped Config.Weight (1 if
+	// unset) and Config.Zone (networked nodes).
+	Weight int
+	Zone   string
 	// Live reports whether the member's committed liveness is valid (its
 	// heartbeats are being committed).
 	Live bool

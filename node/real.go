@@ -77,6 +77,24 @@ const groupTag = "tenure.group"
 // peer that gossips another count (cluster.Config.CheckPeer).
 const partitionsTag = "tenure.partitions"
 
+// weightTag and zoneTag carry Config.Weight and Config.Zone in the
+// gossiped tags (ownership.Member.Weight and Zone); absent means weight 1
+// and no zone.
+const (
+	weightTag = "tenure.weight"
+	zoneTag   = "tenure.zone"
+)
+
+// gossipedWeight reads a member's weight tag: 0 (weight 1) when absent or
+// not a number in 1..MaxWeight (a peer's tags are outside input).
+func gossipedWeight(tags map[string]string) int {
+	w, err := strconv.Atoi(tags[weightTag])
+	if err != nil || w < 1 || w > MaxWeight {
+		return 0
+	}
+	return w
+}
+
 // voterShardsTag, set to "no", carries Config.VoterOwnsNoShards in the
 // gossiped tags: the leader's planner gives such a node no shards while
 // it is a voter (ownership.Member.NoShards). The voter preference travels
@@ -290,6 +308,12 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	if cfg.VoterOwnsNoShards {
 		meta.Tags[voterShardsTag] = "no"
 	}
+	if cfg.Weight > 1 {
+		meta.Tags[weightTag] = strconv.Itoa(cfg.Weight)
+	}
+	if cfg.Zone != "" {
+		meta.Tags[zoneTag] = cfg.Zone
+	}
 	// Until ClaimID finds no other live process with this id, peers never
 	// take this instance for the node (cluster.TagClaiming).
 	meta.Tags[cluster.TagClaiming] = "1"
@@ -420,6 +444,7 @@ func (s loopSource) Input() ownership.Input {
 			ID: m.ID, Incarnation: m.Incarnation, State: ownership.GossipState(m.State),
 			Health: m.Health, Draining: m.Draining, Group: m.Tags[groupTag],
 			NoShards: ownsNoShards(m.Tags, slices.Contains(voters, m.ID)),
+			Weight:   gossipedWeight(m.Tags), Zone: m.Tags[zoneTag],
 		})
 	}
 	return in
@@ -661,6 +686,7 @@ func (b *netBackend) members() []Member {
 			Voter: slices.Contains(voters, m.ID), Leader: m.ID == leader, Version: m.Version,
 		}
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
+		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
 		if known && rec.HeartbeatAt != 0 {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}

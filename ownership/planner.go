@@ -43,7 +43,8 @@ type Planner struct {
 	ringKey []string // placement members, sorted
 	assign  []string // this round's ring.Assign result, by partition
 
-	groupOf map[string]string // last gossiped group of each node (elections.go)
+	attrOf         map[string]memberAttrs // last gossiped group, zone and weight of each node (elections.go)
+	electionTarget map[uint32]string      // this round's election placement (elections.go)
 
 	establishedAt time.Time // when this term's Establish ran
 }
@@ -392,6 +393,7 @@ func (p *Planner) buildRing(t table) error {
 		slices.Sort(members)
 	}
 	p.ringKey, p.assign = members, nil
+	p.electionTargets(t)
 	if len(members) == 0 {
 		return nil
 	}
@@ -411,7 +413,22 @@ func (p *Planner) buildRing(t table) error {
 		}
 		avoid[s] = rec.AvoidOwner
 	}
-	a, err := ring.Assign(ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid})
+	pl := ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid}
+	for _, m := range members {
+		if w := t.groups.weight[m]; w > 1 {
+			if pl.Weights == nil {
+				pl.Weights = make(map[string]int)
+			}
+			pl.Weights[m] = min(w, ring.MaxWeight)
+		}
+		if z := t.groups.zone[m]; z != "" {
+			if pl.Zones == nil {
+				pl.Zones = make(map[string]string)
+			}
+			pl.Zones[m] = z
+		}
+	}
+	a, err := ring.Assign(pl)
 	if err != nil {
 		p.ringKey = nil
 		return fmt.Errorf("ownership: placement over %d members: %w", len(members), err)

@@ -150,7 +150,7 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 		id := argStr(td, "id", "")
 		inc := uint64(argInt(t, td, "inc", 1))
 		e.members[id] = Member{ID: id, Incarnation: inc, State: GossipAlive, Health: argFloat(t, td, "health", 1),
-			Group: argStr(td, "group", "")}
+			Group: argStr(td, "group", ""), Zone: argStr(td, "zone", ""), Weight: argInt(t, td, "weight", 0)}
 		return e.ledger.heartbeat(id, inc, false)
 	case "member":
 		id := argStr(td, "id", "")

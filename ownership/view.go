@@ -55,6 +55,15 @@ type Member struct {
 	// node leaves the placement ring at once and its shards are revoked
 	// (drained and handed over).
 	NoShards bool
+	// Weight is the node's capacity (node/ gossips Config.Weight in the
+	// "tenure.weight" tag): its share of the partitions is proportional
+	// to it. 0 means 1; values above ring.MaxWeight count as
+	// ring.MaxWeight.
+	Weight int
+	// Zone is the node's failure domain (the "tenure.zone" tag): the
+	// partitions are apportioned to zones by their total weight, and a
+	// group's elections are spread across its zones.
+	Zone string
 }
 
 // Input is everything the planner looks at in one round: the leader's
