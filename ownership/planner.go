@@ -152,6 +152,13 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	}
 	t := newTable(in.Shards, in.Nodes)
 	t.groups = p.groupView(in, t)
+	t.pins, t.excluded = make(map[uint32]string, len(in.Pins)), make(map[string]bool, len(in.Excluded))
+	for _, pin := range in.Pins {
+		t.pins[pin.Shard] = pin.Node
+	}
+	for _, e := range in.Excluded {
+		t.excluded[e.Node] = true
+	}
 	p.observe(now, t)
 	if exp := p.expiries(now, t); len(exp) > 0 {
 		return exp, nil
@@ -289,7 +296,8 @@ func (p *Planner) expiries(now time.Time, t table) []ledger.Command {
 //
 // Hard signals remove a node at once: no node record, no lease (expired or
 // not seen for Lease·(1+δ)), draining (ledger or gossip), a graceful
-// leave, or Member.NoShards (a voter that owns no shards). Soft signals — gossip suspect/dead/missing, health below MinHealth —
+// leave, Member.NoShards (a voter that owns no shards), or an operator's
+// exclusion (Input.Excluded). Soft signals — gossip suspect/dead/missing, health below MinHealth —
 // remove it only after they have lasted StableFor, so a flapping node or a
 // brief false suspicion moves nothing. A node enters the ring after it has
 // been eligible for StableFor. A node that restarts (new incarnation) before
@@ -314,7 +322,7 @@ func (p *Planner) updateRing(now time.Time, t table, members []Member) {
 			e = &eligTrack{}
 			p.elig[id] = e
 		}
-		hard := !p.live(now, id) || n.Draining || (known && (m.Draining || m.NoShards || m.State == GossipLeft))
+		hard := !p.live(now, id) || n.Draining || t.excluded[id] || (known && (m.Draining || m.NoShards || m.State == GossipLeft))
 		soft := !known || m.State == GossipSuspect || m.State == GossipDead || m.Health < p.cfg.MinHealth
 		switch {
 		case hard:
@@ -406,14 +414,21 @@ func (p *Planner) buildRing(t table) error {
 	parts := p.cfg.Ring.Partitions
 	prev := make([]string, parts)
 	avoid := make([]string, parts)
+	var pins []string
 	for s := range uint32(parts) {
 		rec := t.shard(s)
 		if rec.State == ledger.ShardOwned || rec.State == ledger.ShardRevoking {
 			prev[s] = rec.Owner
 		}
 		avoid[s] = rec.AvoidOwner
+		if pin, ok := t.pins[s]; ok {
+			if pins == nil {
+				pins = make([]string, parts)
+			}
+			pins[s] = pin
+		}
 	}
-	pl := ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid}
+	pl := ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid, Pins: pins}
 	for _, m := range members {
 		if w := t.groups.weight[m]; w > 1 {
 			if pl.Weights == nil {
@@ -499,8 +514,11 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 				Reason: "takeover from " + rec.Owner})
 		case rec.Owner != target:
 			prio, reason := 1, "rebalance to "+target
-			if !p.inRing(rec.Owner) {
+			switch {
+			case !p.inRing(rec.Owner):
 				prio, reason = 0, p.leaveReason(rec.Owner, t)
+			case t.pins[s] == target:
+				prio, reason = 0, "pinned to "+target
 			}
 			revokes = append(revokes, revoke{prio, ledger.Revoke{Shard: s, Epoch: rec.Epoch, Target: target, Now: ts, Reason: reason}})
 		}
@@ -549,6 +567,9 @@ func grantReason(rec ledger.ShardRecord, t table) string {
 }
 
 func (p *Planner) leaveReason(id string, t table) string {
+	if t.excluded[id] {
+		return id + " excluded"
+	}
 	if n, ok := t.nodes[id]; ok && n.Draining {
 		return "drain " + id
 	}

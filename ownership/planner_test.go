@@ -21,6 +21,9 @@ type plannerEnv struct {
 	ledger  *testLedger
 	// elections declared by the script, in declaration order.
 	elections []ledger.ElectionRecord
+	// operator rules (pin shard=… node=…, exclude id=… [off])
+	pins     map[uint32]string
+	excluded map[string]bool
 }
 
 var t0 = time.Unix(1_000_000, 0)
@@ -35,10 +38,25 @@ func newPlannerEnv(t testing.TB, cfg Config) *plannerEnv {
 
 func (e *plannerEnv) input() Input {
 	in := Input{Shards: e.ledger.shards(), Nodes: e.ledger.nodes(), Elections: e.elections}
+	for _, s := range sortedShardKeys(e.pins) {
+		in.Pins = append(in.Pins, ledger.PinRecord{Shard: s, Node: e.pins[s]})
+	}
+	for _, id := range sortedKeys(e.excluded) {
+		in.Excluded = append(in.Excluded, ledger.ExcludeRecord{Node: id})
+	}
 	for _, id := range sortedKeys(e.members) {
 		in.Members = append(in.Members, e.members[id])
 	}
 	return in
+}
+
+func sortedShardKeys[V any](m map[uint32]V) []uint32 {
+	ks := make([]uint32, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -180,6 +198,28 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 		n := e.ledger.node[id]
 		n.Draining = !td.HasArg("off")
 		e.ledger.node[id] = n
+		return ""
+	case "pin":
+		if e.pins == nil {
+			e.pins = map[uint32]string{}
+		}
+		s := uint32(argInt(t, td, "shard", 0))
+		if n := argStr(td, "node", ""); n != "" {
+			e.pins[s] = n
+		} else {
+			delete(e.pins, s)
+		}
+		return ""
+	case "exclude":
+		if e.excluded == nil {
+			e.excluded = map[string]bool{}
+		}
+		id := argStr(td, "id", "")
+		if td.HasArg("off") {
+			delete(e.excluded, id)
+		} else {
+			e.excluded[id] = true
+		}
 		return ""
 	case "resign":
 		return e.ledger.resign(uint32(argInt(t, td, "shard", 0)))

@@ -78,11 +78,19 @@ type Input struct {
 	Elections []ledger.ElectionRecord
 	// Cluster is the committed cluster configuration.
 	Cluster ledger.ClusterInfo
+	// Pins and Excluded are the operator's committed placement rules
+	// (ledger.State.Pins, Excluded): a pinned partition goes to its node
+	// while that node is in the placement ring; an excluded node leaves
+	// the ring at once (a hard signal, like a drain).
+	Pins     []ledger.PinRecord
+	Excluded []ledger.ExcludeRecord
 }
 
 // table is a sorted, indexed copy of the committed records.
 type table struct {
-	shards map[uint32]ledger.ShardRecord
+	pins     map[uint32]string // operator pins: shard -> node
+	excluded map[string]bool   // operator exclusions
+	shards   map[uint32]ledger.ShardRecord
 	nodes  map[string]ledger.NodeRecord
 	ids    []string // node ids, sorted
 	groups groupView
