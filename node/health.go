@@ -57,6 +57,9 @@ type Member struct {
 	// NoShards reports that the member owns no shards because it is a
 	// control-group voter started with Config.VoterOwnsNoShards.
 	NoShards bool
+	// Excluded: an operator excluded the member from placement
+	// (Node.ExcludeNode); it owns nothing while it holds.
+	Excluded bool
 	// Weight and Zone are the member's gossiped Config.Weight (1 if
 	// unset) and Config.Zone (networked nodes).
 	Weight int
@@ -121,7 +124,7 @@ func (n *Node) candidates(isLeader func(Member) bool, group string) []Candidate 
 			Health:     m.Health,
 			Metadata:   maps.Clone(m.Metadata),
 			Healthy:    healthy,
-			Eligible:   healthy && m.Live && !m.Draining && !m.NoShards && m.State == MemberAlive,
+			Eligible:   healthy && m.Live && !m.Draining && !m.NoShards && !m.Excluded && m.State == MemberAlive,
 			Leader:     isLeader(m),
 			LastUpdate: m.UpdatedAt,
 		})

@@ -435,7 +435,8 @@ type loopSource struct{ b *netBackend }
 
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
-	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster()}
+	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
+		Pins: st.Pins(), Excluded: st.Excluded()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()
@@ -687,6 +688,7 @@ func (b *netBackend) members() []Member {
 		}
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
 		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
+		mm.Excluded = st.IsExcluded(m.ID)
 		if known && rec.HeartbeatAt != 0 {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
