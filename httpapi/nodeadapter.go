@@ -29,6 +29,7 @@ var (
 	_ Backend        = (*nodeAdapter)(nil)
 	_ KeyringBackend = (*nodeAdapter)(nil)
 	_ UpgradeBackend = (*nodeAdapter)(nil)
+	_ PlacementBackend = (*nodeAdapter)(nil)
 )
 
 func (a *nodeAdapter) ShardFor(key string) uint32 { return a.n.ShardFor(key) }
@@ -113,7 +114,7 @@ func memberFrom(m node.Member, t node.Timing, now time.Time) apitypes.Member {
 	out := apitypes.Member{
 		ID: m.ID, Group: m.Group, Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
 		State: m.State.String(), Health: m.Health, Draining: m.Draining, Live: m.Live, Voter: m.Voter, Leader: m.Leader,
-		Version: m.Version, Tags: m.Tags,
+		Version: m.Version, Tags: m.Tags, Weight: m.Weight, Zone: m.Zone, Excluded: m.Excluded,
 	}
 	out.Suspected = m.State == node.MemberSuspect || m.State == node.MemberDead
 	// On a MemNetwork UpdatedAt is the last SetHealth, not a heartbeat.
