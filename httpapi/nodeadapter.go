@@ -26,9 +26,9 @@ type nodeAdapter struct {
 }
 
 var (
-	_ Backend        = (*nodeAdapter)(nil)
-	_ KeyringBackend = (*nodeAdapter)(nil)
-	_ UpgradeBackend = (*nodeAdapter)(nil)
+	_ Backend          = (*nodeAdapter)(nil)
+	_ KeyringBackend   = (*nodeAdapter)(nil)
+	_ UpgradeBackend   = (*nodeAdapter)(nil)
 	_ PlacementBackend = (*nodeAdapter)(nil)
 )
 

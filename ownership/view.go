@@ -91,9 +91,9 @@ type table struct {
 	pins     map[uint32]string // operator pins: shard -> node
 	excluded map[string]bool   // operator exclusions
 	shards   map[uint32]ledger.ShardRecord
-	nodes  map[string]ledger.NodeRecord
-	ids    []string // node ids, sorted
-	groups groupView
+	nodes    map[string]ledger.NodeRecord
+	ids      []string // node ids, sorted
+	groups   groupView
 }
 
 func newTable(shards []ledger.ShardRecord, nodes []ledger.NodeRecord) table {

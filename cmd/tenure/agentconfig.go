@@ -79,14 +79,18 @@ type agentConfig struct {
 	// VotersOwnShards false: while a voter, this node owns no shards
 	// (node.Config.VoterOwnsNoShards).
 	VotersOwnShards bool
-	Witness         string
-	Workload        bool
-	TickEvery       time.Duration
-	DrainOnStop     time.Duration
-	JobTimeout      time.Duration
-	Tags            map[string]string
-	LogFormat       string // auto, text, json
-	LogLevel        string // debug, info, warn, error
+	// Weight and Zone: the node's placement capacity and failure domain
+	// (node.Config.Weight, Zone).
+	Weight      int
+	Zone        string
+	Witness     string
+	Workload    bool
+	TickEvery   time.Duration
+	DrainOnStop time.Duration
+	JobTimeout  time.Duration
+	Tags        map[string]string
+	LogFormat   string // auto, text, json
+	LogLevel    string // debug, info, warn, error
 	// Mutual TLS on the Raft/RPC port (node.Config.TLS*).
 	TLSCA   string
 	TLSCert string
@@ -230,6 +234,8 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.IntVar(&c.HTTPMaxConnsPerClient, "http-max-conns-per-client", c.HTTPMaxConnsPerClient, "open HTTP connections one client IP may hold; more are closed at once (0: no cap)")
 	fs.BoolVar(&c.ManualFinalize, "manual-finalize", c.ManualFinalize, "after a rolling upgrade, keep the cluster version until `tenure upgrade finalize` (a window to go back to the previous binary); by default the leader finalizes once every live node runs the new binary")
 	fs.StringVar(&c.Voter, "voter", c.Voter, "this node's place in the control group: auto (promoted when voters are needed, lowest id first), always (bootstrap voter and promoted first) or never (never votes: for members beside a fixed voter set)")
+	fs.IntVar(&c.Weight, "weight", c.Weight, "the node's capacity relative to the others, 1..1000: its share of the partitions is proportional to it (0: 1)")
+	fs.StringVar(&c.Zone, "zone", c.Zone, "the node's failure domain (rack, availability zone): partitions are apportioned to zones by capacity and a group's elections spread across zones")
 	fs.BoolVar(&c.VotersOwnShards, "voters-own-shards", c.VotersOwnShards, "false: while this node is a control-group voter it owns no shards, so a voter's death is never also an owner failure (set it on every node that may vote; costs the voters' capacity)")
 	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it answer 429 (checked by this node before proposing, so advisory under concurrent enqueues; 0: no cap)")
 	fs.StringVar(&c.Witness, "witness", c.Witness, "URL the demo workload POSTs its ticks to (see: tenure witness -h)")

@@ -67,6 +67,8 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 		Voter:           node.VoterPreference(c.Voter),
 		// --voters-own-shards=false
 		VoterOwnsNoShards: !c.VotersOwnShards,
+		Weight:            c.Weight,
+		Zone:              c.Zone,
 		Logger:            log,
 		TLSCAFile:         c.TLSCA,
 		TLSCertFile:       c.TLSCert,
