@@ -417,7 +417,14 @@ func (p *Planner) buildRing(t table) error {
 	var pins []string
 	for s := range uint32(parts) {
 		rec := t.shard(s)
-		if rec.State == ledger.ShardOwned || rec.State == ledger.ShardRevoking {
+		switch {
+		case rec.State == ledger.ShardRevoking && t.valid(rec) && slices.Contains(members, rec.Target):
+			// A move in flight counts as done: its target is where the
+			// shard will be (ring.Assign returns the same target for
+			// any state on the way), and a load swap's two moves stay
+			// one change when one lands before the other.
+			prev[s] = rec.Target
+		case rec.State == ledger.ShardOwned || rec.State == ledger.ShardRevoking:
 			prev[s] = rec.Owner
 		}
 		avoid[s] = rec.AvoidOwner
