@@ -805,6 +805,8 @@ func moveCause(prev, owner, reason string, members map[string]apitypes.Member) s
 		switch {
 		case strings.HasPrefix(r, "pinned to "), strings.HasSuffix(r, " excluded"):
 			return r
+		case strings.HasPrefix(r, "load "):
+			return "load balance"
 		case strings.HasPrefix(r, "drain "):
 			return "drain of " + strings.TrimPrefix(r, "drain ")
 		}

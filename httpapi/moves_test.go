@@ -42,7 +42,7 @@ func TestMoveCause(t *testing.T) {
 		// A handoff carries its revocation's reason: operator rules show.
 		{"a", "e", "handoff: pinned to e", "pinned to e"}, {"a", "e", "handoff: a excluded", "a excluded"},
 		{"a", "e", "handoff: drain a", "drain of a"}, {"a", "e", "handoff: rebalance to e", "rebalance"},
-		{"x", "a", "", "x excluded"},
+		{"x", "a", "", "x excluded"}, {"a", "e", "handoff: load to e (a at 2.62× its share)", "load balance"},
 	} {
 		if got := moveCause(c.prev, c.owner, c.reason, members); got != c.want {
 			t.Errorf("%q→%q (%s): %q, want %q", c.prev, c.owner, c.reason, got, c.want)

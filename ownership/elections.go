@@ -60,6 +60,7 @@ type groupView struct {
 	member   map[string]string // node id -> group
 	zone     map[string]string // node id -> zone
 	weight   map[string]int    // node id -> weight (0: 1)
+	load     map[string]*LoadReport
 	election map[uint32]string // election shard -> group
 	placed   []uint32
 }
@@ -69,6 +70,7 @@ type groupView struct {
 type memberAttrs struct {
 	group, zone string
 	weight      int
+	load        *LoadReport
 }
 
 // groupView builds the round's group view. A node's group is what gossip
@@ -78,19 +80,20 @@ type memberAttrs struct {
 func (p *Planner) groupView(in Input, t table) groupView {
 	partitions := p.cfg.Ring.Partitions
 	g := groupView{member: make(map[string]string, len(in.Members)), zone: make(map[string]string, len(in.Members)),
-		weight: make(map[string]int, len(in.Members)), election: make(map[uint32]string, len(in.Elections))}
+		weight: make(map[string]int, len(in.Members)), load: make(map[string]*LoadReport, len(in.Members)),
+		election: make(map[uint32]string, len(in.Elections))}
 	if p.attrOf == nil {
 		p.attrOf = make(map[string]memberAttrs)
 	}
 	for _, m := range sortedMembers(in.Members) {
-		p.attrOf[m.ID] = memberAttrs{group: m.Group, zone: m.Zone, weight: m.Weight}
+		p.attrOf[m.ID] = memberAttrs{group: m.Group, zone: m.Zone, weight: m.Weight, load: m.Load}
 	}
 	for id, a := range p.attrOf {
 		if _, ok := t.nodes[id]; !ok {
 			delete(p.attrOf, id)
 			continue
 		}
-		g.member[id], g.zone[id], g.weight[id] = a.group, a.zone, a.weight
+		g.member[id], g.zone[id], g.weight[id], g.load[id] = a.group, a.zone, a.weight, a.load
 	}
 	g.placed = make([]uint32, 0, partitions+len(in.Elections))
 	for s := range uint32(partitions) {

@@ -47,6 +47,10 @@ type Planner struct {
 	electionTarget map[uint32]string      // this round's election placement (elections.go)
 
 	establishedAt time.Time // when this term's Establish ran
+
+	unsettledAt time.Time   // last round whose placement was not settled (load.go)
+	swapsAt     []time.Time // load swaps started in the last minute
+	lastSwap    ring.Swap
 }
 
 // nodeTrack is the leader's memory of one node record.
@@ -100,6 +104,7 @@ func (p *Planner) Leading() bool { return p.leading }
 func (p *Planner) Establish(now time.Time, in Input) {
 	p.leading = true
 	p.establishedAt = now
+	p.unsettledAt, p.swapsAt = now, nil
 	p.nodes = make(map[string]*nodeTrack)
 	p.revokes = make(map[uint32]revokeTrack)
 	p.elig = make(map[string]*eligTrack)
@@ -542,6 +547,10 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 	slices.SortFunc(rv, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Revoke).Shard, b.(ledger.Revoke).Shard) })
 	out = append(out, rv...)
 	slices.SortStableFunc(out, func(a, b ledger.Command) int { return cmp.Compare(shardOf(a), shardOf(b)) })
+	if len(out) == 0 {
+		return p.loadSwap(now, t, inFlight, p.settled(t))
+	}
+	p.unsettledAt = now
 	return out
 }
 

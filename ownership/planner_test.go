@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ring"
 )
 
 // plannerEnv is the world of one planner script: a gossip view, a committed
@@ -198,6 +199,28 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 		n := e.ledger.node[id]
 		n.Draining = !td.HasArg("off")
 		e.ledger.node[id] = n
+		return ""
+	case "load":
+		// load id=n1 total=30 hot=0:20,3:5 (no total: reports none)
+		id := argStr(td, "id", "")
+		m := e.members[id]
+		m.Load = nil
+		if td.HasArg("total") {
+			lr := &LoadReport{Total: argFloat(t, td, "total", 0)}
+			if h := argStr(td, "hot", ""); h != "" {
+				for _, kv := range strings.Split(h, ",") {
+					s, v, _ := strings.Cut(kv, ":")
+					shard, err1 := strconv.Atoi(s)
+					val, err2 := strconv.ParseFloat(v, 64)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("%s: hot %q", td.Pos, kv)
+					}
+					lr.Hot = append(lr.Hot, ring.ShardLoad{Shard: uint32(shard), Load: val})
+				}
+			}
+			m.Load = lr
+		}
+		e.members[id] = m
 		return ""
 	case "pin":
 		if e.pins == nil {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ring"
 )
 
 // GossipState is gossip's opinion of a member. Gossip is a hint: the planner
@@ -60,10 +61,21 @@ type Member struct {
 	// to it. 0 means 1; values above ring.MaxWeight count as
 	// ring.MaxWeight.
 	Weight int
+	// Load is the node's load summary (node/ gossips it in the
+	// "tenure.load" tag: its total and its hottest shards); nil when it
+	// reports none. Load balancing runs only while every ring member
+	// reports one.
+	Load *LoadReport
 	// Zone is the node's failure domain (the "tenure.zone" tag): the
 	// partitions are apportioned to zones by their total weight, and a
 	// group's elections are spread across its zones.
 	Zone string
+}
+
+// LoadReport is a node's gossiped load summary.
+type LoadReport struct {
+	Total float64
+	Hot   []ring.ShardLoad // its hottest shards, hottest first
 }
 
 // Input is everything the planner looks at in one round: the leader's

@@ -32,12 +32,14 @@ type LoadView struct {
 	// Fixed, optional, marks shards that must not move (operator pins).
 	Fixed []bool
 	// Threshold: a member is hot when its load exceeds (1+Threshold)·its
-	// fair share (e.g. 0.25). A swap never leaves the receiver above
-	// (1+Threshold/2)·its share, so a shard moved for load is not moved
-	// back unless the loads themselves change by that much (hysteresis).
+	// fair share (e.g. 0.25); below that nothing moves.
 	Threshold float64
-	// MinGain: a swap must cut the hot member's load by at least this
-	// fraction of it (e.g. 0.05), so tiny gains move nothing.
+	// MinGain: a swap must bring the higher of the two members' loads
+	// (over their shares) at least this fraction (e.g. 0.05) below the
+	// hot member's before. With loads that do not change, every swap
+	// strictly lowers the pair's maximum and never raises anyone else's,
+	// so no sequence of swaps returns to an earlier placement (no
+	// flapping), and tiny gains move nothing.
 	MinGain float64
 }
 
@@ -50,16 +52,16 @@ type Swap struct {
 	// Load of Hot as reported, and Back's estimate (the mean of To's
 	// shards outside its hot list).
 	HotLoad, BackLoad float64
-	// MaxBefore and MaxAfter are the loads of From before and after, over
-	// its fair share.
+	// MaxBefore is From's load over its fair share before; MaxAfter the
+	// higher of From's and To's after.
 	MaxBefore, MaxAfter float64
 }
 
 // LoadSwap picks at most one swap that moves load off the most loaded
-// member (relative to its weight): its hottest reported shard that fits
-// goes to the least loaded member that can take it without becoming hot,
-// and that member gives back the shard it ranks lowest (rendezvous score,
-// as Assign's excess) outside its hot list and Fixed. It is pure and
+// member (relative to its weight): one of its reported hot shards goes to
+// another member, which gives back the shard it ranks lowest (rendezvous
+// score, as Assign's excess) outside its hot list and Fixed; of all such
+// swaps the one that leaves the lower maximum of the two members wins. It is pure and
 // deterministic; ok is false when no member is above the threshold or no
 // swap helps enough. Call it only on a settled placement and at a bounded
 // rate (the planner's LoadConfig); the loads must be re-measured after
@@ -101,7 +103,9 @@ func LoadSwap(v LoadView) (Swap, bool) {
 	slices.SortStableFunc(cands, func(a, b ShardLoad) int {
 		return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard))
 	})
-	lh := v.Totals[hot]
+	lh, before := v.Totals[hot], ratio(hot)
+	var best Swap
+	found := false
 	for _, to := range byRatio[:len(byRatio)-1] {
 		back, backLoad, ok := coldShard(v, to, fixed)
 		if !ok {
@@ -111,16 +115,15 @@ func LoadSwap(v LoadView) (Swap, bool) {
 			if a.Load <= backLoad {
 				continue
 			}
-			newHot := lh - a.Load + backLoad
-			newTo := v.Totals[to] + a.Load - backLoad
-			if newTo > (1+v.Threshold/2)*share(to) || newHot > lh*(1-v.MinGain) {
+			after := max((lh-a.Load+backLoad)/share(hot), (v.Totals[to]+a.Load-backLoad)/share(to))
+			if after > before*(1-v.MinGain) || (found && after >= best.MaxAfter) {
 				continue
 			}
-			return Swap{Hot: a.Shard, Back: back, From: hot, To: to, HotLoad: a.Load, BackLoad: backLoad,
-				MaxBefore: ratio(hot), MaxAfter: newHot / share(hot)}, true
+			best, found = Swap{Hot: a.Shard, Back: back, From: hot, To: to, HotLoad: a.Load, BackLoad: backLoad,
+				MaxBefore: before, MaxAfter: after}, true
 		}
 	}
-	return Swap{}, false
+	return best, found
 }
 
 // coldShard is the shard member gives back in a swap — the one it ranks
