@@ -194,6 +194,18 @@ type Config struct {
 	// letters, digits, '.', '_' and '-'. Networked nodes only.
 	Zone string
 
+	// LoadThreshold, LoadSwapsPerMinute and LoadSettle tune load-aware
+	// placement (ownership.LoadConfig; docs/ring.md), on the node that
+	// leads the control group: a member whose gossiped load (ReportLoad)
+	// exceeds (1+LoadThreshold)·its share gets a hot shard swapped away,
+	// at most LoadSwapsPerMinute swaps a minute, each after the placement
+	// has been settled for LoadSettle. Zero values take the profile's
+	// (0.25, 2, 15 s; 5 s in ProfileFast); a negative LoadThreshold turns
+	// load balancing off. Networked nodes only.
+	LoadThreshold      float64
+	LoadSwapsPerMinute int
+	LoadSettle         time.Duration
+
 	// Tags are free-form labels gossiped with the node (region, version...).
 	// Keys starting "tenure." or "health." are reserved.
 	Tags map[string]string
@@ -352,6 +364,15 @@ func (c Config) Validate() error {
 		if err := validName(c.Zone); err != nil {
 			bad("Zone %q: %v", c.Zone, err)
 		}
+	}
+	if c.LoadThreshold != c.LoadThreshold || c.LoadThreshold > 100 {
+		bad("LoadThreshold %v: want ≤ 100 (0: the profile's, < 0: off)", c.LoadThreshold)
+	}
+	if c.LoadSwapsPerMinute < 0 || c.LoadSwapsPerMinute > 1000 {
+		bad("LoadSwapsPerMinute %d: want 0..1000 (0: the profile's)", c.LoadSwapsPerMinute)
+	}
+	if c.LoadSettle < 0 {
+		bad("LoadSettle %v: want ≥ 0 (0: the profile's)", c.LoadSettle)
 	}
 	if c.JobTimeout < 0 {
 		bad("JobTimeout %v: want > 0", c.JobTimeout)

@@ -64,6 +64,9 @@ type Member struct {
 	// unset) and Config.Zone (networked nodes).
 	Weight int
 	Zone   string
+	// Load is the member's gossiped load summary (Node.ReportLoad): its
+	// total and its hottest shards; nil when it reports none.
+	Load *LoadSummary
 	// Live reports whether the member's committed liveness is valid (its
 	// heartbeats are being committed).
 	Live bool

@@ -188,6 +188,18 @@ func ownershipConfig(cfg Config) ownership.Config {
 	}
 	oc.ManualFinalize = cfg.ManualFinalize
 	oc.MaxVersion = cfg.speakMax
+	switch {
+	case cfg.LoadThreshold < 0:
+		oc.Load.Threshold = 0
+	case cfg.LoadThreshold > 0:
+		oc.Load.Threshold = cfg.LoadThreshold
+	}
+	if cfg.LoadSwapsPerMinute > 0 {
+		oc.Load.SwapsPerMinute = cfg.LoadSwapsPerMinute
+	}
+	if cfg.LoadSettle > 0 {
+		oc.Load.Settle = cfg.LoadSettle
+	}
 	return oc
 }
 
@@ -445,7 +457,7 @@ func (s loopSource) Input() ownership.Input {
 			ID: m.ID, Incarnation: m.Incarnation, State: ownership.GossipState(m.State),
 			Health: m.Health, Draining: m.Draining, Group: m.Tags[groupTag],
 			NoShards: ownsNoShards(m.Tags, slices.Contains(voters, m.ID)),
-			Weight:   gossipedWeight(m.Tags), Zone: m.Tags[zoneTag],
+			Weight:   gossipedWeight(m.Tags), Zone: m.Tags[zoneTag], Load: parseLoad(m.Tags[loadTag]),
 		})
 	}
 	return in
@@ -689,6 +701,9 @@ func (b *netBackend) members() []Member {
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
 		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
 		mm.Excluded = st.IsExcluded(m.ID)
+		if lr := parseLoad(m.Tags[loadTag]); lr != nil {
+			mm.Load = &LoadSummary{Total: lr.Total, Hot: lr.Hot}
+		}
 		if known && rec.HeartbeatAt != 0 {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
@@ -747,6 +762,15 @@ func (b *netBackend) lease() leaseInfo {
 		}
 	}
 	return li
+}
+
+func (b *netBackend) setLoad(summary string) error {
+	return b.gossip.UpdateMeta(func(m *cluster.Meta) {
+		if m.Tags == nil {
+			m.Tags = make(map[string]string)
+		}
+		m.Tags[loadTag] = summary
+	})
 }
 
 func (b *netBackend) setHealth(score float64, meta map[string]string) error {

@@ -99,7 +99,7 @@ func FastConfig() Config {
 		StableFor:        time.Second,
 		MinHealth:        0.5,
 		Ring:             ring.DefaultConfig(),
-		Load:             DefaultLoadConfig(),
+		Load:             LoadConfig{Threshold: 0.25, MinGain: 0.05, SwapsPerMinute: 2, Settle: 5 * time.Second},
 	}
 }
 

@@ -63,6 +63,9 @@ type Shard struct {
 	Election         string    `json:"election,omitempty"`
 	ChangedAt        time.Time `json:"changed_at"`
 	Reason           string    `json:"reason"`
+	// Load is the load the serving node reported for the shard, when it
+	// owns it and reports one (node.ReportLoad).
+	Load *float64 `json:"load,omitempty"`
 }
 
 // Owner is GET /v1/owner?key=K: the shard a key hashes to and that
@@ -112,6 +115,16 @@ type Member struct {
 	Weight   int    `json:"weight,omitempty"`
 	Zone     string `json:"zone,omitempty"`
 	Excluded bool   `json:"excluded,omitempty"`
+	// Load is the member's gossiped total load and HotShards its hottest
+	// shards (node.ReportLoad); absent when it reports none.
+	Load      *float64    `json:"load,omitempty"`
+	HotShards []ShardLoad `json:"hot_shards,omitempty"`
+}
+
+// ShardLoad is one shard's reported load.
+type ShardLoad struct {
+	Shard uint32  `json:"shard"`
+	Load  float64 `json:"load"`
 }
 
 // Election is one election (GET /v1/elections).
