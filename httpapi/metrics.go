@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
-	"net/http"
 	"strings"
 	"time"
 

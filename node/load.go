@@ -79,7 +79,9 @@ func (n *Node) ownedLoadsLocked() []ring.ShardLoad {
 		}
 	}
 	n.mu.Unlock()
-	slices.SortFunc(out, func(a, b ring.ShardLoad) int { return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard)) })
+	slices.SortFunc(out, func(a, b ring.ShardLoad) int {
+		return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard))
+	})
 	return out
 }
 
