@@ -167,7 +167,9 @@ func (s *Sim) loadReport(n *node) *ownership.LoadReport {
 		lr.Total += l
 		lr.Hot = append(lr.Hot, ring.ShardLoad{Shard: sh, Load: l})
 	}
-	slices.SortStableFunc(lr.Hot, func(a, b ring.ShardLoad) int { return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard)) })
+	slices.SortStableFunc(lr.Hot, func(a, b ring.ShardLoad) int {
+		return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard))
+	})
 	lr.Hot = lr.Hot[:min(3, len(lr.Hot))]
 	return lr
 }
