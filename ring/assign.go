@@ -168,7 +168,8 @@ func rankOrder(h []uint64, names []string) []int {
 
 // apportion splits total among items in proportion to weights (all > 0):
 // each gets floor(total·w/W), and the remaining (fewer than the items) go
-// one each to the items first in rank. An item whose share falls below
+// one each to the items first in rank among those whose share is not a
+// whole number (so every share is rounded down or up, never beyond). An item whose share falls below
 // its floor gets the floor and the rest is apportioned again among the
 // others (water-filling). Σ floors ≤ total is the caller's promise. Each
 // share is within one shard of total·w/W when no floor binds.
@@ -189,20 +190,27 @@ func apportion(total int, weights []int64, rank []int, floors []int) []int {
 			return q
 		}
 		sum := int64(0)
+		frac := make([]bool, n) // share not a whole number
 		for i := range n {
 			if !fixed[i] {
 				q[i] = int(t * weights[i] / w)
+				frac[i] = t*weights[i]%w != 0
 				sum += int64(q[i])
 			}
 		}
+		// The extras go to items whose share has a fraction (there are
+		// at least as many as extras), first in rank: no item gets more
+		// than its share rounded up.
 		extra := t - sum
-		for _, i := range rank {
-			if extra == 0 {
-				break
-			}
-			if !fixed[i] {
-				q[i]++
-				extra--
+		for pass := 0; pass < 2 && extra > 0; pass++ {
+			for _, i := range rank {
+				if extra == 0 {
+					break
+				}
+				if !fixed[i] && (frac[i] || pass == 1) && q[i] == int(t*weights[i]/w) {
+					q[i]++
+					extra--
+				}
 			}
 		}
 		changed := false
