@@ -101,8 +101,9 @@ func (n *Node) publishLoad() {
 		return
 	}
 	if err := n.be.setLoad(tag); err != nil {
+		// Logged once per summary: it is not retried until it changes
+		// (e.g. the gossip record is full: Tags leave no room for it).
 		n.cfg.Logger.Warn("gossiping the load summary failed", "err", err)
-		return
 	}
 	n.loadMu.Lock()
 	n.loadGossiped = tag
