@@ -47,6 +47,8 @@ type (
 	DrainResult   = apitypes.Drain
 	Keyring       = apitypes.Keyring
 	UpgradeStatus = apitypes.UpgradeStatus
+	// PlacementRules are the operator's pins and exclusions.
+	PlacementRules = apitypes.PlacementRules
 )
 
 // Defaults.
@@ -329,6 +331,37 @@ func (c *Client) UpgradeStatus(ctx context.Context) (UpgradeStatus, error) {
 func (c *Client) FinalizeUpgrade(ctx context.Context) (UpgradeStatus, error) {
 	var v UpgradeStatus
 	_, err := c.do(ctx, http.MethodPost, "/v1/upgrade/finalize", nil, nil, &v, false)
+	return v, err
+}
+
+// PlacementRules is GET /v1/placement: the operator's pins and
+// exclusions.
+func (c *Client) PlacementRules(ctx context.Context) (PlacementRules, error) {
+	var v PlacementRules
+	_, err := c.get(ctx, "/v1/placement", nil, &v)
+	return v, err
+}
+
+// Pin is POST /v1/placement/pin: pin shard to node (the write token). The
+// control group moves the shard there and keeps it there while node is
+// eligible. It returns the rules after the commit; retried (a pin is
+// idempotent). A 409 means the cluster does not run version 3 yet.
+func (c *Client) Pin(ctx context.Context, shard uint32, node, reason string) (PlacementRules, error) {
+	var v PlacementRules
+	_, err := c.do(ctx, http.MethodPost, "/v1/placement/pin", nil, apitypes.PinRequest{Shard: shard, Node: node, Reason: reason}, &v, true)
+	return v, err
+}
+
+// Unpin removes shard's pin.
+func (c *Client) Unpin(ctx context.Context, shard uint32) (PlacementRules, error) {
+	return c.Pin(ctx, shard, "", "")
+}
+
+// Exclude is POST /v1/placement/exclude: exclude node from placement
+// (exclude true: its shards move off) or lift its exclusion.
+func (c *Client) Exclude(ctx context.Context, node string, exclude bool, reason string) (PlacementRules, error) {
+	var v PlacementRules
+	_, err := c.do(ctx, http.MethodPost, "/v1/placement/exclude", nil, apitypes.ExcludeRequest{Node: node, Exclude: exclude, Reason: reason}, &v, true)
 	return v, err
 }
 

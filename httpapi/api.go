@@ -224,6 +224,9 @@ func (h *Handler) routes() http.Handler {
 	mux.Handle("/v1/upgrade", methods{"GET": read(h.upgradeStatus)})
 	mux.Handle("/v1/debug/digest", methods{"GET": read(h.digest)})
 	mux.Handle("/v1/upgrade/finalize", methods{"POST": write(h.upgradeFinalize)})
+	mux.Handle("/v1/placement", methods{"GET": read(h.placementRules)})
+	mux.Handle("/v1/placement/pin", methods{"POST": write(h.pin)})
+	mux.Handle("/v1/placement/exclude", methods{"POST": write(h.exclude)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
@@ -795,12 +798,25 @@ func moveCause(prev, owner, reason string, members map[string]apitypes.Member) s
 		}
 	}
 	// A handoff is planned: the previous owner released the shard to the
-	// target of its revocation (a drain or a rebalance). A takeover follows
-	// a revocation its owner did not answer.
-	handoff := reason == "handoff" || strings.HasPrefix(reason, "transfer from ") || reason == "rebalance"
+	// target of its revocation (a drain, a rebalance, an operator's pin or
+	// exclusion), whose reason it carries ("handoff: pinned to n3"). A
+	// takeover follows a revocation its owner did not answer.
+	if r, ok := strings.CutPrefix(reason, "handoff: "); ok {
+		switch {
+		case strings.HasPrefix(r, "pinned to "), strings.HasSuffix(r, " excluded"):
+			return r
+		case strings.HasPrefix(r, "load "):
+			return "load balance"
+		case strings.HasPrefix(r, "drain "):
+			return "drain of " + strings.TrimPrefix(r, "drain ")
+		}
+	}
+	handoff := reason == "handoff" || strings.HasPrefix(reason, "handoff: ") || strings.HasPrefix(reason, "transfer from ") || reason == "rebalance"
 	switch {
 	case !known:
 		return prev + " left"
+	case m.Excluded:
+		return prev + " excluded"
 	case m.Draining:
 		return "drain of " + prev
 	case handoff:

@@ -351,7 +351,7 @@ func TestDashboardPanels(t *testing.T) {
 			t.Errorf("index.html lacks %s", want)
 		}
 	}
-	for _, want := range []string{`get("/v1/members")`, "m.suspected", "lease_remaining_ms", `get("/v1/elections")`, "/v1/jobs?limit=10&state="} {
+	for _, want := range []string{`get("/v1/members")`, "m.suspected", "lease_remaining_ms", "hot_shards", `get("/v1/elections")`, "/v1/jobs?limit=10&state="} {
 		if !strings.Contains(js, want) {
 			t.Errorf("app.js lacks %s", want)
 		}

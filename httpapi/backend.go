@@ -64,6 +64,19 @@ type UpgradeBackend interface {
 	FinalizeUpgrade(ctx context.Context) (apitypes.UpgradeStatus, error)
 }
 
+// PlacementBackend is the optional part of a Backend that keeps operator
+// placement rules (pins and exclusions); without it /v1/placement answers
+// 501.
+type PlacementBackend interface {
+	PlacementRules() (apitypes.PlacementRules, error)
+	// Pin pins a shard (or unpins it, with an empty node); Exclude
+	// excludes a node or lifts its exclusion. Both wrap ErrConflict while
+	// the cluster version does not allow them yet, ErrBadInput for a bad
+	// shard or an unknown node.
+	Pin(ctx context.Context, req apitypes.PinRequest) error
+	Exclude(ctx context.Context, req apitypes.ExcludeRequest) error
+}
+
 // Error classes Backend methods wrap.
 var (
 	ErrUnavailable = errors.New("tenure: unavailable")

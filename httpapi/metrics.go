@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +42,8 @@ type metrics struct {
 	shardsUnowned    prometheus.Gauge
 	jobs             *prometheus.GaugeVec
 	health           *prometheus.GaugeVec
+	load             prometheus.Gauge
+	hotShards        *prometheus.GaugeVec
 }
 
 // newMetrics registers the metrics on reg.
@@ -75,7 +80,10 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m.shardsUnowned = gauge("shards_unowned", "Shards without a valid committed owner, as this node sees them.")
 	m.jobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "jobs", Help: "Jobs by state, as this node's replica shows them."}, []string{"state"})
 	m.health = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "health_status", Help: "1 for this node's current health status (healthy, degraded, unhealthy)."}, []string{"status"})
-	cs = append(cs, m.jobs, m.health)
+	m.load = gauge("load", "Total load this node reports for the shards it owns (node.ReportLoad; 0 when it reports none).")
+	m.hotShards = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "hot_shard_load",
+		Help: "Load of this node's hottest shards (at most 3 series), as it reports them."}, []string{"shard"})
+	cs = append(cs, m.jobs, m.health, m.hotShards)
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -192,6 +200,7 @@ func (o *shardObserver) observe(now time.Time, shards []apitypes.Shard, h apityp
 	}
 	o.m.shardsOwned.Set(float64(owned))
 	o.m.shardsUnowned.Set(float64(unowned))
+	o.observeLoad(shards)
 
 	if !h.LastRenewal.IsZero() && h.LastRenewal.After(o.lastRenewal) {
 		if !o.lastRenewal.IsZero() {
@@ -246,5 +255,27 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// observeLoad sets the load gauges from the loads of the shards this node
+// owns: the total, and the hottest 3 by shard label (older labels are
+// dropped, so the series stay few).
+func (o *shardObserver) observeLoad(shards []apitypes.Shard) {
+	var loads []apitypes.ShardLoad
+	total := 0.0
+	for _, s := range shards {
+		if s.Load != nil && s.Owner == o.self {
+			loads = append(loads, apitypes.ShardLoad{Shard: s.Shard, Load: *s.Load})
+			total += *s.Load
+		}
+	}
+	slices.SortFunc(loads, func(a, b apitypes.ShardLoad) int {
+		return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard))
+	})
+	o.m.load.Set(total)
+	o.m.hotShards.Reset()
+	for _, l := range loads[:min(len(loads), 3)] {
+		o.m.hotShards.WithLabelValues(strconv.FormatUint(uint64(l.Shard), 10)).Set(l.Load)
 	}
 }

@@ -126,3 +126,34 @@ func gather(t *testing.T, m *metrics) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// TestShardObserverLoad: the node's total load and its 3 hottest shards
+// are exported; a shard it no longer holds drops out.
+func TestShardObserverLoad(t *testing.T) {
+	m := testMetrics(t)
+	o := newShardObserver(m, "n1")
+	h := apitypes.Health{Status: apitypes.StatusHealthy}
+	f := func(v float64) *float64 { return &v }
+	shards := []apitypes.Shard{
+		{Shard: 0, Owner: "n1", Load: f(5)}, {Shard: 1, Owner: "n1", Load: f(40)}, {Shard: 2, Owner: "n1", Load: f(1)},
+		{Shard: 3, Owner: "n1", Load: f(9)}, {Shard: 4, Owner: "n2", Load: f(99)}, {Shard: 5, Owner: "n1"},
+	}
+	o.observe(time.Unix(1, 0), shards, h, nil)
+	if got := testutil.ToFloat64(m.load); got != 55 {
+		t.Fatalf("load %v, want 55", got)
+	}
+	out := gather(t, m)
+	for _, want := range []string{`tenure_hot_shard_load{shard="1"} 40`, `tenure_hot_shard_load{shard="3"} 9`, `tenure_hot_shard_load{shard="0"} 5`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `shard="2"`) || strings.Contains(out, `shard="4"`) {
+		t.Errorf("metrics show a shard that is not among n1's 3 hottest")
+	}
+	shards[1].Owner = "n2"
+	o.observe(time.Unix(2, 0), shards, h, nil)
+	if out := gather(t, m); strings.Contains(out, `shard="1"`) || !strings.Contains(out, `tenure_hot_shard_load{shard="2"} 1`) {
+		t.Errorf("after s1 moved away:\n%s", out)
+	}
+}

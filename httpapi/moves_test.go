@@ -26,6 +26,7 @@ func TestMoveCause(t *testing.T) {
 		"c": {ID: "c", State: "alive", Live: false, Health: 1},
 		"d": {ID: "d", State: "alive", Live: true, Draining: true, Health: 1},
 		"e": {ID: "e", State: "alive", Live: true, Health: 0.1},
+		"x": {ID: "x", State: "alive", Live: true, Health: 1, Excluded: true},
 	}
 	for _, c := range []struct {
 		prev, owner, reason, want string
@@ -38,6 +39,10 @@ func TestMoveCause(t *testing.T) {
 		{"a", "e", "owner a expired", "a lease expired"}, {"b", "a", "owner b expired", "b lease expired"},
 		{"a", "e", "owner a restarted", "a restarted"}, {"d", "a", "handoff", "drain of d"},
 		{"a", "e", "handoff", "rebalance"}, {"c", "a", "takeover from c", "c lease expired"},
+		// A handoff carries its revocation's reason: operator rules show.
+		{"a", "e", "handoff: pinned to e", "pinned to e"}, {"a", "e", "handoff: a excluded", "a excluded"},
+		{"a", "e", "handoff: drain a", "drain of a"}, {"a", "e", "handoff: rebalance to e", "rebalance"},
+		{"x", "a", "", "x excluded"}, {"a", "e", "handoff: load to e (a at 2.62× its share)", "load balance"},
 	} {
 		if got := moveCause(c.prev, c.owner, c.reason, members); got != c.want {
 			t.Errorf("%q→%q (%s): %q, want %q", c.prev, c.owner, c.reason, got, c.want)

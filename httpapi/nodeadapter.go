@@ -26,9 +26,10 @@ type nodeAdapter struct {
 }
 
 var (
-	_ Backend        = (*nodeAdapter)(nil)
-	_ KeyringBackend = (*nodeAdapter)(nil)
-	_ UpgradeBackend = (*nodeAdapter)(nil)
+	_ Backend          = (*nodeAdapter)(nil)
+	_ KeyringBackend   = (*nodeAdapter)(nil)
+	_ UpgradeBackend   = (*nodeAdapter)(nil)
+	_ PlacementBackend = (*nodeAdapter)(nil)
 )
 
 func (a *nodeAdapter) ShardFor(key string) uint32 { return a.n.ShardFor(key) }
@@ -86,6 +87,12 @@ func (a *nodeAdapter) Shards() []apitypes.Shard {
 	for i, s := range in {
 		out[i] = shardFrom(s)
 	}
+	for _, l := range a.n.Loads() {
+		if int(l.Shard) < len(out) && out[l.Shard].Shard == l.Shard {
+			v := l.Load
+			out[l.Shard].Load = &v
+		}
+	}
 	return out
 }
 
@@ -113,7 +120,14 @@ func memberFrom(m node.Member, t node.Timing, now time.Time) apitypes.Member {
 	out := apitypes.Member{
 		ID: m.ID, Group: m.Group, Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
 		State: m.State.String(), Health: m.Health, Draining: m.Draining, Live: m.Live, Voter: m.Voter, Leader: m.Leader,
-		Version: m.Version, Tags: m.Tags,
+		Version: m.Version, Tags: m.Tags, Weight: m.Weight, Zone: m.Zone, Excluded: m.Excluded,
+	}
+	if m.Load != nil {
+		total := m.Load.Total
+		out.Load = &total
+		for _, h := range m.Load.Hot {
+			out.HotShards = append(out.HotShards, apitypes.ShardLoad{Shard: h.Shard, Load: h.Load})
+		}
 	}
 	out.Suspected = m.State == node.MemberSuspect || m.State == node.MemberDead
 	// On a MemNetwork UpdatedAt is the last SetHealth, not a heartbeat.

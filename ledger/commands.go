@@ -261,6 +261,10 @@ func (k Kind) String() string {
 		return "ClusterConfig"
 	case KindSession:
 		return "Session"
+	case KindPinShard:
+		return "PinShard"
+	case KindExcludeNode:
+		return "ExcludeNode"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

@@ -116,6 +116,24 @@ func applyDirective(t *testing.T, f *FSM, sm *counterSM, index *uint64, d *datad
 			DefaultMaxAttempts: uint32(u64("maxattempts")), Now: i64("now")}
 	case "declare":
 		c = DeclareElection{Group: str("group"), Name: str("name"), Partitions: uint32(u64("partitions")), Now: i64("now")}
+	case "cluster":
+		c = ClusterConfig{Name: str("name"), Partitions: uint32(u64("partitions")), Version: uint32(u64("version")), Now: i64("now")}
+	case "pin":
+		c = PinShard{Shard: uint32(u64("shard")), Node: str("node"), Reason: str("reason"), Now: i64("now")}
+	case "exclude":
+		c = ExcludeNode{Node: str("node"), Exclude: str("off") != "true", Reason: str("reason"), Now: i64("now")}
+	case "rules":
+		var b strings.Builder
+		for _, p := range f.State().Pins() {
+			fmt.Fprintf(&b, "pin s%d -> %s (%s) at=%d\n", p.Shard, p.Node, p.Reason, p.At)
+		}
+		for _, e := range f.State().Excluded() {
+			fmt.Fprintf(&b, "excluded %s (%s) at=%d\n", e.Node, e.Reason, e.At)
+		}
+		if b.Len() == 0 {
+			return "none\n"
+		}
+		return b.String()
 	case "elections":
 		var b strings.Builder
 		fmt.Fprintf(&b, "partitions=%d\n", f.State().Partitions())

@@ -17,10 +17,10 @@ import (
 // Version is the newest encoding version, written as the first byte.
 // Version 2 added Release.Avoid and DeclareElection; version 3
 // Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
-// command with a request id). Encode writes the oldest version that can
+// command with a request id); version 5 PinShard and ExcludeNode. Encode writes the oldest version that can
 // express the command (version 1 for everything else), so nodes of the
-// previous release keep reading it; Decode reads versions 1 to 4.
-const Version byte = 4
+// previous release keep reading it; Decode reads versions 1 to 5.
+const Version byte = 5
 
 // minVersion is the oldest version Decode reads.
 const minVersion byte = 1
@@ -41,7 +41,9 @@ func versionFor(c Command) byte {
 	case ClusterConfig:
 		return 3
 	case Session:
-		return 4
+		return max(4, versionFor(c.Command))
+	case PinShard, ExcludeNode:
+		return 5
 	case Batch:
 		v := minVersion
 		for _, sc := range c.Commands {
@@ -394,6 +396,30 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.b = append(w.b, byte(KindSession))
 		w.b = append(w.b, c.ID[:]...)
 		return encodeBody(w, c.Command, true)
+	case PinShard:
+		if err := checkStrs("node", c.Node, "reason", c.Reason); err != nil {
+			return err
+		}
+		if w.ver < 5 {
+			return fmt.Errorf("%w: PinShard needs encoding version 5", ErrInvalid)
+		}
+		w.b = append(w.b, byte(KindPinShard))
+		w.u(uint64(c.Shard))
+		w.str(c.Node)
+		w.str(c.Reason)
+		w.i(c.Now)
+	case ExcludeNode:
+		if err := checkStrs("node", c.Node, "reason", c.Reason); err != nil {
+			return err
+		}
+		if w.ver < 5 {
+			return fmt.Errorf("%w: ExcludeNode needs encoding version 5", ErrInvalid)
+		}
+		w.b = append(w.b, byte(KindExcludeNode))
+		w.str(c.Node)
+		w.bool(c.Exclude)
+		w.str(c.Reason)
+		w.i(c.Now)
 	case DeclareElection:
 		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
 			return err
@@ -506,6 +532,18 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return DeclareElection{Group: r.str(), Name: r.str(), Partitions: r.u32(), Now: r.i()}
+	case KindPinShard:
+		if r.ver < 5 {
+			r.fail(fmt.Errorf("%w: PinShard in a version %d entry", ErrMalformed, r.ver))
+			return nil
+		}
+		return PinShard{Shard: r.u32(), Node: r.str(), Reason: r.str(), Now: r.i()}
+	case KindExcludeNode:
+		if r.ver < 5 {
+			r.fail(fmt.Errorf("%w: ExcludeNode in a version %d entry", ErrMalformed, r.ver))
+			return nil
+		}
+		return ExcludeNode{Node: r.str(), Exclude: r.bool(), Reason: r.str(), Now: r.i()}
 	case KindClusterConfig:
 		if r.ver < 3 {
 			r.fail(fmt.Errorf("%w: ClusterConfig in a version %d entry", ErrMalformed, r.ver))

@@ -158,8 +158,10 @@ func (f *FSM) publish() {
 	if f.dirty&dirtyShards != 0 {
 		c.shards = f.st.shards.Clone()
 		c.elections = f.st.elections.Clone()
+		c.pins, c.excluded = f.st.pins.Clone(), f.st.excluded.Clone()
 	} else {
 		c.shards, c.elections = prev.shards, prev.elections
+		c.pins, c.excluded = prev.pins, prev.excluded
 	}
 	if f.dirty&dirtyJobs != 0 {
 		c.jobs = f.st.jobs.Clone()
@@ -355,6 +357,10 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 		r = f.clusterConfig(c)
 	case DeclareElection:
 		r = f.declareElection(c)
+	case PinShard:
+		r = f.pinShard(c)
+	case ExcludeNode:
+		r = f.excludeNode(c)
 	case Session:
 		r = f.session(index, c)
 	case nil:

@@ -127,6 +127,10 @@ func fmtResult(c Command, r Result) string {
 		if r.Duplicate {
 			b.WriteString(" (duplicate)")
 		}
+	case PinShard, ExcludeNode:
+		if r.Duplicate {
+			b.WriteString(" (duplicate)")
+		}
 	case App:
 		if r.Response != nil {
 			b.WriteString(fmt.Sprintf("\n  response=%q", r.Response))

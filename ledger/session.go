@@ -156,6 +156,10 @@ func commandNow(c Command) int64 {
 		return c.Now
 	case DeclareElection:
 		return c.Now
+	case PinShard:
+		return c.Now
+	case ExcludeNode:
+		return c.Now
 	}
 	return 0
 }

@@ -16,8 +16,11 @@ import (
 
 // snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
 // version 3 the cluster config and NodeRecord's version range; version 4
-// the session table. Versions 1 to 3 are still read.
-const snapshotVersion byte = 4
+// the session table; version 5 the operator's pins and exclusions
+// (cluster version 3). A snapshot without pins or exclusions is written as
+// version 4, so a binary of the previous release can install it until the
+// feature is used. Versions 1 to 4 are still read.
+const snapshotVersion byte = 5
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -65,7 +68,12 @@ func (s *fsmSnapshot) Release() {}
 
 func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
-	w := &writer{ver: snapshotVersion}
+	st := s.st
+	ver := snapshotVersion
+	if st.pins.Len() == 0 && st.excluded.Len() == 0 {
+		ver = 4
+	}
+	w := &writer{ver: ver}
 	var err error
 	flush := func() {
 		if err == nil && len(w.b) > 0 {
@@ -73,8 +81,7 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		}
 		w.b = w.b[:0]
 	}
-	st := s.st
-	w.b = append(w.b, snapshotVersion)
+	w.b = append(w.b, ver)
 	w.u(st.applied)
 	w.u(st.nextJob)
 	w.u(st.finishSeq)
@@ -111,6 +118,12 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		flush()
 		return err == nil
 	})
+	if ver >= 5 {
+		w.u(uint64(st.pins.Len()))
+		st.pins.Ascend(func(p PinRecord) bool { encodePin(w, p); flush(); return err == nil })
+		w.u(uint64(st.excluded.Len()))
+		st.excluded.Ascend(func(e ExcludeRecord) bool { encodeExclude(w, e); flush(); return err == nil })
+	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
 		w.str(a.typ)
@@ -225,6 +238,24 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 			}
 			st.sessions.ReplaceOrInsert(e)
 			st.sessionOrder.ReplaceOrInsert(sessionOrder{seq: e.seq, id: e.id})
+		}
+	}
+	if r.ver >= 5 {
+		for n := count(); n > 0 && r.err == nil; n-- {
+			p := decodePin(r)
+			if last, ok := st.pins.Max(); r.err == nil && ((ok && last.Shard >= p.Shard) || p.Node == "") {
+				r.fail(fmt.Errorf("%w: snapshot pin of shard %d to %q: empty or out of order", ErrMalformed, p.Shard, p.Node))
+				break
+			}
+			st.pins.ReplaceOrInsert(p)
+		}
+		for n := count(); n > 0 && r.err == nil; n-- {
+			e := decodeExclude(r)
+			if last, ok := st.excluded.Max(); r.err == nil && ((ok && last.Node >= e.Node) || e.Node == "") {
+				r.fail(fmt.Errorf("%w: snapshot exclusion of %q: empty or out of order", ErrMalformed, e.Node))
+				break
+			}
+			st.excluded.ReplaceOrInsert(e)
 		}
 	}
 	var apps []appSnap

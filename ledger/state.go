@@ -48,6 +48,9 @@ type State struct {
 	elections  *btree.BTreeG[ElectionRecord] // by (group, name); published with the shards
 	partitions uint32                        // recorded by the first DeclareElection
 
+	pins     *btree.BTreeG[PinRecord]     // operator pins by shard; published with the shards
+	excluded *btree.BTreeG[ExcludeRecord] // operator exclusions by node; published with the shards
+
 	sessions     *btree.BTreeG[sessionEntry] // remembered requests by id (session.go)
 	sessionOrder *btree.BTreeG[sessionOrder] // the same, in insertion order
 	sessionSeq   uint64                      // last session insertion number
@@ -86,6 +89,8 @@ func newStateTables(s LedgerSettings) *State {
 			return cmp.Or(cmp.Compare(a.seq, b.seq), cmp.Compare(a.id, b.id)) < 0
 		}),
 		elections: newElectionTree(),
+		pins:      newPinTree(),
+		excluded:  newExcludeTree(),
 		settings:  s,
 	}
 }
@@ -107,6 +112,7 @@ func (s *State) clone() *State {
 	c.keyIdx = s.keyIdx.Clone()
 	c.finished = s.finished.Clone()
 	c.elections = s.elections.Clone()
+	c.pins, c.excluded = s.pins.Clone(), s.excluded.Clone()
 	c.sessions = s.sessions.Clone()
 	c.sessionOrder = s.sessionOrder.Clone()
 	return &c

@@ -43,6 +43,8 @@ type backend interface {
 
 	// setHealth gossips this node's health score and metadata.
 	setHealth(score float64, meta map[string]string) error
+	// setLoad gossips this node's load summary (load.go's format).
+	setLoad(summary string) error
 	// setDraining commits this node's draining flag.
 	setDraining(ctx context.Context, draining bool) error
 	// handoff is called once this node has stopped acting on a revoked

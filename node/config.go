@@ -168,6 +168,31 @@ type Config struct {
 	// only.
 	VoterOwnsNoShards bool
 
+	// Weight is the node's capacity relative to the others, 1..MaxWeight
+	// (0 means 1): the planner gives it a share of the partitions
+	// proportional to it (ring.Assign's weighted quotas). Gossiped in the
+	// "tenure.weight" tag. Networked nodes only (a MemNetwork places by
+	// rendezvous alone).
+	Weight int
+	// Zone is the node's failure domain (a rack, an availability zone): the
+	// partitions are apportioned to zones by their total weight, and a
+	// group's elections spread across zones where possible. Empty: no
+	// zone. Gossiped in the "tenure.zone" tag; at most 64 bytes of
+	// letters, digits, '.', '_' and '-'. Networked nodes only.
+	Zone string
+
+	// LoadThreshold, LoadSwapsPerMinute and LoadSettle tune load-aware
+	// placement (ownership.LoadConfig; docs/ring.md), on the node that
+	// leads the control group: a member whose gossiped load (ReportLoad)
+	// exceeds (1+LoadThreshold)·its share gets a hot shard swapped away,
+	// at most LoadSwapsPerMinute swaps a minute, each after the placement
+	// has been settled for LoadSettle. Zero values take the profile's
+	// (0.25, 2, 15 s; 5 s in ProfileFast); a negative LoadThreshold turns
+	// load balancing off. Networked nodes only.
+	LoadThreshold      float64
+	LoadSwapsPerMinute int
+	LoadSettle         time.Duration
+
 	// Tags are free-form labels gossiped with the node (region, version...).
 	// Keys starting "tenure." or "health." are reserved.
 	Tags map[string]string
@@ -284,6 +309,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// MaxWeight bounds Config.Weight.
+const MaxWeight = 1000
+
 // maxIDLen bounds ids and group names so gossip metadata stays within
 // memberlist's 512-byte limit.
 const maxIDLen = 64
@@ -315,6 +343,23 @@ func (c Config) Validate() error {
 	}
 	if c.BootstrapExpect < 1 || c.BootstrapExpect > 7 {
 		bad("BootstrapExpect %d: want 1..7 (3 or 5 in production)", c.BootstrapExpect)
+	}
+	if c.Weight < 0 || c.Weight > MaxWeight {
+		bad("Weight %d: want 1..%d (0: 1)", c.Weight, MaxWeight)
+	}
+	if c.Zone != "" {
+		if err := validName(c.Zone); err != nil {
+			bad("Zone %q: %v", c.Zone, err)
+		}
+	}
+	if c.LoadThreshold != c.LoadThreshold || c.LoadThreshold > 100 {
+		bad("LoadThreshold %v: want ≤ 100 (0: the profile's, < 0: off)", c.LoadThreshold)
+	}
+	if c.LoadSwapsPerMinute < 0 || c.LoadSwapsPerMinute > 1000 {
+		bad("LoadSwapsPerMinute %d: want 0..1000 (0: the profile's)", c.LoadSwapsPerMinute)
+	}
+	if c.LoadSettle < 0 {
+		bad("LoadSettle %v: want ≥ 0 (0: the profile's)", c.LoadSettle)
 	}
 	if c.JobTimeout < 0 {
 		bad("JobTimeout %v: want > 0", c.JobTimeout)

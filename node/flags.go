@@ -43,6 +43,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*voterFlag)(&c.Voter), "voter", "this node's place in the control group: auto (promoted when voters are needed, lowest id first), always (bootstrap voter and promoted first) or never (never votes: for members beside a fixed voter set)")
 	fs.Var((*notFlag)(&c.VoterOwnsNoShards), "voters-own-shards", "false: while this node is a control-group voter it owns no shards, so a voter's death is never also an owner failure (set it on every node that may vote; costs the voters' capacity)")
 	fs.Var((*tagsFlag)(&c.Tags), "tags", "comma-separated key=value labels gossiped with the node")
+	fs.IntVar(&c.Weight, "weight", c.Weight, "the node's capacity relative to the others, 1..1000: its share of the partitions is proportional to it (0: 1)")
+	fs.StringVar(&c.Zone, "zone", c.Zone, "the node's failure domain (rack, availability zone): partitions are apportioned to zones by capacity and a group's elections spread across zones")
 	fs.DurationVar(&c.JobTimeout, "job-timeout", c.JobTimeout, "how long one job attempt may run before the shard's owner may retry it")
 	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it are refused (checked by this node before proposing, so advisory under concurrent enqueues; 0: no cap)")
 	fs.BoolVar(&c.ManualFinalize, "manual-finalize", c.ManualFinalize, "after a rolling upgrade, keep the cluster version until `tenure upgrade finalize` (a window to go back to the previous binary); by default the leader finalizes once every live node runs the new binary")

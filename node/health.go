@@ -45,6 +45,16 @@ type Member struct {
 	// NoShards reports that the member owns no shards because it is a
 	// control-group voter started with Config.VoterOwnsNoShards.
 	NoShards bool
+	// Excluded: an operator excluded the member from placement
+	// (Node.ExcludeNode); it owns nothing while it holds.
+	Excluded bool
+	// Weight and Zone are the member's gossiped Config.Weight (1 if
+	// unset) and Config.Zone (networked nodes).
+	Weight int
+	Zone   string
+	// Load is the member's gossiped load summary (Node.ReportLoad): its
+	// total and its hottest shards; nil when it reports none.
+	Load *LoadSummary
 	// Live reports whether the member's committed liveness is valid (its
 	// heartbeats are being committed).
 	Live bool
@@ -105,7 +115,7 @@ func (n *Node) candidates(isLeader func(Member) bool, group string) []Candidate 
 			Health:     m.Health,
 			Metadata:   maps.Clone(m.Metadata),
 			Healthy:    healthy,
-			Eligible:   healthy && m.Live && !m.Draining && !m.NoShards && m.State == MemberAlive,
+			Eligible:   healthy && m.Live && !m.Draining && !m.NoShards && !m.Excluded && m.State == MemberAlive,
 			Leader:     isLeader(m),
 			LastUpdate: m.UpdatedAt,
 		})

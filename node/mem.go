@@ -304,6 +304,9 @@ func (b *memBackend) lease() leaseInfo {
 	return leaseInfo{registered: true, leaseEnd: now.Add(time.Hour), lastAck: now}
 }
 
+// setLoad: a MemNetwork places by rendezvous alone and ignores loads.
+func (b *memBackend) setLoad(string) error { return nil }
+
 func (b *memBackend) setHealth(score float64, meta map[string]string) error {
 	defer b.lock()()
 	b.self.health, b.self.meta, b.self.updatedAt = score, meta, time.Now()

@@ -191,11 +191,15 @@ type Node struct {
 	health     float64
 	healthMeta map[string]string
 	healthAt   time.Time
-	jobSeen    map[uint64]jobVersion
-	jobIndex   uint64            // applied index of the last job diff
-	suppressed map[uint32]uint64 // shard -> epoch this node gave up
-	active     map[uint32]int    // shard -> running workers
-	handing    map[uint32]uint64 // shard -> epoch a handoff was started for
+
+	loadMu       sync.Mutex         // guards loads and loadGossiped (taken before mu)
+	loads        map[uint32]float64 // ReportLoad's values (load.go)
+	loadGossiped string             // the load tag last gossiped
+	jobSeen      map[uint64]jobVersion
+	jobIndex     uint64            // applied index of the last job diff
+	suppressed   map[uint32]uint64 // shard -> epoch this node gave up
+	active       map[uint32]int    // shard -> running workers
+	handing      map[uint32]uint64 // shard -> epoch a handoff was started for
 }
 
 // shardView is what the loop last published about a shard.
@@ -570,6 +574,7 @@ func (n *Node) loop() {
 	defer timer.Stop()
 	for {
 		next := n.refresh(time.Now())
+		n.publishLoad()
 		if !timer.Stop() {
 			select {
 			case <-timer.C:

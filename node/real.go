@@ -77,6 +77,24 @@ const groupTag = "tenure.group"
 // peer that gossips another count (cluster.Config.CheckPeer).
 const partitionsTag = "tenure.partitions"
 
+// weightTag and zoneTag carry Config.Weight and Config.Zone in the
+// gossiped tags (ownership.Member.Weight and Zone); absent means weight 1
+// and no zone.
+const (
+	weightTag = "tenure.weight"
+	zoneTag   = "tenure.zone"
+)
+
+// gossipedWeight reads a member's weight tag: 0 (weight 1) when absent or
+// not a number in 1..MaxWeight (a peer's tags are outside input).
+func gossipedWeight(tags map[string]string) int {
+	w, err := strconv.Atoi(tags[weightTag])
+	if err != nil || w < 1 || w > MaxWeight {
+		return 0
+	}
+	return w
+}
+
 // voterShardsTag, set to "no", carries Config.VoterOwnsNoShards in the
 // gossiped tags: the leader's planner gives such a node no shards while
 // it is a voter (ownership.Member.NoShards). The voter preference travels
@@ -163,6 +181,18 @@ func ownershipConfig(cfg Config) ownership.Config {
 	}
 	oc.ManualFinalize = cfg.ManualFinalize
 	oc.MaxVersion = cfg.speakMax
+	switch {
+	case cfg.LoadThreshold < 0:
+		oc.Load.Threshold = 0
+	case cfg.LoadThreshold > 0:
+		oc.Load.Threshold = cfg.LoadThreshold
+	}
+	if cfg.LoadSwapsPerMinute > 0 {
+		oc.Load.SwapsPerMinute = cfg.LoadSwapsPerMinute
+	}
+	if cfg.LoadSettle > 0 {
+		oc.Load.Settle = cfg.LoadSettle
+	}
 	return oc
 }
 
@@ -280,6 +310,12 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	if cfg.VoterOwnsNoShards {
 		meta.Tags[voterShardsTag] = "no"
+	}
+	if cfg.Weight > 1 {
+		meta.Tags[weightTag] = strconv.Itoa(cfg.Weight)
+	}
+	if cfg.Zone != "" {
+		meta.Tags[zoneTag] = cfg.Zone
 	}
 	// Until ClaimID finds no other live process with this id, peers never
 	// take this instance for the node (cluster.TagClaiming).
@@ -402,7 +438,8 @@ type loopSource struct{ b *netBackend }
 
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
-	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster()}
+	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
+		Pins: st.Pins(), Excluded: st.Excluded()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()
@@ -411,6 +448,7 @@ func (s loopSource) Input() ownership.Input {
 			ID: m.ID, Incarnation: m.Incarnation, State: m.State,
 			Health: m.Health, Draining: m.Draining, Group: m.Tags[groupTag],
 			NoShards: ownsNoShards(m.Tags, slices.Contains(voters, m.ID)),
+			Weight:   gossipedWeight(m.Tags), Zone: m.Tags[zoneTag], Load: parseLoad(m.Tags[loadTag]),
 		})
 	}
 	return in
@@ -652,6 +690,11 @@ func (b *netBackend) members() []Member {
 			Voter: slices.Contains(voters, m.ID), Leader: m.ID == leader, Version: m.Version,
 		}
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
+		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
+		mm.Excluded = st.IsExcluded(m.ID)
+		if lr := parseLoad(m.Tags[loadTag]); lr != nil {
+			mm.Load = &LoadSummary{Total: lr.Total, Hot: lr.Hot}
+		}
 		if known && rec.HeartbeatAt != 0 {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
@@ -710,6 +753,15 @@ func (b *netBackend) lease() leaseInfo {
 		}
 	}
 	return li
+}
+
+func (b *netBackend) setLoad(summary string) error {
+	return b.gossip.UpdateMeta(func(m *cluster.Meta) {
+		if m.Tags == nil {
+			m.Tags = make(map[string]string)
+		}
+		m.Tags[loadTag] = summary
+	})
 }
 
 func (b *netBackend) setHealth(score float64, meta map[string]string) error {

@@ -54,10 +54,37 @@ type Config struct {
 	// operator finalizes (`tenure upgrade finalize`): until then every
 	// node may still go back to the previous binary.
 	ManualFinalize bool
+	// Load configures load-aware placement (docs/ring.md).
+	Load LoadConfig
 	// MaxVersion, if non-zero, caps the cluster versions this node's
 	// heartbeats advertise below ledger.MaxClusterVersion: the node then
 	// stands in for a binary of an older release (upgrade tests).
 	MaxVersion uint32
+}
+
+// LoadConfig configures load-aware placement: on a settled placement the
+// leader swaps a hot member's hottest shard with a cold member's cold one
+// (ring.LoadSwap) when every ring member reports its load.
+type LoadConfig struct {
+	// Threshold: a member is hot above (1+Threshold)·its fair share of the
+	// load (by weight). 0 turns load balancing off.
+	Threshold float64
+	// MinGain: a swap must cut the hot member's load by this fraction.
+	MinGain float64
+	// SwapsPerMinute is the budget: at most this many swaps (two moves
+	// each) start in any minute.
+	SwapsPerMinute int
+	// Settle is how long the placement must have been settled (no move
+	// planned or in flight), and how long after the last swap, before the
+	// next swap is considered, so the loads are measured anew.
+	Settle time.Duration
+}
+
+// DefaultLoadConfig is the load policy of the profiles: hot above 1.25×
+// its share, swaps that gain at least 5%, at most 2 per minute, 15 s
+// apart.
+func DefaultLoadConfig() LoadConfig {
+	return LoadConfig{Threshold: 0.25, MinGain: 0.05, SwapsPerMinute: 2, Settle: 15 * time.Second}
 }
 
 // FastConfig is the fast profile of docs/protocol.md: 1 s lease, 200 ms
@@ -72,6 +99,7 @@ func FastConfig() Config {
 		StableFor:        time.Second,
 		MinHealth:        0.5,
 		Ring:             ring.DefaultConfig(),
+		Load:             LoadConfig{Threshold: 0.25, MinGain: 0.05, SwapsPerMinute: 2, Settle: 5 * time.Second},
 	}
 }
 
@@ -87,6 +115,7 @@ func DefaultConfig() Config {
 		StableFor:        3 * time.Second,
 		MinHealth:        0.5,
 		Ring:             ring.DefaultConfig(),
+		Load:             DefaultLoadConfig(),
 	}
 }
 
@@ -102,6 +131,7 @@ func SafeConfig() Config {
 		StableFor:        10 * time.Second,
 		MinHealth:        0.5,
 		Ring:             ring.DefaultConfig(),
+		Load:             DefaultLoadConfig(),
 	}
 }
 
@@ -113,6 +143,8 @@ func TestConfig() Config {
 	c.MaxMovesInFlight = 4
 	c.StableFor = 500 * time.Millisecond
 	c.Ring.Partitions = 16
+	c.Load.Settle = time.Second
+	c.Load.SwapsPerMinute = 6
 	return c
 }
 
@@ -139,6 +171,14 @@ func (c Config) Validate() error {
 		return bad("StableFor = %v, want ≥ 0", c.StableFor)
 	case math.IsNaN(c.MinHealth) || c.MinHealth < 0 || c.MinHealth > 1:
 		return bad("MinHealth = %v, want in [0, 1]", c.MinHealth)
+	case math.IsNaN(c.Load.Threshold) || math.IsInf(c.Load.Threshold, 0) || c.Load.Threshold < 0:
+		return bad("Load.Threshold = %v, want ≥ 0 (0: off)", c.Load.Threshold)
+	case math.IsNaN(c.Load.MinGain) || c.Load.MinGain < 0 || c.Load.MinGain >= 1:
+		return bad("Load.MinGain = %v, want in [0, 1)", c.Load.MinGain)
+	case c.Load.Threshold > 0 && c.Load.SwapsPerMinute < 1:
+		return bad("Load.SwapsPerMinute = %d, want ≥ 1 with Load.Threshold %v", c.Load.SwapsPerMinute, c.Load.Threshold)
+	case c.Load.Settle < 0:
+		return bad("Load.Settle = %v, want ≥ 0", c.Load.Settle)
 	}
 	// The node counts its lease as Lease·(1−δ) from the ask; a renewal
 	// period that does not fit twice into that would let one lost heartbeat

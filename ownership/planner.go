@@ -43,9 +43,14 @@ type Planner struct {
 	ringKey []string // placement members, sorted
 	assign  []string // this round's ring.Assign result, by partition
 
-	groupOf map[string]string // last gossiped group of each node (elections.go)
+	attrOf         map[string]memberAttrs // last gossiped group, zone and weight of each node (elections.go)
+	electionTarget map[uint32]string      // this round's election placement (elections.go)
 
 	establishedAt time.Time // when this term's Establish ran
+
+	unsettledAt time.Time   // last round whose placement was not settled (load.go)
+	swapsAt     []time.Time // load swaps started in the last minute
+	lastSwap    ring.Swap
 }
 
 // nodeTrack is the leader's memory of one node record.
@@ -99,6 +104,7 @@ func (p *Planner) Leading() bool { return p.leading }
 func (p *Planner) Establish(now time.Time, in Input) {
 	p.leading = true
 	p.establishedAt = now
+	p.unsettledAt, p.swapsAt = now, nil
 	p.nodes = make(map[string]*nodeTrack)
 	p.revokes = make(map[uint32]revokeTrack)
 	p.elig = make(map[string]*eligTrack)
@@ -151,6 +157,13 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	}
 	t := newTable(in.Shards, in.Nodes)
 	t.groups = p.groupView(in, t)
+	t.pins, t.excluded = make(map[uint32]string, len(in.Pins)), make(map[string]bool, len(in.Excluded))
+	for _, pin := range in.Pins {
+		t.pins[pin.Shard] = pin.Node
+	}
+	for _, e := range in.Excluded {
+		t.excluded[e.Node] = true
+	}
 	p.observe(now, t)
 	if exp := p.expiries(now, t); len(exp) > 0 {
 		return exp, nil
@@ -288,7 +301,8 @@ func (p *Planner) expiries(now time.Time, t table) []ledger.Command {
 //
 // Hard signals remove a node at once: no node record, no lease (expired or
 // not seen for Lease·(1+δ)), draining (ledger or gossip), a graceful
-// leave, or Member.NoShards (a voter that owns no shards). Soft signals — gossip suspect/dead/missing, health below MinHealth —
+// leave, Member.NoShards (a voter that owns no shards), or an operator's
+// exclusion (Input.Excluded). Soft signals — gossip suspect/dead/missing, health below MinHealth —
 // remove it only after they have lasted StableFor, so a flapping node or a
 // brief false suspicion moves nothing. A node enters the ring after it has
 // been eligible for StableFor. A node that restarts (new incarnation) before
@@ -313,7 +327,7 @@ func (p *Planner) updateRing(now time.Time, t table, members []Member) {
 			e = &eligTrack{}
 			p.elig[id] = e
 		}
-		hard := !p.live(now, id) || n.Draining || (known && (m.Draining || m.NoShards || m.State == GossipLeft))
+		hard := !p.live(now, id) || n.Draining || t.excluded[id] || (known && (m.Draining || m.NoShards || m.State == GossipLeft))
 		soft := !known || m.State == GossipSuspect || m.State == GossipDead || m.Health < p.cfg.MinHealth
 		switch {
 		case hard:
@@ -392,6 +406,7 @@ func (p *Planner) buildRing(t table) error {
 		slices.Sort(members)
 	}
 	p.ringKey, p.assign = members, nil
+	p.electionTargets(t)
 	if len(members) == 0 {
 		return nil
 	}
@@ -404,14 +419,43 @@ func (p *Planner) buildRing(t table) error {
 	parts := p.cfg.Ring.Partitions
 	prev := make([]string, parts)
 	avoid := make([]string, parts)
+	var pins []string
 	for s := range uint32(parts) {
 		rec := t.shard(s)
-		if rec.State == ledger.ShardOwned || rec.State == ledger.ShardRevoking {
+		switch {
+		case rec.State == ledger.ShardRevoking && t.valid(rec) && slices.Contains(members, rec.Target):
+			// A move in flight counts as done: its target is where the
+			// shard will be (ring.Assign returns the same target for
+			// any state on the way), and a load swap's two moves stay
+			// one change when one lands before the other.
+			prev[s] = rec.Target
+		case rec.State == ledger.ShardOwned || rec.State == ledger.ShardRevoking:
 			prev[s] = rec.Owner
 		}
 		avoid[s] = rec.AvoidOwner
+		if pin, ok := t.pins[s]; ok {
+			if pins == nil {
+				pins = make([]string, parts)
+			}
+			pins[s] = pin
+		}
 	}
-	a, err := ring.Assign(ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid})
+	pl := ring.Placement{Partitions: parts, Members: members, Prev: prev, Avoid: avoid, Pins: pins}
+	for _, m := range members {
+		if w := t.groups.weight[m]; w > 1 {
+			if pl.Weights == nil {
+				pl.Weights = make(map[string]int)
+			}
+			pl.Weights[m] = min(w, ring.MaxWeight)
+		}
+		if z := t.groups.zone[m]; z != "" {
+			if pl.Zones == nil {
+				pl.Zones = make(map[string]string)
+			}
+			pl.Zones[m] = z
+		}
+	}
+	a, err := ring.Assign(pl)
 	if err != nil {
 		p.ringKey = nil
 		return fmt.Errorf("ownership: placement over %d members: %w", len(members), err)
@@ -482,8 +526,11 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 				Reason: "takeover from " + rec.Owner})
 		case rec.Owner != target:
 			prio, reason := 1, "rebalance to "+target
-			if !p.inRing(rec.Owner) {
+			switch {
+			case !p.inRing(rec.Owner):
 				prio, reason = 0, p.leaveReason(rec.Owner, t)
+			case t.pins[s] == target:
+				prio, reason = 0, "pinned to "+target
 			}
 			revokes = append(revokes, revoke{prio, ledger.Revoke{Shard: s, Epoch: rec.Epoch, Target: target, Now: ts, Reason: reason}})
 		}
@@ -500,6 +547,10 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 	slices.SortFunc(rv, func(a, b ledger.Command) int { return cmp.Compare(a.(ledger.Revoke).Shard, b.(ledger.Revoke).Shard) })
 	out = append(out, rv...)
 	slices.SortStableFunc(out, func(a, b ledger.Command) int { return cmp.Compare(shardOf(a), shardOf(b)) })
+	if len(out) == 0 {
+		return p.loadSwap(now, t, inFlight, p.settled(t))
+	}
+	p.unsettledAt = now
 	return out
 }
 
@@ -532,6 +583,9 @@ func grantReason(rec ledger.ShardRecord, t table) string {
 }
 
 func (p *Planner) leaveReason(id string, t table) string {
+	if t.excluded[id] {
+		return id + " excluded"
+	}
 	if n, ok := t.nodes[id]; ok && n.Draining {
 		return "drain " + id
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ring"
 )
 
 // plannerEnv is the world of one planner script: a gossip view, a committed
@@ -21,6 +22,9 @@ type plannerEnv struct {
 	ledger  *testLedger
 	// elections declared by the script, in declaration order.
 	elections []ledger.ElectionRecord
+	// operator rules (pin shard=… node=…, exclude id=… [off])
+	pins     map[uint32]string
+	excluded map[string]bool
 }
 
 var t0 = time.Unix(1_000_000, 0)
@@ -35,10 +39,25 @@ func newPlannerEnv(t testing.TB, cfg Config) *plannerEnv {
 
 func (e *plannerEnv) input() Input {
 	in := Input{Shards: e.ledger.shards(), Nodes: e.ledger.nodes(), Elections: e.elections}
+	for _, s := range sortedShardKeys(e.pins) {
+		in.Pins = append(in.Pins, ledger.PinRecord{Shard: s, Node: e.pins[s]})
+	}
+	for _, id := range sortedKeys(e.excluded) {
+		in.Excluded = append(in.Excluded, ledger.ExcludeRecord{Node: id})
+	}
 	for _, id := range sortedKeys(e.members) {
 		in.Members = append(in.Members, e.members[id])
 	}
 	return in
+}
+
+func sortedShardKeys[V any](m map[uint32]V) []uint32 {
+	ks := make([]uint32, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -150,7 +169,7 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 		id := argStr(td, "id", "")
 		inc := uint64(argInt(t, td, "inc", 1))
 		e.members[id] = Member{ID: id, Incarnation: inc, State: GossipAlive, Health: argFloat(t, td, "health", 1),
-			Group: argStr(td, "group", "")}
+			Group: argStr(td, "group", ""), Zone: argStr(td, "zone", ""), Weight: argInt(t, td, "weight", 0)}
 		return e.ledger.heartbeat(id, inc, false)
 	case "member":
 		id := argStr(td, "id", "")
@@ -180,6 +199,50 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 		n := e.ledger.node[id]
 		n.Draining = !td.HasArg("off")
 		e.ledger.node[id] = n
+		return ""
+	case "load":
+		// load id=n1 total=30 hot=0:20,3:5 (no total: reports none)
+		id := argStr(td, "id", "")
+		m := e.members[id]
+		m.Load = nil
+		if td.HasArg("total") {
+			lr := &LoadReport{Total: argFloat(t, td, "total", 0)}
+			if h := argStr(td, "hot", ""); h != "" {
+				for _, kv := range strings.Split(h, ",") {
+					s, v, _ := strings.Cut(kv, ":")
+					shard, err1 := strconv.Atoi(s)
+					val, err2 := strconv.ParseFloat(v, 64)
+					if err1 != nil || err2 != nil {
+						t.Fatalf("%s: hot %q", td.Pos, kv)
+					}
+					lr.Hot = append(lr.Hot, ring.ShardLoad{Shard: uint32(shard), Load: val})
+				}
+			}
+			m.Load = lr
+		}
+		e.members[id] = m
+		return ""
+	case "pin":
+		if e.pins == nil {
+			e.pins = map[uint32]string{}
+		}
+		s := uint32(argInt(t, td, "shard", 0))
+		if n := argStr(td, "node", ""); n != "" {
+			e.pins[s] = n
+		} else {
+			delete(e.pins, s)
+		}
+		return ""
+	case "exclude":
+		if e.excluded == nil {
+			e.excluded = map[string]bool{}
+		}
+		id := argStr(td, "id", "")
+		if td.HasArg("off") {
+			delete(e.excluded, id)
+		} else {
+			e.excluded[id] = true
+		}
 		return ""
 	case "resign":
 		return e.ledger.resign(uint32(argInt(t, td, "shard", 0)))

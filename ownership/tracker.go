@@ -405,8 +405,14 @@ func (t *Tracker) Handoffs(now time.Time) []ledger.Command {
 		st.drained = !mutation.On(mutation.ResumeAfterHandoff)
 		r := st.rec
 		if to, ok := t.nodes[r.Target]; ok && r.Target != t.id && !to.Draining {
+			// The revocation's reason travels on ("handoff: pinned to n3"),
+			// so the move shows why it happened (tenure moves).
+			reason := "handoff"
+			if r.Reason != "" {
+				reason += ": " + r.Reason
+			}
 			out = append(out, ledger.Transfer{Shard: s, Epoch: r.Epoch, From: t.id, To: r.Target,
-				ToIncarnation: to.Incarnation, ToLiveness: to.Liveness, Now: now.UnixNano(), Reason: "handoff"})
+				ToIncarnation: to.Incarnation, ToLiveness: to.Liveness, Now: now.UnixNano(), Reason: reason})
 			continue
 		}
 		out = append(out, ledger.Release{Shard: s, Epoch: r.Epoch, Owner: t.id, Now: now.UnixNano()})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/member"
+	"github.com/tenurehq/tenure/ring"
 )
 
 // GossipState is gossip's opinion of a member (the one definition is
@@ -42,6 +43,26 @@ type Member struct {
 	// node leaves the placement ring at once and its shards are revoked
 	// (drained and handed over).
 	NoShards bool
+	// Weight is the node's capacity (node/ gossips Config.Weight in the
+	// "tenure.weight" tag): its share of the partitions is proportional
+	// to it. 0 means 1; values above ring.MaxWeight count as
+	// ring.MaxWeight.
+	Weight int
+	// Load is the node's load summary (node/ gossips it in the
+	// "tenure.load" tag: its total and its hottest shards); nil when it
+	// reports none. Load balancing runs only while every ring member
+	// reports one.
+	Load *LoadReport
+	// Zone is the node's failure domain (the "tenure.zone" tag): the
+	// partitions are apportioned to zones by their total weight, and a
+	// group's elections are spread across its zones.
+	Zone string
+}
+
+// LoadReport is a node's gossiped load summary.
+type LoadReport struct {
+	Total float64
+	Hot   []ring.ShardLoad // its hottest shards, hottest first
 }
 
 // Input is everything the planner looks at in one round: the leader's
@@ -56,14 +77,22 @@ type Input struct {
 	Elections []ledger.ElectionRecord
 	// Cluster is the committed cluster configuration.
 	Cluster ledger.ClusterInfo
+	// Pins and Excluded are the operator's committed placement rules
+	// (ledger.State.Pins, Excluded): a pinned partition goes to its node
+	// while that node is in the placement ring; an excluded node leaves
+	// the ring at once (a hard signal, like a drain).
+	Pins     []ledger.PinRecord
+	Excluded []ledger.ExcludeRecord
 }
 
 // table is a sorted, indexed copy of the committed records.
 type table struct {
-	shards map[uint32]ledger.ShardRecord
-	nodes  map[string]ledger.NodeRecord
-	ids    []string // node ids, sorted
-	groups groupView
+	pins     map[uint32]string // operator pins: shard -> node
+	excluded map[string]bool   // operator exclusions
+	shards   map[uint32]ledger.ShardRecord
+	nodes    map[string]ledger.NodeRecord
+	ids      []string // node ids, sorted
+	groups   groupView
 }
 
 func newTable(shards []ledger.ShardRecord, nodes []ledger.NodeRecord) table {

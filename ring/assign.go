@@ -26,7 +26,24 @@ type Placement struct {
 	// with a hint is never chosen as a member's excess and never placed on
 	// its Avoid member unless no other member has room for it.
 	Avoid []string
+	// Weights, optional, is each member's capacity, 1..MaxWeight: quotas
+	// are proportional to it. A member missing here, or with 0, weighs 1.
+	Weights map[string]int
+	// Zones, optional, is each member's zone (failure domain). Shards are
+	// apportioned to zones first, in proportion to the zones' total
+	// weight, then to the members of each zone, so the shards spread
+	// across zones as evenly as the capacities allow. A member missing
+	// here is in the zone "".
+	Zones map[string]string
+	// Pins, optional, names per shard the member the shard must be on (an
+	// operator's pin). It is honoured while that member is in Members
+	// (else the shard is placed as usual); a pinned shard is never shed
+	// and its member's quota is raised to at least its pin count.
+	Pins []string
 }
+
+// MaxWeight bounds Placement.Weights.
+const MaxWeight = 1 << 16
 
 // Quotas returns how many shards each of members gets from Assign over
 // partitions shards: floor(P/N) or ceil(P/N), the extra shard going to the
@@ -34,11 +51,19 @@ type Placement struct {
 // ranking does not depend on the other members, so a join never raises an
 // existing member's quota and a leave never lowers one: that is what
 // keeps a single join or leave at the optimal number of moves. Names must
-// be unique; the result is keyed by name.
+// be unique; the result is keyed by name. It is PlacementQuotas without
+// weights, zones or pins.
 func Quotas(partitions int, members []string) map[string]int {
-	names := slices.Clone(members)
+	return PlacementQuotas(Placement{Partitions: partitions, Members: members})
+}
+
+// PlacementQuotas returns how many shards each member gets from Assign(pl)
+// (see Assign, rule 1), keyed by name. pl must be valid (Assign's errors).
+func PlacementQuotas(pl Placement) map[string]int {
+	names := slices.Clone(pl.Members)
 	slices.Sort(names)
-	q := quotas(partitions, names)
+	pins := pinCounts(pl, names)
+	q := quotas(pl.Partitions, names, weightsOf(pl, names), zonesOf(pl, names), pins)
 	m := make(map[string]int, len(names))
 	for i, n := range names {
 		m[n] = q[i]
@@ -46,19 +71,91 @@ func Quotas(partitions int, members []string) map[string]int {
 	return m
 }
 
-// quotas is Quotas over sorted names, indexed like names.
-func quotas(partitions int, names []string) []int {
+func weightsOf(pl Placement, names []string) []int64 {
+	w := make([]int64, len(names))
+	for i, n := range names {
+		w[i] = int64(max(pl.Weights[n], 1))
+	}
+	return w
+}
+
+func zonesOf(pl Placement, names []string) []string {
+	z := make([]string, len(names))
+	for i, n := range names {
+		z[i] = pl.Zones[n]
+	}
+	return z
+}
+
+// pinCounts counts, per sorted name, the shards pinned to it.
+func pinCounts(pl Placement, names []string) []int {
+	c := make([]int, len(names))
+	if len(pl.Pins) == 0 {
+		return c
+	}
+	for _, pin := range pl.Pins[:min(len(pl.Pins), pl.Partitions)] {
+		if i, ok := slices.BinarySearch(names, pin); ok && pin != "" {
+			c[i]++
+		}
+	}
+	return c
+}
+
+// quotas is PlacementQuotas over sorted names, indexed like names: the
+// partitions are apportioned to the zones by zone weight, then within each
+// zone to its members by weight (apportion), with pins as lower bounds.
+// Without weights, zones or pins that is floor(P/N) or ceil(P/N), the
+// extra shards to the lowest rank hashes.
+func quotas(partitions int, names []string, weights []int64, zones []string, pins []int) []int {
 	n := len(names)
 	q := make([]int, n)
 	if n == 0 {
 		return q
 	}
-	lo, extra := partitions/n, partitions%n
-	rank := make([]int, n)
-	h := make([]uint64, n)
-	for i, name := range names {
+	zoneNames := slices.Clone(zones)
+	slices.Sort(zoneNames)
+	zoneNames = slices.Compact(zoneNames)
+	zw := make([]int64, len(zoneNames))
+	zpins := make([]int, len(zoneNames))
+	zh := make([]uint64, len(zoneNames))
+	zoneOf := make([]int, n)
+	for i := range names {
+		z, _ := slices.BinarySearch(zoneNames, zones[i])
+		zoneOf[i] = z
+		zw[z] += weights[i]
+		zpins[z] += pins[i]
+	}
+	for z, name := range zoneNames {
+		zh[z] = xxhash.Sum64String("zone/" + name + "/rank")
+	}
+	zq := apportion(partitions, zw, rankOrder(zh, zoneNames), zpins)
+	for z := range zoneNames {
+		var idx []int
+		for i := range names {
+			if zoneOf[i] == z {
+				idx = append(idx, i)
+			}
+		}
+		w := make([]int64, len(idx))
+		h := make([]uint64, len(idx))
+		nm := make([]string, len(idx))
+		fl := make([]int, len(idx))
+		for k, i := range idx {
+			w[k], h[k], nm[k], fl[k] = weights[i], rankHash(names[i]), names[i], pins[i]
+		}
+		mq := apportion(zq[z], w, rankOrder(h, nm), fl)
+		for k, i := range idx {
+			q[i] = mq[k]
+		}
+	}
+	return q
+}
+
+// rankOrder returns the indexes of h sorted by hash, ties by name.
+func rankOrder(h []uint64, names []string) []int {
+	rank := make([]int, len(h))
+	for i := range rank {
 		rank[i] = i
-		h[i] = rankHash(name)
 	}
 	slices.SortFunc(rank, func(a, b int) int {
 		if c := cmp.Compare(h[a], h[b]); c != 0 {
@@ -66,13 +163,66 @@ func quotas(partitions int, names []string) []int {
 		}
 		return cmp.Compare(names[a], names[b])
 	})
-	for k, i := range rank {
-		q[i] = lo
-		if k < extra {
-			q[i]++
+	return rank
+}
+
+// apportion splits total among items in proportion to weights (all > 0):
+// each gets floor(total·w/W), and the remaining (fewer than the items) go
+// one each to the items first in rank among those whose share is not a
+// whole number (so every share is rounded down or up, never beyond). An item whose share falls below
+// its floor gets the floor and the rest is apportioned again among the
+// others (water-filling). Σ floors ≤ total is the caller's promise. Each
+// share is within one shard of total·w/W when no floor binds.
+func apportion(total int, weights []int64, rank []int, floors []int) []int {
+	n := len(weights)
+	q := make([]int, n)
+	fixed := make([]bool, n)
+	for {
+		t, w := int64(total), int64(0)
+		for i := range n {
+			if fixed[i] {
+				t -= int64(floors[i])
+			} else {
+				w += weights[i]
+			}
+		}
+		if w == 0 {
+			return q
+		}
+		sum := int64(0)
+		frac := make([]bool, n) // share not a whole number
+		for i := range n {
+			if !fixed[i] {
+				q[i] = int(t * weights[i] / w)
+				frac[i] = t*weights[i]%w != 0
+				sum += int64(q[i])
+			}
+		}
+		// The extras go to items whose share has a fraction (there are
+		// at least as many as extras), first in rank: no item gets more
+		// than its share rounded up.
+		extra := t - sum
+		for pass := 0; pass < 2 && extra > 0; pass++ {
+			for _, i := range rank {
+				if extra == 0 {
+					break
+				}
+				if !fixed[i] && (frac[i] || pass == 1) && q[i] == int(t*weights[i]/w) {
+					q[i]++
+					extra--
+				}
+			}
+		}
+		changed := false
+		for i := range n {
+			if !fixed[i] && q[i] < floors[i] {
+				fixed[i], q[i], changed = true, floors[i], true
+			}
+		}
+		if !changed {
+			return q
 		}
 	}
-	return q
 }
 
 // rankHash orders members for the extra shard of Quotas.
@@ -87,9 +237,17 @@ func memberSeed(name string) uint64 { return xxhash.Sum64String(name + memberKey
 //
 // Rules, in order:
 //
-//  1. Quotas: every member gets exactly Quotas(P, Members)[m] shards, so
-//     max − min ≤ 1 (max/avg ≤ ceil(P/N)/(P/N), min/avg ≥ floor(P/N)/(P/N)).
-//  2. Keep: a shard stays with its Prev owner if that owner is a member.
+//  1. Quotas: every member gets exactly PlacementQuotas(pl)[m] shards.
+//     Without weights, zones or pins that is Quotas(P, Members): max − min
+//     ≤ 1 (max/avg ≤ ceil(P/N)/(P/N), min/avg ≥ floor(P/N)/(P/N)). With
+//     weights, P is apportioned to the zones by their total weight, then
+//     to each zone's members by weight (largest shares first, extras by
+//     rank hash), so a member's quota is within 2 shards of P·w/W (within
+//     1 without zones), and a zone's within 1 of P·Wzone/W; a member's
+//     quota is at least the number of shards pinned to it.
+//  2. Pins: a shard pinned to a member goes there and is never shed.
+//     Keep: any other shard stays with its Prev owner if that owner is a
+//     member.
 //  3. Excess: a member holding more than its quota gives up the shards it
 //     ranks lowest (rendezvous score, below); shards with an Avoid hint go
 //     last.
@@ -117,7 +275,8 @@ func memberSeed(name string) uint64 { return xxhash.Sum64String(name + memberKey
 // below quota sorts K·D pairs (P = 4096, N = 200 from scratch: ~0.1 s).
 //
 // Errors: Partitions out of range (ErrInvalidConfig), an empty member name
-// (ErrInvalidMember), a repeated name (ErrDuplicateMember).
+// or a weight outside 0..MaxWeight (ErrInvalidMember), a repeated name
+// (ErrDuplicateMember).
 func Assign(pl Placement) ([]string, error) {
 	p := pl.Partitions
 	if p < 1 || p > MaxPartitions {
@@ -132,6 +291,9 @@ func Assign(pl Placement) ([]string, error) {
 		if i > 0 && names[i-1] == n {
 			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, n)
 		}
+		if w := pl.Weights[n]; w < 0 || w > MaxWeight {
+			return nil, fmt.Errorf("%w: %q has weight %d, want 1..%d (0 = 1)", ErrInvalidMember, n, w, MaxWeight)
+		}
 	}
 	out := make([]string, p)
 	n := len(names)
@@ -144,13 +306,21 @@ func Assign(pl Placement) ([]string, error) {
 		index[name] = int32(i)
 		seeds[i] = memberSeed(name)
 	}
-	quota := quotas(p, names)
+	quota := quotas(p, names, weightsOf(pl, names), zonesOf(pl, names), pinCounts(pl, names))
 
 	owner := make([]int32, p)
 	avoid := make([]int32, p)
+	pinned := make([]bool, p)
 	load := make([]int, n)
 	for s := range p {
 		owner[s], avoid[s] = -1, -1
+		if s < len(pl.Pins) {
+			if i, ok := index[pl.Pins[s]]; ok {
+				owner[s], pinned[s] = i, true
+				load[i]++
+				continue
+			}
+		}
 		if s < len(pl.Avoid) {
 			if i, ok := index[pl.Avoid[s]]; ok && n > 1 {
 				avoid[s] = i
@@ -208,6 +378,12 @@ func Assign(pl Placement) ([]string, error) {
 		for _, i := range over {
 			shards := held[i]
 			slices.SortFunc(shards, func(a, b uint32) int {
+				if pinned[a] != pinned[b] { // never shed a pin
+					if pinned[a] {
+						return 1
+					}
+					return -1
+				}
 				ha, hb := avoid[a] >= 0, avoid[b] >= 0
 				if ha != hb {
 					if ha {

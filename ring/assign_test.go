@@ -3,6 +3,7 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -17,7 +18,29 @@ func genPlacement(t *rapid.T) Placement {
 	members := genNames(t, 40)
 	pool := append(slices.Clone(members), "", "stranger-1", "stranger-2")
 	prev := rapid.SliceOfN(rapid.SampledFrom(pool), 0, p).Draw(t, "prev")
-	return Placement{Partitions: p, Members: members, Prev: prev}
+	pl := Placement{Partitions: p, Members: members, Prev: prev}
+	if len(members) > 0 && rapid.Bool().Draw(t, "weighted") {
+		pl.Weights = map[string]int{}
+		for _, m := range members {
+			pl.Weights[m] = rapid.IntRange(0, 8).Draw(t, "weight")
+		}
+	}
+	if len(members) > 0 && rapid.Bool().Draw(t, "zoned") {
+		zones := rapid.IntRange(1, 4).Draw(t, "zones")
+		pl.Zones = map[string]string{}
+		for _, m := range members {
+			pl.Zones[m] = fmt.Sprintf("z%d", rapid.IntRange(0, zones-1).Draw(t, "zone"))
+		}
+	}
+	if len(members) > 0 && rapid.IntRange(0, 3).Draw(t, "pinned") == 0 {
+		pl.Pins = rapid.SliceOfN(rapid.SampledFrom(append(pool, "", "", "", "")), 0, p).Draw(t, "pins")
+	}
+	return pl
+}
+
+// plain strips weights, zones and pins.
+func plain(pl Placement) Placement {
+	return Placement{Partitions: pl.Partitions, Members: pl.Members, Prev: pl.Prev}
 }
 
 func mustAssign(t interface{ Fatalf(string, ...any) }, pl Placement) []string {
@@ -30,7 +53,8 @@ func mustAssign(t interface{ Fatalf(string, ...any) }, pl Placement) []string {
 
 // checkBalanced: every shard owned by a member, each member at its quota
 // (floor or ceil of P/N).
-func checkBalanced(t *rapid.T, p int, members, out []string) {
+func checkBalanced(t *rapid.T, pl Placement, out []string) {
+	p, members := pl.Partitions, pl.Members
 	if len(out) != p {
 		t.Fatalf("len %d, want %d", len(out), p)
 	}
@@ -43,11 +67,12 @@ func checkBalanced(t *rapid.T, p int, members, out []string) {
 		return
 	}
 	loads := Loads(out, members)
-	q := Quotas(p, members)
+	q := PlacementQuotas(pl)
 	lo, hi := p/len(members), (p+len(members)-1)/len(members)
+	weighted := len(pl.Weights)+len(pl.Zones)+len(pl.Pins) > 0
 	sum := 0
 	for m, l := range loads {
-		if l != q[m] || l < lo || l > hi {
+		if l != q[m] || (!weighted && (l < lo || l > hi)) {
 			t.Fatalf("member %q holds %d, quota %d, bounds [%d, %d]", m, l, q[m], lo, hi)
 		}
 		sum += l
@@ -61,18 +86,43 @@ func TestAssignBalancedProp(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		pl := genPlacement(t)
 		out := mustAssign(t, pl)
-		checkBalanced(t, pl.Partitions, pl.Members, out)
+		checkBalanced(t, pl, out)
 		// Order of members does not matter.
-		shuffled := rapid.Permutation(pl.Members).Draw(t, "shuffled")
-		if again := mustAssign(t, Placement{Partitions: pl.Partitions, Members: shuffled, Prev: pl.Prev}); !slices.Equal(out, again) {
+		shuffled := pl
+		shuffled.Members = rapid.Permutation(pl.Members).Draw(t, "shuffled")
+		if again := mustAssign(t, shuffled); !slices.Equal(out, again) {
 			t.Fatalf("result depends on member order")
 		}
 		// Keep: a member never loses a shard while it is at or below its
-		// quota, and never gains one while it was above it.
-		q := Quotas(pl.Partitions, pl.Members)
-		before := Loads(pl.Prev, pl.Members)
-		for s := range min(len(pl.Prev), pl.Partitions) {
-			if o := pl.Prev[s]; o != out[s] {
+		// quota, and never gains one while it was above it (pinned shards
+		// aside: they go to their pin).
+		q := PlacementQuotas(pl)
+		isPinned := func(s int) bool {
+			if s >= len(pl.Pins) {
+				return false
+			}
+			_, member := q[pl.Pins[s]]
+			return member
+		}
+		// before: what each member holds once the pins are applied.
+		held := make([]string, pl.Partitions)
+		for s := range held {
+			switch {
+			case isPinned(s):
+				held[s] = pl.Pins[s]
+			case s < len(pl.Prev):
+				held[s] = pl.Prev[s]
+			}
+		}
+		before := Loads(held, pl.Members)
+		for s := range pl.Partitions {
+			if isPinned(s) {
+				if out[s] != pl.Pins[s] {
+					t.Fatalf("shard %d pinned to member %q is on %q", s, pl.Pins[s], out[s])
+				}
+				continue
+			}
+			if o := held[s]; o != out[s] {
 				if _, member := q[o]; member && before[o] <= q[o] {
 					t.Fatalf("shard %d moved from %q (held %d ≤ quota %d) to %q", s, o, before[o], q[o], out[s])
 				}
@@ -103,7 +153,7 @@ func withinMoveTarget(moves int, optimal float64) bool {
 
 func TestAssignSingleJoinLeaveProp(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		pl := genPlacement(t)
+		pl := plain(genPlacement(t))
 		if len(pl.Members) == 0 {
 			return
 		}
@@ -284,6 +334,127 @@ func TestAssignGrid(t *testing.T) {
 			if hi-lo > 1 {
 				t.Errorf("P=%d N=%d loads %d..%d", p, n, lo, hi)
 			}
+		}
+	}
+}
+
+// TestAssignWeightsZonesProp: with weights and zones, a member's quota is
+// within 2 shards of its weighted share P·w/W (within 1 without zones), a
+// zone's total within 1 of its share P·Wzone/W, and a membership change
+// moves exactly the shards the new quotas require (the members' total
+// deficit): nothing moves between members whose quota did not grow.
+func TestAssignWeightsZonesProp(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		pl := genPlacement(t)
+		pl.Pins = nil
+		if len(pl.Members) == 0 {
+			return
+		}
+		out := mustAssign(t, pl)
+		checkBalanced(t, pl, out)
+		loads := Loads(out, pl.Members)
+		var total float64
+		zoneW := map[string]float64{}
+		zoneLoad := map[string]int{}
+		for _, m := range pl.Members {
+			w := float64(max(pl.Weights[m], 1))
+			total += w
+			zoneW[pl.Zones[m]] += w
+			zoneLoad[pl.Zones[m]] += loads[m]
+		}
+		slack := 1.0
+		if len(pl.Zones) > 0 {
+			slack = 2
+		}
+		for _, m := range pl.Members {
+			share := float64(pl.Partitions) * float64(max(pl.Weights[m], 1)) / total
+			if math.Abs(float64(loads[m])-share) >= slack {
+				t.Fatalf("member %q (weight %d, zone %q) holds %d, weighted share %.2f", m, pl.Weights[m], pl.Zones[m], loads[m], share)
+			}
+		}
+		for z, w := range zoneW {
+			share := float64(pl.Partitions) * w / total
+			if math.Abs(float64(zoneLoad[z])-share) >= 1 {
+				t.Fatalf("zone %q holds %d, share %.2f", z, zoneLoad[z], share)
+			}
+		}
+
+		// A change: a joiner (in some zone, with some weight) and a leaver.
+		next := pl
+		next.Prev = out
+		next.Members = slices.Clone(pl.Members)
+		next.Weights, next.Zones = maps.Clone(pl.Weights), maps.Clone(pl.Zones)
+		if rapid.Bool().Draw(t, "join") {
+			next.Members = append(next.Members, "joiner")
+			if next.Weights != nil {
+				next.Weights["joiner"] = rapid.IntRange(1, 8).Draw(t, "joiner weight")
+			}
+			if next.Zones != nil {
+				next.Zones["joiner"] = fmt.Sprintf("z%d", rapid.IntRange(0, 4).Draw(t, "joiner zone"))
+			}
+		} else if len(next.Members) > 1 {
+			i := rapid.IntRange(0, len(next.Members)-1).Draw(t, "leaver")
+			next.Members = slices.Delete(next.Members, i, i+1)
+		}
+		after := mustAssign(t, next)
+		checkBalanced(t, next, after)
+		q := PlacementQuotas(next)
+		kept := Loads(out, next.Members)
+		deficit := 0
+		for m, qm := range q {
+			deficit += max(qm-kept[m], 0)
+		}
+		if moves := CountMoves(out, after); moves != deficit {
+			t.Fatalf("the change moved %d shards, the new quotas need %d", moves, deficit)
+		}
+	})
+}
+
+// TestAssignPins: a pinned shard goes to its member and stays there; the
+// member sheds another shard instead, so the balance holds; a pin to a
+// non-member is ignored; many pins raise the member's quota.
+func TestAssignPins(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	base := mustAssign(t, Placement{Partitions: 30, Members: members})
+	s := slices.Index(base, "b")
+	pins := make([]string, 30)
+	pins[s] = "a"
+	out := mustAssign(t, Placement{Partitions: 30, Members: members, Prev: base, Pins: pins})
+	if out[s] != "a" {
+		t.Fatalf("pinned shard %d on %q", s, out[s])
+	}
+	if l := Loads(out, members); l["a"] != 10 || l["b"] != 10 || l["c"] != 10 {
+		t.Fatalf("unbalanced after a pin: %v", l)
+	}
+	if m := CountMoves(base, out); m != 2 {
+		t.Fatalf("a pin moved %d shards, want 2 (the shard, one back from the pin's member)", m)
+	}
+	// Unpinning moves nothing (a fixed point either way).
+	if again := mustAssign(t, Placement{Partitions: 30, Members: members, Prev: out}); !slices.Equal(again, out) {
+		t.Fatalf("unpin moved %d shards", CountMoves(out, again))
+	}
+	// A pin to a non-member is ignored.
+	pins[s] = "gone"
+	if again := mustAssign(t, Placement{Partitions: 30, Members: members, Prev: base, Pins: pins}); !slices.Equal(again, base) {
+		t.Fatalf("a pin to a non-member moved %d shards", CountMoves(base, again))
+	}
+	// 20 pins on c: c's quota is 20, a and b share the other 10.
+	for i := range pins {
+		pins[i] = ""
+		if i < 20 {
+			pins[i] = "c"
+		}
+	}
+	out = mustAssign(t, Placement{Partitions: 30, Members: members, Prev: base, Pins: pins})
+	if l := Loads(out, members); l["c"] != 20 || l["a"] != 5 || l["b"] != 5 {
+		t.Fatalf("20 pins on c: %v", l)
+	}
+}
+
+func TestAssignWeightErrors(t *testing.T) {
+	for _, w := range []int{-1, MaxWeight + 1} {
+		if _, err := Assign(Placement{Partitions: 8, Members: []string{"a"}, Weights: map[string]int{"a": w}}); !errors.Is(err, ErrInvalidMember) {
+			t.Errorf("weight %d: %v, want ErrInvalidMember", w, err)
 		}
 	}
 }

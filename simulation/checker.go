@@ -154,12 +154,28 @@ func (c *checker) final() {
 			owners[sh] = rec.Owner
 		}
 	}
-	want, err := ring.Assign(ring.Placement{Partitions: parts, Members: eligible, Prev: owners})
+	pl := ring.Placement{Partitions: parts, Members: eligible, Prev: owners}
+	for _, n := range s.nodes {
+		if n.idx < len(s.cfg.Zones) {
+			if pl.Zones == nil {
+				pl.Zones = map[string]string{}
+			}
+			pl.Zones[n.id] = s.cfg.Zones[n.idx]
+		}
+		if n.idx < len(s.cfg.Weights) {
+			if pl.Weights == nil {
+				pl.Weights = map[string]int{}
+			}
+			pl.Weights[n.id] = s.cfg.Weights[n.idx]
+		}
+	}
+	want, err := ring.Assign(pl)
 	if err != nil {
 		s.violate("L2", "placement over %v: %v", eligible, err)
 		return
 	}
-	quota := ring.Quotas(parts, eligible)
+	s.placementStats(owners, eligible, pl.Weights)
+	quota := ring.PlacementQuotas(pl)
 	for id, l := range ring.Loads(owners, eligible) {
 		if l != quota[id] {
 			s.violate("L2", "%s owns %d shards, quota %d (P=%d over %d eligible nodes)", id, l, quota[id], parts, len(eligible))
@@ -201,3 +217,36 @@ func (s *Sim) refApp() int {
 }
 
 func (c *checker) String() string { return fmt.Sprintf("checker: %d acknowledged", len(c.acked)) }
+
+// placementStats records the end's shards per zone and load max/avg.
+func (s *Sim) placementStats(owners, eligible []string, weights map[string]int) {
+	if len(s.cfg.Zones) > 0 {
+		s.res.ZoneShards = map[string]int{}
+		for _, n := range s.nodes {
+			if n.idx < len(s.cfg.Zones) {
+				s.res.ZoneShards[s.cfg.Zones[n.idx]] += 0
+			}
+		}
+		for _, o := range owners {
+			for _, n := range s.nodes {
+				if n.id == o && n.idx < len(s.cfg.Zones) {
+					s.res.ZoneShards[s.cfg.Zones[n.idx]]++
+				}
+			}
+		}
+	}
+	if s.cfg.ShardLoads != nil && len(eligible) > 0 {
+		totals := map[string]float64{}
+		sum, w := 0.0, 0
+		for sh, o := range owners {
+			totals[o] += s.shardLoad(uint32(sh))
+			sum += s.shardLoad(uint32(sh))
+		}
+		for _, m := range eligible {
+			w += max(weights[m], 1)
+		}
+		for _, m := range eligible {
+			s.res.LoadMaxOverAvg = max(s.res.LoadMaxOverAvg, totals[m]/(sum*float64(max(weights[m], 1))/float64(w)))
+		}
+	}
+}

@@ -1,9 +1,12 @@
 package simulation
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/tenurehq/tenure/ownership"
+	"github.com/tenurehq/tenure/ring"
 )
 
 // gossipModel is membership as the voters see it: every voter holds a view
@@ -123,13 +126,57 @@ func (g *gossipModel) members(o *node) []ownership.Member {
 	var out []ownership.Member
 	for i, v := range g.view[o.idx] {
 		if i == o.idx {
-			out = append(out, ownership.Member{ID: o.id, Incarnation: o.inc, State: ownership.GossipAlive, Health: o.health, Draining: o.draining})
+			out = append(out, g.s.placementAttrs(o.idx, ownership.Member{ID: o.id, Incarnation: o.inc, State: ownership.GossipAlive, Health: o.health, Draining: o.draining}))
 			continue
 		}
 		if !v.known {
 			continue
 		}
-		out = append(out, ownership.Member{ID: g.s.nodes[i].id, Incarnation: v.inc, State: v.state, Health: v.health, Draining: v.draining})
+		out = append(out, g.s.placementAttrs(i, ownership.Member{ID: g.s.nodes[i].id, Incarnation: v.inc, State: v.state, Health: v.health, Draining: v.draining}))
 	}
 	return out
+}
+
+// placementAttrs adds node i's zone, weight and load summary to m. The
+// load summary is node i's current one (gossip delay is not modelled for
+// it: loads are a hint, and the planner re-reads them every round).
+func (s *Sim) placementAttrs(i int, m ownership.Member) ownership.Member {
+	if i < len(s.cfg.Zones) {
+		m.Zone = s.cfg.Zones[i]
+	}
+	if i < len(s.cfg.Weights) {
+		m.Weight = s.cfg.Weights[i]
+	}
+	if s.cfg.ShardLoads != nil && s.nodes[i].up {
+		m.Load = s.loadReport(s.nodes[i])
+	}
+	return m
+}
+
+// loadReport is n's load summary: the total over the shards it acts on
+// and its 3 hottest.
+func (s *Sim) loadReport(n *node) *ownership.LoadReport {
+	lr := &ownership.LoadReport{}
+	shards := make([]uint32, 0, len(n.acting))
+	for sh := range n.acting {
+		shards = append(shards, sh)
+	}
+	slices.Sort(shards)
+	for _, sh := range shards {
+		l := s.shardLoad(sh)
+		lr.Total += l
+		lr.Hot = append(lr.Hot, ring.ShardLoad{Shard: sh, Load: l})
+	}
+	slices.SortStableFunc(lr.Hot, func(a, b ring.ShardLoad) int {
+		return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard))
+	})
+	lr.Hot = lr.Hot[:min(3, len(lr.Hot))]
+	return lr
+}
+
+func (s *Sim) shardLoad(sh uint32) float64 {
+	if l, ok := s.cfg.ShardLoads[sh]; ok {
+		return l
+	}
+	return 1
 }

@@ -13,6 +13,7 @@ import (
 // TestSimScripts runs the named scenarios in testdata/scenarios.
 //
 //	sim [seed=N] [nodes=N] [voters=N] [duration=D] [faults-until=D] [watch=S,S] [workload=false]
+//	    [zones=z1,z2,...] [weights=1,2,...] [loads=S:L,S:L] [settle=D]
 //	fault at=D kind=K node=nI|leader|owner:S [dur=D] [value=F]
 //	run      run to the end; print violations, leader changes and the timeline
 func TestSimScripts(t *testing.T) {
@@ -52,6 +53,31 @@ func TestSimScripts(t *testing.T) {
 				cfg.Workload = arg("workload", "true") == "true"
 				cfg.Faults = []Fault{}
 				cfg.Watch = nil
+				if z := arg("zones", ""); z != "" {
+					cfg.Zones = strings.Split(z, ",")
+				}
+				if w := arg("weights", ""); w != "" {
+					for _, x := range strings.Split(w, ",") {
+						v, err := strconv.Atoi(x)
+						if err != nil {
+							t.Fatalf("%s: weights: %v", td.Pos, err)
+						}
+						cfg.Weights = append(cfg.Weights, v)
+					}
+				}
+				if l := arg("loads", ""); l != "" {
+					cfg.ShardLoads = map[uint32]float64{}
+					for _, kv := range strings.Split(l, ",") {
+						k, v, _ := strings.Cut(kv, ":")
+						sh, err1 := strconv.Atoi(k)
+						val, err2 := strconv.ParseFloat(v, 64)
+						if err1 != nil || err2 != nil {
+							t.Fatalf("%s: loads %q", td.Pos, kv)
+						}
+						cfg.ShardLoads[uint32(sh)] = val
+					}
+				}
+				cfg.Ownership.Load.Settle = dur("settle", cfg.Ownership.Load.Settle.String())
 				for _, w := range strings.Split(arg("watch", ""), ",") {
 					if w != "" {
 						v, _ := strconv.Atoi(w)
@@ -95,6 +121,12 @@ func TestSimScripts(t *testing.T) {
 				}
 				fmt.Fprintf(&b, "leader elections: %d, expiries proposed: %d, takeovers: %d, handoffs: %d\n",
 					res.LeaderChanges, res.Expiries, res.Takeovers, res.Handoffs)
+				if res.ZoneShards != nil {
+					fmt.Fprintf(&b, "partitions per zone: %v\n", res.ZoneShards)
+				}
+				if cfg.ShardLoads != nil {
+					fmt.Fprintf(&b, "load max/avg at the end: %.2f\n", res.LoadMaxOverAvg)
+				}
 				for _, l := range res.Timeline {
 					b.WriteString(l + "\n")
 				}

@@ -66,6 +66,17 @@ type Config struct {
 	// Watch lists shards whose acting changes are recorded in
 	// Result.Timeline.
 	Watch []uint32
+	// Zones and Weights, when set, give node i's gossiped zone and weight
+	// (ownership.Member.Zone, Weight); the end-of-run L2 check places with
+	// them too.
+	Zones   []string
+	Weights []int
+	// ShardLoads, when non-nil, makes every node gossip a load summary of
+	// the shards it acts on (ownership.Member.Load: its total and its 3
+	// hottest), each shard weighing ShardLoads[shard] or 1 if unlisted; the
+	// leader balances load (Ownership.Load). Result.LoadMaxOverAvg reports
+	// the end.
+	ShardLoads map[uint32]float64
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
@@ -175,6 +186,11 @@ type Result struct {
 	// Stats.
 	LeaderChanges, Takeovers, Handoffs, Expiries int
 	MaxHandoffGap                                time.Duration
+	// ZoneShards counts the committed owners' partitions per zone at the
+	// end (Config.Zones); LoadMaxOverAvg is the most loaded node's load
+	// over its weighted share at the end (Config.ShardLoads).
+	ZoneShards     map[string]int
+	LoadMaxOverAvg float64
 }
 
 // Failed reports whether any guarantee was violated.

@@ -61,6 +61,48 @@ func TestCLIAgainstEmbeddedService(t *testing.T) {
 			t.Fatalf("%v: %v\n%s%s", c.args, err, out, stderr)
 		}
 	}
+	// Operator placement rules through the CLI, the client, the API and
+	// the node to the ledger.
+	for {
+		if us, err := n.UpgradeStatus(); err == nil && us.Active >= 3 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the cluster never ran version 3")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pin", "2", "svc1", "--reason", "hot tenant"}, "hot tenant"},
+		{[]string{"exclude", "ghost", "--reason", "retired"}, "ghost"},
+		{[]string{"placement"}, "pin      2"},
+		{[]string{"pin", "--undo", "2"}, "exclude"},
+		{[]string{"exclude", "--undo", "ghost"}, "no pins or exclusions"},
+		{[]string{"members"}, "WEIGHT"},
+	} {
+		out, stderr, err := runEnv(t, env, c.args...)
+		if err != nil || !strings.Contains(out, c.want) {
+			t.Fatalf("%v: %v\n%s%s", c.args, err, out, stderr)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pin", "2"}, "want a shard id and a node id"},
+		{[]string{"pin", "x", "svc1"}, "want a shard id"},
+		{[]string{"pin", "9", "svc1"}, "400"},
+		{[]string{"pin", "1", "nobody"}, "no such node"},
+		{[]string{"exclude"}, "want one node id"},
+	} {
+		if _, _, err := runEnv(t, env, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
 	// The last eligible node cannot hand over, and says so instead of
 	// "drained" while it owns every shard.
 	out, _, err := runEnv(t, env, "drain", "--wait", "200ms")

@@ -63,6 +63,9 @@ type Shard struct {
 	Election         string    `json:"election,omitempty"`
 	ChangedAt        time.Time `json:"changed_at"`
 	Reason           string    `json:"reason"`
+	// Load is the load the serving node reported for the shard, when it
+	// owns it and reports one (node.ReportLoad).
+	Load *float64 `json:"load,omitempty"`
 }
 
 // Owner is GET /v1/owner?key=K: the shard a key hashes to and that
@@ -107,6 +110,21 @@ type Member struct {
 	// group commits it: gossip suspects the member or finds it dead, or
 	// its heartbeats stopped (none for half a lease).
 	Suspected bool `json:"suspected"`
+	// Weight and Zone are the member's placement capacity (1 if unset)
+	// and failure domain; Excluded: an operator excluded it from placement.
+	Weight   int    `json:"weight,omitempty"`
+	Zone     string `json:"zone,omitempty"`
+	Excluded bool   `json:"excluded,omitempty"`
+	// Load is the member's gossiped total load and HotShards its hottest
+	// shards (node.ReportLoad); absent when it reports none.
+	Load      *float64    `json:"load,omitempty"`
+	HotShards []ShardLoad `json:"hot_shards,omitempty"`
+}
+
+// ShardLoad is one shard's reported load.
+type ShardLoad struct {
+	Shard uint32  `json:"shard"`
+	Load  float64 `json:"load"`
 }
 
 // Election is one election (GET /v1/elections).
@@ -254,4 +272,41 @@ func CheckToken(s string) error {
 		}
 	}
 	return nil
+}
+
+// Pin is one operator pin (GET /v1/placement).
+type Pin struct {
+	Shard  uint32    `json:"shard"`
+	Node   string    `json:"node"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Exclusion is one excluded node (GET /v1/placement).
+type Exclusion struct {
+	Node   string    `json:"node"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// PlacementRules is GET /v1/placement and the answer of its POSTs.
+type PlacementRules struct {
+	Pins     []Pin       `json:"pins"`
+	Excluded []Exclusion `json:"excluded"`
+}
+
+// PinRequest is POST /v1/placement/pin: pin Shard to Node, or remove its
+// pin when Node is empty.
+type PinRequest struct {
+	Shard  uint32 `json:"shard"`
+	Node   string `json:"node"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ExcludeRequest is POST /v1/placement/exclude: exclude Node from
+// placement (Exclude true) or lift its exclusion (false).
+type ExcludeRequest struct {
+	Node    string `json:"node"`
+	Exclude bool   `json:"exclude"`
+	Reason  string `json:"reason,omitempty"`
 }

@@ -89,6 +89,14 @@ function leaseText(m) {
   return m.lease_remaining_ms > 0 ? (m.lease_remaining_ms / 1000).toFixed(2) + " s" : "expired";
 }
 
+// loadText is a member's gossiped load and its hottest shard ("-" when it
+// reports none).
+function loadText(m) {
+  if (m.load === undefined || m.load === null) return "-";
+  const hot = (m.hot_shards || [])[0];
+  return m.load.toPrecision(3) + (hot ? ` (s${hot.shard}: ${hot.load.toPrecision(3)})` : "");
+}
+
 function renderMembers(members, shards) {
   const counts = new Map();
   for (const s of shards) if (s.state !== "unowned" && s.valid) counts.set(s.owner, (counts.get(s.owner) || 0) + 1);
@@ -105,6 +113,7 @@ function renderMembers(members, shards) {
       el("td", { class: "lease" }, leaseText(m)),
       el("td", {}, role || "-"),
       el("td", {}, counts.get(m.id) || 0),
+      el("td", { class: "load" }, loadText(m)),
       el("td", {}, m.http_addr ? el("a", { href: `http://${m.http_addr}/`, style: "color:inherit" }, m.http_addr) : "-"));
   }));
   const legend = document.getElementById("legend");

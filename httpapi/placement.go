@@ -1,0 +1,115 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/node"
+)
+
+// Operator placement rules (docs/ring.md): GET /v1/placement lists pins
+// and exclusions; POST /v1/placement/pin and /v1/placement/exclude change
+// them (write scope: they are operator actions, committed by the control
+// group; 409 before cluster version 3 is finalized).
+
+func (a *nodeAdapter) PlacementRules() (apitypes.PlacementRules, error) {
+	r, err := a.n.PlacementRules()
+	if err != nil {
+		return apitypes.PlacementRules{}, classifyPlacement(err)
+	}
+	out := apitypes.PlacementRules{Pins: []apitypes.Pin{}, Excluded: []apitypes.Exclusion{}}
+	for _, p := range r.Pins {
+		out.Pins = append(out.Pins, apitypes.Pin{Shard: p.Shard, Node: p.Node, Reason: p.Reason, At: p.At.UTC()})
+	}
+	for _, e := range r.Excluded {
+		out.Excluded = append(out.Excluded, apitypes.Exclusion{Node: e.Node, Reason: e.Reason, At: e.At.UTC()})
+	}
+	return out, nil
+}
+
+func (a *nodeAdapter) Pin(ctx context.Context, req apitypes.PinRequest) error {
+	return classifyPlacement(a.n.PinShard(ctx, req.Shard, req.Node, req.Reason))
+}
+
+func (a *nodeAdapter) Exclude(ctx context.Context, req apitypes.ExcludeRequest) error {
+	if req.Exclude {
+		return classifyPlacement(a.n.ExcludeNode(ctx, req.Node, req.Reason))
+	}
+	return classifyPlacement(a.n.IncludeNode(ctx, req.Node))
+}
+
+func classifyPlacement(err error) error {
+	if errors.Is(err, node.ErrVersionInactive) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return classifyUnsupported(err)
+}
+
+func (h *Handler) placementNode(w http.ResponseWriter) (PlacementBackend, bool) {
+	pn, ok := h.node.(PlacementBackend)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this node keeps no placement rules")
+	}
+	return pn, ok
+}
+
+func (h *Handler) placementRules(w http.ResponseWriter, r *http.Request) {
+	pn, ok := h.placementNode(w)
+	if !ok {
+		return
+	}
+	rules, err := pn.PlacementRules()
+	if err != nil {
+		writeNodeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rules)
+}
+
+func (h *Handler) pin(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.PinRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if len(req.Node) > ledger.MaxStringLen || len(req.Reason) > ledger.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node and reason: at most %d bytes each", ledger.MaxStringLen))
+		return
+	}
+	h.placementChange(w, r, func(ctx context.Context, pn PlacementBackend) error { return pn.Pin(ctx, req) },
+		"placement pin", "shard", req.Shard, "node", req.Node, "reason", req.Reason)
+}
+
+func (h *Handler) exclude(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.ExcludeRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Node == "" || len(req.Node) > ledger.MaxStringLen || len(req.Reason) > ledger.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: 1..%d bytes; reason: at most %d", ledger.MaxStringLen, ledger.MaxStringLen))
+		return
+	}
+	h.placementChange(w, r, func(ctx context.Context, pn PlacementBackend) error { return pn.Exclude(ctx, req) },
+		"placement exclusion", "node", req.Node, "exclude", req.Exclude, "reason", req.Reason)
+}
+
+func (h *Handler) placementChange(w http.ResponseWriter, r *http.Request, change func(context.Context, PlacementBackend) error, msg string, args ...any) {
+	pn, ok := h.placementNode(w)
+	if !ok {
+		return
+	}
+	if err := change(r.Context(), pn); err != nil {
+		writeNodeError(w, err)
+		return
+	}
+	h.log.Info(msg, args...)
+	rules, err := pn.PlacementRules()
+	if err != nil {
+		writeNodeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rules)
+}
