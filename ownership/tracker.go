@@ -68,6 +68,9 @@ type shardTrack struct {
 	drainOK    bool
 	drained    bool
 	handoffAt  time.Time
+	// resigned: the application gave the shard up at this epoch
+	// (Election.Resign); the node never acts on it at this epoch again.
+	resigned bool
 }
 
 // Change is one transition of the acting set, reported by Changes.
@@ -245,6 +248,9 @@ func (t *Tracker) ObserveShard(now time.Time, rec ledger.ShardRecord) {
 			st.drainOK = prev != nil && t.acting(prev, now)
 		}
 	}
+	if prev != nil && prev != st && prev.rec.Epoch == rec.Epoch {
+		st.resigned = prev.resigned
+	}
 	t.shards[rec.Shard] = st
 }
 
@@ -253,6 +259,15 @@ func (t *Tracker) ObserveShard(now time.Time, rec ledger.ShardRecord) {
 func (t *Tracker) Drained(shard uint32, epoch uint64) {
 	if st := t.shards[shard]; st != nil && st.rec.Epoch == epoch && st.rec.State == ledger.ShardRevoking {
 		st.drained = true
+	}
+}
+
+// Resigned reports that the application gave shard up at epoch: the node
+// stops acting on it at once and never acts on it at that epoch again (a
+// new epoch, even granted back to this node, is a new ownership).
+func (t *Tracker) Resigned(shard uint32, epoch uint64) {
+	if st := t.shards[shard]; st != nil && st.rec.Epoch == epoch {
+		st.resigned = true
 	}
 }
 
@@ -272,7 +287,7 @@ func (t *Tracker) holds(st *shardTrack) bool {
 }
 
 func (t *Tracker) acting(st *shardTrack, now time.Time) bool {
-	if !t.holds(st) || !now.Before(t.leaseEnd) {
+	if !t.holds(st) || st.resigned || !now.Before(t.leaseEnd) {
 		return false
 	}
 	switch st.rec.State {
