@@ -237,8 +237,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		health:  1,
 		jobSeen: make(map[uint64]jobVersion),
 
-		active:     make(map[uint32]int),
-		handing:    make(map[uint32]uint64),
+		active:  make(map[uint32]int),
+		handing: make(map[uint32]uint64),
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)

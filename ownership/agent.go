@@ -242,7 +242,7 @@ func (a *Agent) ready(now time.Time, rd *Ready) {
 		a.nextHeartbeat = now.Add(a.cfg.RenewEvery)
 	}
 	// Drain reconciliation: the wish against the node's own record.
-	if self, ok := a.self(); ok && self.Draining != a.drainWish && !a.drainAsked.IsZero() &&
+	if self, ok := a.self(); ok && self.Draining != a.drainWish &&
 		now.Sub(a.drainAsked) >= a.drainRetry() && !a.tr.Fenced() {
 		rd.Proposals = append(rd.Proposals, a.setDraining(now))
 	}
@@ -266,7 +266,7 @@ func (a *Agent) ready(now time.Time, rd *Ready) {
 	if d := a.tr.NextDeadline(now); !d.IsZero() && d.Before(rd.WakeAt) {
 		rd.WakeAt = d
 	}
-	if self, ok := a.self(); ok && self.Draining != a.drainWish && !a.drainAsked.IsZero() {
+	if self, ok := a.self(); ok && self.Draining != a.drainWish {
 		if d := a.drainAsked.Add(a.drainRetry()); d.Before(rd.WakeAt) {
 			rd.WakeAt = d
 		}
