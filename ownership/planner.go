@@ -257,6 +257,9 @@ func (p *Planner) takeoverAfter() time.Duration {
 	if mutation.On(mutation.NoDriftMargin) {
 		return p.cfg.Lease + p.cfg.DrainTimeout
 	}
+	if mutation.On(mutation.TakeoverWithoutDrain) {
+		return p.cfg.expireAfter()
+	}
 	return p.cfg.takeoverAfter()
 }
 

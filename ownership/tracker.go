@@ -245,7 +245,7 @@ func (t *Tracker) ObserveShard(now time.Time, rec ledger.ShardRecord) {
 			st.rec = rec
 		} else {
 			st.revokeSeen = now
-			st.drainOK = prev != nil && t.acting(prev, now)
+			st.drainOK = (prev != nil && t.acting(prev, now)) || mutation.On(mutation.ActOnRevoking)
 		}
 	}
 	if prev != nil && prev != st && prev.rec.Epoch == rec.Epoch {
@@ -287,7 +287,10 @@ func (t *Tracker) holds(st *shardTrack) bool {
 }
 
 func (t *Tracker) acting(st *shardTrack, now time.Time) bool {
-	if !t.holds(st) || st.resigned || !now.Before(t.leaseEnd) {
+	if !t.holds(st) || st.resigned {
+		return false
+	}
+	if !now.Before(t.leaseEnd) && !(mutation.On(mutation.DrainIgnoresLease) && st.rec.State == ledger.ShardRevoking && st.drainOK) {
 		return false
 	}
 	switch st.rec.State {
@@ -307,6 +310,9 @@ func (st *shardTrack) drainEnd(cfg Config) time.Time { return st.revokeSeen.Add(
 // deadline is when acting on st ends unless something changes.
 func (t *Tracker) deadline(st *shardTrack) time.Time {
 	d := t.leaseEnd
+	if st.rec.State == ledger.ShardRevoking && mutation.On(mutation.DrainIgnoresLease) {
+		return st.drainEnd(t.cfg)
+	}
 	if st.rec.State == ledger.ShardRevoking && !mutation.On(mutation.IgnoreDrainDeadline) {
 		if e := st.drainEnd(t.cfg); e.Before(d) {
 			d = e
