@@ -16,8 +16,11 @@ import (
 
 // snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
 // version 3 the cluster config and NodeRecord's version range; version 4
-// the session table. Versions 1 to 3 are still read.
-const snapshotVersion byte = 4
+// the session table; version 5 the log's clock (written only once the
+// cluster runs VersionLogTime, so a binary of cluster version 2 can still
+// read the snapshots of a cluster that has not finalized 3). Versions 1 to
+// 4 are still read.
+const snapshotVersion byte = 5
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -65,7 +68,12 @@ func (s *fsmSnapshot) Release() {}
 
 func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
-	w := &writer{ver: snapshotVersion}
+	st := s.st
+	ver := snapshotVersion
+	if !st.VersionActive(VersionLogTime) {
+		ver = 4
+	}
+	w := &writer{ver: ver}
 	var err error
 	flush := func() {
 		if err == nil && len(w.b) > 0 {
@@ -73,8 +81,7 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		}
 		w.b = w.b[:0]
 	}
-	st := s.st
-	w.b = append(w.b, snapshotVersion)
+	w.b = append(w.b, ver)
 	w.u(st.applied)
 	w.u(st.nextJob)
 	w.u(st.finishSeq)
@@ -111,6 +118,9 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		flush()
 		return err == nil
 	})
+	if ver >= 5 {
+		w.i(st.logTime)
+	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
 		w.str(a.typ)
@@ -226,6 +236,9 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 			st.sessions.ReplaceOrInsert(e)
 			st.sessionOrder.ReplaceOrInsert(sessionOrder{seq: e.seq, id: e.id})
 		}
+	}
+	if r.ver >= 5 {
+		st.logTime = r.i()
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {
