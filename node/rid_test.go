@@ -111,9 +111,7 @@ func TestRequestIDsGatedByClusterVersion(t *testing.T) {
 		t.Run(fmt.Sprintf("version%d", v), func(t *testing.T) {
 			tc := newCluster(t, 3, func(_ int, c *Config) {
 				c.StateMachines = map[string]StateMachine{"once": newOnceSM()}
-				if v == 1 {
-					c.speakMax = 1
-				}
+				c.speakMax = v // the newest version this test is about
 			})
 			ctx := tc.ctx()
 			if !waitTrue(ctx, func() bool {
