@@ -36,7 +36,7 @@ k8s-manifests:
 # catch), then through tier 2 for those the sweep missed; writes
 # mutations.json (name, rule, caught_by, seeds_to_catch). Fails if any
 # mutation is caught by neither.
-MUTATION_SEEDS ?= 200
+MUTATION_SEEDS ?= 500
 mutations:
 	$(GO) test -count=1 -timeout 30m -run '^TestMutations$$' ./simulation/ -args -mutations.out=$(CURDIR)/mutations.json -mutations.seeds=$(MUTATION_SEEDS)
 	$(GO) test -count=1 -timeout 30m -v -run '^TestTier2MutationsReport$$' ./simulation/tier2/ -args -mutations.file=$(CURDIR)/mutations.json

@@ -12,7 +12,7 @@ import (
 
 var (
 	flagMutationsOut   = flag.String("mutations.out", "", "TestMutations: write the per-mutation report (mutations.json) here")
-	flagMutationsSeeds = flag.Int("mutations.seeds", 200, "TestMutations: seeds of the sweep each mutation gets")
+	flagMutationsSeeds = flag.Int("mutations.seeds", 500, "TestMutations: seeds of the sweep each mutation gets")
 )
 
 // MutationReport is one entry of mutations.json.
