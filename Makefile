@@ -57,7 +57,7 @@ examples:
 # catch), then through tier 2 for those the sweep missed; writes
 # mutations.json (name, rule, caught_by, seeds_to_catch). Fails if any
 # mutation is caught by neither.
-MUTATION_SEEDS ?= 200
+MUTATION_SEEDS ?= 500
 mutations:
 	$(GO) test -count=1 -timeout 30m -tags mutations -run '^TestMutations$$' ./simulation/ -args -mutations.out=$(CURDIR)/mutations.json -mutations.seeds=$(MUTATION_SEEDS)
 	$(GO) test -count=1 -timeout 30m -tags mutations -v -run '^TestTier2MutationsReport$$' ./simulation/tier2/ -args -mutations.file=$(CURDIR)/mutations.json

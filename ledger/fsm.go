@@ -193,9 +193,16 @@ type applied struct {
 // ApplyCommand applies one command at log index (the simulator's entry
 // point; raft uses Apply/ApplyBatch). index must not go backwards.
 func (f *FSM) ApplyCommand(index uint64, c Command) Result {
+	return f.ApplyCommandAt(index, c, 0)
+}
+
+// ApplyCommandAt is ApplyCommand for an entry the leader appended at
+// appendedAt (unix ns; 0: unknown), the log's clock (VersionLogTime).
+func (f *FSM) ApplyCommandAt(index uint64, c Command, appendedAt int64) Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var done []applied
+	f.tickLogTime(appendedAt)
 	r := f.applyTop(index, c, &done)
 	f.st.applied = max(f.st.applied, index)
 	if len(f.digestWant) > 0 {
@@ -224,6 +231,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			continue
 		}
 		if l.Type == raft.LogCommand {
+			if !l.AppendedAt.IsZero() {
+				f.tickLogTime(l.AppendedAt.UnixNano())
+			}
 			c, err := Decode(l.Data)
 			if err == nil {
 				err = unreadable(c)
@@ -288,6 +298,25 @@ func (f *FSM) HaltedAt() (Halt, bool) {
 	return Halt{}, false
 }
 
+// tickLogTime advances the log's clock to an entry's append time, once the
+// cluster runs VersionLogTime: max(previous, appendedAt), so a leader whose
+// clock is behind its predecessor's never moves it back.
+func (f *FSM) tickLogTime(appendedAt int64) {
+	if appendedAt > f.st.logTime && f.st.VersionActive(VersionLogTime) {
+		f.st.logTime = appendedAt
+	}
+}
+
+// jobNow is the time job transitions are judged at: the log's clock once
+// the cluster runs VersionLogTime (and an entry carried an append time),
+// the proposer's clock (command Now) before.
+func (f *FSM) jobNow(proposed int64) int64 {
+	if f.st.logTime != 0 && f.st.VersionActive(VersionLogTime) {
+		return f.st.logTime
+	}
+	return proposed
+}
+
 func (f *FSM) runHooks(done []applied) {
 	for _, d := range done {
 		for _, h := range f.hooks {
@@ -337,22 +366,26 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	case Transfer:
 		r = f.transfer(c)
 	case JobEnqueue:
+		c.Now = f.jobNow(c.Now)
 		r = f.jobEnqueue(c)
 		f.prune(c.Now)
 	case JobStart:
+		c.Now = f.jobNow(c.Now)
 		r = f.jobStart(c)
 		f.prune(c.Now)
 	case JobComplete:
+		c.Now = f.jobNow(c.Now)
 		r = f.jobComplete(c)
 		f.prune(c.Now)
 	case JobFail:
+		c.Now = f.jobNow(c.Now)
 		r = f.jobFail(c)
 		f.prune(c.Now)
 	case App:
 		r = f.app(index, c)
 	case Settings:
 		r = f.settings(c)
-		f.prune(c.Now)
+		f.prune(f.jobNow(c.Now))
 	case ClusterConfig:
 		r = f.clusterConfig(c)
 	case DeclareElection:

@@ -16,10 +16,12 @@ import (
 
 // snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
 // version 3 the cluster config and NodeRecord's version range; version 4
-// the session table; version 5 the operator's pins and exclusions
-// (cluster version 3). A snapshot without pins or exclusions is written as
-// version 4, so a binary of the previous release can install it until the
-// feature is used. Versions 1 to 4 are still read.
+// the session table; version 5 the operator's pins and exclusions and the
+// log's clock (cluster version 3: VersionPlacementRules, VersionLogTime).
+// A snapshot is written as version 5 only once the cluster runs version 3
+// (or holds a pin or exclusion, which needs it), so a binary of the
+// previous release can install the snapshots of a cluster that has not
+// finalized 3. Versions 1 to 4 are still read.
 const snapshotVersion byte = 5
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
@@ -70,7 +72,7 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
 	ver := snapshotVersion
-	if st.pins.Len() == 0 && st.excluded.Len() == 0 {
+	if !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {
 		ver = 4
 	}
 	w := &writer{ver: ver}
@@ -123,6 +125,7 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		st.pins.Ascend(func(p PinRecord) bool { encodePin(w, p); flush(); return err == nil })
 		w.u(uint64(st.excluded.Len()))
 		st.excluded.Ascend(func(e ExcludeRecord) bool { encodeExclude(w, e); flush(); return err == nil })
+		w.i(st.logTime)
 	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
@@ -257,6 +260,7 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 			}
 			st.excluded.ReplaceOrInsert(e)
 		}
+		st.logTime = r.i()
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

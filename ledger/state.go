@@ -60,6 +60,10 @@ type State struct {
 	nextJob   uint64 // last assigned job id
 	finishSeq uint64 // last finishing sequence number
 	applied   uint64
+	// logTime is the log's clock (VersionLogTime): the largest leader
+	// append time (unix ns) of the entries applied since the version was
+	// active; 0 before.
+	logTime int64
 }
 
 func newStateTables(s LedgerSettings) *State {
@@ -269,3 +273,8 @@ func (s *State) OwnedBy(node string) []ShardRecord {
 	})
 	return out
 }
+
+// LogTime returns the log's clock (unix ns): the latest leader append time
+// of the applied entries, never going back; 0 until the cluster runs
+// VersionLogTime. Job transitions are judged by it once it is set.
+func (s *State) LogTime() int64 { return s.logTime }

@@ -15,10 +15,20 @@ const (
 	// MaxClusterVersion is the newest cluster version this binary speaks.
 	// Version 2: retried commands carry request ids (Session, encoding
 	// version 4; VersionRequestIDs). Version 3: operator placement rules
-	// (PinShard, ExcludeNode, encoding and snapshot version 5;
-	// VersionPlacementRules).
+	// (PinShard, ExcludeNode, encoding version 5; VersionPlacementRules)
+	// and jobs on the log's clock (VersionLogTime); snapshot version 5.
 	MaxClusterVersion uint32 = 3
 )
+
+// VersionLogTime is the cluster version from which job transitions (not
+// before, timeouts, finish times, retention) use the log's clock instead of
+// the proposer's: the time the control-group leader appended the entry
+// (raft's Log.AppendedAt), made monotonic by the FSM (the maximum so far,
+// State.LogTime). Every replica reads the same value from the log, and a
+// proposer's wall clock no longer matters: a node 25 h ahead cannot prune
+// idempotency keys, and a clock step on the starting node cannot restart a
+// running attempt. Before it is active the FSM uses command Now as before.
+const VersionLogTime uint32 = 3
 
 // KindClusterConfig is the wire kind of ClusterConfig (encoding version 3).
 const KindClusterConfig Kind = 16

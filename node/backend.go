@@ -31,6 +31,10 @@ type backend interface {
 	// when (by this node's clock) unless renewed, and whether the shard is
 	// being revoked (the node may then act only to drain it).
 	acting(s uint32, now time.Time) (a actingState, ok bool)
+	// resigned records that the application gave s up at epoch
+	// (Election.Resign): acting reports it stopped at once, and this node
+	// never acts on s at that epoch again.
+	resigned(s uint32, epoch uint64)
 
 	// members is gossip's view of every node, sorted by id.
 	members() []Member

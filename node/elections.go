@@ -246,9 +246,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	n.suppressed[e.shard] = tok.Epoch
-	n.mu.Unlock()
+	n.be.resigned(e.shard, tok.Epoch)
 	n.refresh(time.Now())
 	if err := n.waitFor(ctx, func() bool {
 		n.mu.Lock()

@@ -68,6 +68,7 @@ type memNode struct {
 	sms                 map[string]StateMachine
 	applied             uint64
 	notify              func()
+	resigned            map[uint32]uint64 // shard -> epoch the application gave up
 }
 
 // NewMemNetwork returns an empty in-process cluster.
@@ -241,7 +242,18 @@ func (b *memBackend) acting(s uint32, now time.Time) (actingState, bool) {
 	if !ok || !b.self.alive || rec.Owner != b.self.id || rec.State == ShardUnowned {
 		return actingState{}, false
 	}
+	if e, ok := b.self.resigned[s]; ok && e == rec.Epoch {
+		return actingState{}, false
+	}
 	return actingState{epoch: rec.Epoch, until: now.Add(time.Hour), revoking: rec.State == ShardRevoking}, true
+}
+
+func (b *memBackend) resigned(s uint32, epoch uint64) {
+	defer b.lock()()
+	if b.self.resigned == nil {
+		b.self.resigned = make(map[uint32]uint64)
+	}
+	b.self.resigned[s] = epoch
 }
 
 func (b *memBackend) members() []Member {

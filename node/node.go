@@ -197,7 +197,6 @@ type Node struct {
 	loadGossiped string             // the load tag last gossiped
 	jobSeen      map[uint64]jobVersion
 	jobIndex     uint64            // applied index of the last job diff
-	suppressed   map[uint32]uint64 // shard -> epoch this node gave up
 	active       map[uint32]int    // shard -> running workers
 	handing      map[uint32]uint64 // shard -> epoch a handoff was started for
 }
@@ -238,9 +237,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		health:  1,
 		jobSeen: make(map[uint64]jobVersion),
 
-		suppressed: make(map[uint32]uint64),
-		active:     make(map[uint32]int),
-		handing:    make(map[uint32]uint64),
+		active:  make(map[uint32]int),
+		handing: make(map[uint32]uint64),
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -431,19 +429,10 @@ func (n *Node) actingToken(shard uint32, now time.Time) (Token, time.Time, error
 	}
 	a, ok := n.be.acting(shard, now)
 	until := a.until.Add(-n.guard)
-	if !ok || a.revoking || !now.Before(until) || n.isSuppressed(shard, a.epoch) {
+	if !ok || a.revoking || !now.Before(until) {
 		return Token{}, time.Time{}, fmt.Errorf("shard %d: %w", shard, ErrNotOwner)
 	}
 	return Token{Shard: shard, Epoch: a.epoch}, until, nil
-}
-
-// isSuppressed reports whether this node gave up shard at epoch (Resign,
-// or a drained revocation) and must not act on it again at that epoch.
-func (n *Node) isSuppressed(shard uint32, epoch uint64) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	e, ok := n.suppressed[shard]
-	return ok && e == epoch
 }
 
 // Shard returns shard's committed record and this node's acting state.
@@ -650,9 +639,6 @@ func (n *Node) refresh(now time.Time) time.Time {
 		}
 		if tok, ok := acting[rec.Shard]; ok {
 			cur.acting, cur.epoch = true, tok.Epoch
-		}
-		if e, ok := n.suppressed[rec.Shard]; ok && e != rec.Epoch {
-			delete(n.suppressed, rec.Shard)
 		}
 		evs = appendDiff(evs, rec.Shard, old, cur, now)
 		n.view[rec.Shard] = cur

@@ -151,12 +151,12 @@ type netBackend struct {
 	wg     sync.WaitGroup
 	kickCh chan struct{} // applied entries to observe; capacity 1
 
-	mu         sync.Mutex // guards the tracker and the fields below
-	tracker    *ownership.Tracker
+	// mu guards the agent and the fields below. The agent
+	// (ownership.Agent) makes every node-side decision; this backend only
+	// feeds it inputs and carries out its Ready (agentLoop, step).
+	mu         sync.Mutex
+	agent      *ownership.Agent
 	registered bool
-	lastAck    time.Time
-	failing    int
-	revokedAt  map[uint32]time.Time // shards revoked from us, first seen
 	closed     bool
 	conflict   error // ErrIdentityConflict, found by a rejected first heartbeat
 
@@ -232,7 +232,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	ocfg := ownershipConfig(cfg)
 	b := &netBackend{
 		cfg: cfg, timing: timingOf(ocfg), ocfg: ocfg, notify: notify,
-		kickCh: make(chan struct{}, 1), revokedAt: make(map[uint32]time.Time),
+		kickCh: make(chan struct{}, 1),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	var cleanup []func()
@@ -283,7 +283,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		b.kick()
 	})
 	cfg.Transports.hook(b.fsm, b.id, b.inc)
-	b.tracker, err = ownership.NewTracker(b.ocfg, b.id, b.inc)
+	b.agent, err = ownership.NewAgent(b.ocfg, b.id, b.inc)
 	if err != nil {
 		return nil, err
 	}
@@ -365,8 +365,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	b.loop = ownership.NewLeaderLoop(planner, loopProposer{b}, loopSource{b}, ownership.LoopConfig{Logger: cfg.Logger})
 
-	b.goLoop(b.observeLoop)
-	b.goLoop(b.heartbeatLoop)
+	b.goLoop(b.agentLoop)
 	b.goLoop(b.membershipLoop)
 	b.goLoop(func() { _ = b.loop.Run(b.ctx, b.ctl.Leadership()) })
 	return b, nil
@@ -454,85 +453,115 @@ func (s loopSource) Input() ownership.Input {
 	return in
 }
 
-// observeLoop feeds every applied state to the tracker, wakes the node and
-// the leader loop.
-func (b *netBackend) observeLoop() {
-	t := time.NewTicker(b.timing.RenewEvery)
-	defer t.Stop()
+// agentLoop steps the agent when the replica applied entries (kick) and
+// at the local time its last Ready asked for, and wakes the node and the
+// leader loop.
+func (b *netBackend) agentLoop() {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
 		select {
 		case <-b.ctx.Done():
 			return
 		case <-b.kickCh:
-		case <-t.C:
+		case <-timer.C:
 		}
-		b.observe(time.Now())
+		wake := b.step(time.Now(), b.observed())
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		wait := b.timing.RenewEvery
+		if !wake.IsZero() {
+			wait = min(wait, max(time.Until(wake), 0))
+		}
+		timer.Reset(wait)
 		b.loop.Notify()
 		b.notify()
 	}
 }
 
-// observe feeds the latest applied state to the tracker; b.mu not held.
-func (b *netBackend) observe(now time.Time) {
+// observed is the agent input for the latest applied state: every node and
+// shard record, up to its applied index.
+func (b *netBackend) observed() ownership.Observed {
+	st := b.fsm.State()
+	return ownership.Observed{Applied: st.AppliedIndex(), Nodes: st.Nodes(), Shards: st.Shards()}
+}
+
+// step feeds one input to the agent and carries out its Ready; it returns
+// the local time the agent asks to be stepped again. b.mu not held.
+func (b *netBackend) step(now time.Time, in ownership.AgentInput) time.Time {
+	rd, _, _ := b.stepHold(now, in, nil)
+	return rd.WakeAt
+}
+
+// stepHold is step, except that the first proposal hold selects is
+// returned instead of dispatched (the caller commits it itself). ok is
+// false once the backend is closed.
+func (b *netBackend) stepHold(now time.Time, in ownership.AgentInput, hold func(ledger.Command) bool) (rd ownership.Ready, held ledger.Command, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.observeLocked(now)
-}
-
-func (b *netBackend) observeLocked(now time.Time) *ledger.State {
-	st := b.fsm.State()
-	for _, n := range st.Nodes() {
-		b.tracker.ObserveNode(n)
+	if b.closed {
+		return ownership.Ready{}, nil, false
 	}
-	for _, r := range st.Shards() {
-		b.tracker.ObserveShard(now, r)
-		if r.Owner == b.id && r.State == ledger.ShardRevoking {
-			if _, ok := b.revokedAt[r.Shard]; !ok {
-				b.revokedAt[r.Shard] = now
+	rd = b.agent.Step(now, in)
+	if in, ok := in.(ownership.HeartbeatOutcome); ok {
+		b.judgeHeartbeat(in, rd)
+	}
+	if hold != nil {
+		for i, c := range rd.Proposals {
+			if hold(c) {
+				held = c
+				rd.Proposals = slices.Delete(slices.Clone(rd.Proposals), i, i+1)
+				break
 			}
-		} else {
-			delete(b.revokedAt, r.Shard)
 		}
 	}
-	b.tracker.Applied(st.AppliedIndex())
-	return st
+	// Dispatched under b.mu: no goroutine is added once stop has set
+	// closed and waits for them.
+	b.dispatch(rd)
+	return rd, held, true
 }
 
-// heartbeatLoop renews the lease every RenewEvery (docs/protocol.md, node
-// side, rules 1–3) and proposes the handoffs the tracker asks for (rule 5).
-// At most two heartbeats are in flight, so a slow commit does not delay
-// the next ask.
-func (b *netBackend) heartbeatLoop() {
-	t := time.NewTicker(b.timing.RenewEvery)
-	defer t.Stop()
-	inflight := make(chan struct{}, 2)
-	for {
-		select {
-		case inflight <- struct{}{}:
-			b.goLoop(func() {
-				defer func() { <-inflight }()
-				b.heartbeat()
-			})
-		default:
-		}
-		b.proposeHandoffs(time.Now())
-		select {
-		case <-b.ctx.Done():
-			return
-		case <-t.C:
-		}
+// dispatch carries out a Ready: the heartbeat and the proposals run on
+// their own goroutines (a slow commit must not delay the next ask). The
+// acting changes need nothing here: Node re-reads the acting set on every
+// notification. b.mu held.
+func (b *netBackend) dispatch(rd ownership.Ready) {
+	if rd.Heartbeat != nil {
+		ask := *rd.Heartbeat
+		b.goLoop(func() { b.heartbeat(ask) })
+	}
+	if len(rd.Proposals) > 0 {
+		cmds := rd.Proposals
+		b.goLoop(func() { b.proposeAll(cmds) })
 	}
 }
 
-func (b *netBackend) heartbeat() {
-	b.mu.Lock()
-	if b.closed || b.tracker.Fenced() {
-		b.mu.Unlock()
-		return
+// judgeHeartbeat turns a heartbeat's verdict into the node's start-up
+// errors; b.mu held.
+func (b *netBackend) judgeHeartbeat(in ownership.HeartbeatOutcome, rd ownership.Ready) {
+	if b.cfg.Logger != nil && rd.Verdict != ownership.VerdictAccepted {
+		b.cfg.Logger.Debug("node: heartbeat not accepted", "err", in.Err, "rejected", in.Result.Err)
 	}
-	token, hb := b.tracker.HeartbeatAsked(time.Now())
-	b.mu.Unlock()
+	switch rd.Verdict {
+	case ownership.VerdictFenced:
+		if !b.registered && rd.Record.ID == b.id && rd.Record.Incarnation > b.inc && b.conflict == nil {
+			b.conflict = identityConflict(b.id, b.inc, rd.Record.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
+		}
+	case ownership.VerdictVersion:
+		// This binary cannot run at the cluster's version: it must not act.
+		if !b.registered && b.conflict == nil {
+			b.conflict = fmt.Errorf("%w: %w (docs/upgrades.md)", ErrVersionMismatch, in.Result.Err)
+		}
+	}
+}
 
+// heartbeat commits one lease renewal the agent asked for and reports its
+// outcome (docs/protocol.md, node side, rules 1–3).
+func (b *netBackend) heartbeat(ask ownership.HeartbeatAsk) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
 	defer cancel()
 	var r ledger.Result
@@ -540,48 +569,19 @@ func (b *netBackend) heartbeat() {
 	if b.dropHeartbeats.Load() {
 		err = errors.New("node: heartbeat dropped (fault injection)")
 	} else {
-		r, err = b.batcher.Apply(ctx, hb)
+		r, err = b.batcher.Apply(ctx, ask.Command)
 	}
-	now := time.Now()
-	b.mu.Lock()
-	if b.cfg.Logger != nil && (err != nil || r.Err != nil) {
-		b.cfg.Logger.Debug("node: heartbeat not accepted", "err", err, "rejected", r.Err)
-	}
-	switch {
-	case err != nil:
-		b.tracker.HeartbeatFailed(token)
-		b.failing++
-	case r.Err == nil:
-		b.tracker.HeartbeatAcked(token, r.Index, r.Node, now)
-		b.lastAck, b.failing = now, 0
-	case errors.Is(r.Err, ledger.ErrStaleLiveness), errors.Is(r.Err, ledger.ErrStaleIncarnation):
-		b.tracker.HeartbeatRejected(token, r.Node, now)
-		b.failing++
-		if !b.registered && r.Node.ID == b.id && r.Node.Incarnation > b.inc && b.conflict == nil {
-			b.conflict = identityConflict(b.id, b.inc, r.Node.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
-		}
-	case errors.Is(r.Err, ledger.ErrVersion):
-		// This binary cannot run at the cluster's version: it must not act.
-		b.tracker.HeartbeatFailed(token)
-		b.failing++
-		if !b.registered && b.conflict == nil {
-			b.conflict = fmt.Errorf("%w: %w (docs/upgrades.md)", ErrVersionMismatch, r.Err)
-		}
-	default:
-		b.tracker.HeartbeatFailed(token)
-		b.failing++
-	}
-	b.mu.Unlock()
+	b.step(time.Now(), ownership.HeartbeatOutcome{Token: ask.Token, Index: r.Index, Result: r, Err: err})
 	if err == nil && r.Err == nil {
 		// The lease extends once the replica applied the heartbeat.
 		_ = b.fsm.WaitApplied(ctx, r.Index)
 		cerr := b.checkCluster()
-		b.observe(time.Now())
+		b.step(time.Now(), b.observed())
 		b.mu.Lock()
 		switch {
 		case cerr != nil && !b.registered && b.conflict == nil:
 			b.conflict = cerr
-		case cerr == nil && !b.tracker.LeaseEnd().IsZero():
+		case cerr == nil && !b.agent.Status().LeaseEnd.IsZero():
 			b.registered = true
 		}
 		b.mu.Unlock()
@@ -589,10 +589,10 @@ func (b *netBackend) heartbeat() {
 	b.notify()
 }
 
-func (b *netBackend) proposeHandoffs(now time.Time) {
-	b.mu.Lock()
-	cmds := b.tracker.Handoffs(now)
-	b.mu.Unlock()
+// proposeAll commits the agent's proposals (handoffs, drain
+// reconciliation) one by one; their effect reaches the agent through the
+// replica.
+func (b *netBackend) proposeAll(cmds []ledger.Command) {
 	for _, c := range cmds {
 		ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
 		r, err := b.batcher.Apply(ctx, c)
@@ -601,9 +601,7 @@ func (b *netBackend) proposeHandoffs(now time.Time) {
 			_ = b.fsm.WaitApplied(b.ctx, r.Index)
 		}
 	}
-	if len(cmds) > 0 {
-		b.kick()
-	}
+	b.kick()
 }
 
 // membershipLoop wakes the leader loop and the node on gossip changes.
@@ -654,26 +652,29 @@ func (b *netBackend) shards() []ShardInfo {
 }
 
 func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
+	// The agent must have seen what the replica applied, so a shard moved
+	// away is never reported acting at its old epoch: feed it the latest
+	// state first when the replica is ahead (an input, like any other).
+	b.mu.Lock()
+	stale := !b.closed && b.agent.Status().Applied < b.fsm.State().AppliedIndex()
+	b.mu.Unlock()
+	if stale {
+		b.step(now, b.observed())
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return actingState{}, false
 	}
-	// Observe the latest applied state first, so the epoch returned is the
-	// one the tracker judged.
-	st := b.fsm.State()
-	r, ok := st.Shard(s)
-	if !ok || r.Owner != b.id {
+	a, ok := b.agent.Acting(now, s)
+	if !ok {
 		return actingState{}, false
 	}
-	if self, ok := st.Node(b.id); ok {
-		b.tracker.ObserveNode(self)
-	}
-	b.tracker.ObserveShard(now, r)
-	if !b.tracker.Acting(s, now) {
-		return actingState{}, false
-	}
-	return actingState{epoch: r.Epoch, until: b.tracker.LeaseEnd(), revoking: r.State == ledger.ShardRevoking}, true
+	return actingState{epoch: a.Epoch, until: a.Until, revoking: a.Revoking}, true
+}
+
+func (b *netBackend) resigned(s uint32, epoch uint64) {
+	b.step(time.Now(), ownership.ShardResigned{Shard: s, Epoch: epoch})
 }
 
 func (b *netBackend) members() []Member {
@@ -732,8 +733,9 @@ func (b *netBackend) liveNodes() []string {
 func (b *netBackend) control() controlInfo {
 	leader := b.ctl.Leader()
 	b.mu.Lock()
-	recent := !b.lastAck.IsZero() && time.Since(b.lastAck) < b.timing.Lease
+	lastAck := b.agent.Status().LastAck
 	b.mu.Unlock()
+	recent := !lastAck.IsZero() && time.Since(lastAck) < b.timing.Lease
 	ci := controlInfo{leader: leader, voters: b.ctl.Voters(), quorum: leader != "" && recent, isLeader: leader == b.id}
 	if h, ok := b.fsm.HaltedAt(); ok {
 		ci.halted, ci.haltedAt = h.Error(), h.Index
@@ -744,15 +746,9 @@ func (b *netBackend) control() controlInfo {
 func (b *netBackend) lease() leaseInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	li := leaseInfo{registered: b.registered, leaseEnd: b.tracker.LeaseEnd(), lastAck: b.lastAck, failing: b.failing,
-		fenced: b.tracker.Fenced(), conflict: b.conflict}
-	wedge := b.timing.DrainTimeout + b.timing.Lease
-	for s, at := range b.revokedAt {
-		if time.Since(at) > wedge {
-			li.wedgedShards = append(li.wedgedShards, s)
-		}
-	}
-	return li
+	st := b.agent.Status()
+	return leaseInfo{registered: b.registered, leaseEnd: st.LeaseEnd, lastAck: st.LastAck, failing: st.Failing,
+		fenced: st.Fenced, conflict: b.conflict, wedgedShards: b.agent.Wedged(time.Now())}
 }
 
 func (b *netBackend) setLoad(summary string) error {
@@ -876,15 +872,24 @@ func (b *netBackend) setDraining(ctx context.Context, draining bool) error {
 	if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Draining = draining }); err != nil {
 		return err
 	}
-	_, err := b.commitRetry(ctx, ledger.SetDraining{Node: b.id, Incarnation: b.inc, Draining: draining, Now: time.Now().UnixNano()}, nil)
+	// The agent proposes the wish now (committed here, so the caller learns
+	// the outcome) and again until the node's record agrees.
+	_, set, ok := b.stepHold(time.Now(), ownership.DrainWish{Draining: draining}, func(c ledger.Command) bool {
+		_, is := c.(ledger.SetDraining)
+		return is
+	})
+	if !ok {
+		return ErrClosed
+	}
+	if set == nil {
+		return nil
+	}
+	_, err := b.commitRetry(ctx, set, nil)
 	return err
 }
 
 func (b *netBackend) handoff(ctx context.Context, s uint32, epoch uint64) error {
-	b.mu.Lock()
-	b.tracker.Drained(s, epoch)
-	b.mu.Unlock()
-	b.proposeHandoffs(time.Now())
+	b.step(time.Now(), ownership.ShardDrained{Shard: s, Epoch: epoch})
 	return nil
 }
 

@@ -321,3 +321,51 @@ func BenchmarkTimeNow(b *testing.B) {
 	}
 	_ = t
 }
+
+// A worker goroutine that starts after a pause longer than the lease guard
+// (the token was checked, then the process stalled) must not run fn on a
+// lease that already ended: the start re-checks with a fresh clock. Every
+// fn call here must begin before its own lease deadline.
+func TestWorkerNotStartedPastGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		net := NewMemNetwork()
+		sb := &stallBackend{leaseEnd: time.Now().Add(10 * time.Second)}
+		net.wrap = func(b backend) backend { sb.backend = b; return sb }
+		n, err := Start(ctx, memConfig(net, "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The worker's goroutine stalls past the lease end (no renewal).
+		workerStarting = func() { time.Sleep(20 * time.Second) }
+		defer func() { workerStarting = func() {} }()
+		type call struct{ at, deadline time.Time }
+		calls := make(chan call, 8)
+		runCtx, stop := context.WithCancel(ctx)
+		runDone := make(chan error, 1)
+		go func() {
+			runDone <- n.RunShard(runCtx, 0, func(wctx context.Context, tok Token) error {
+				d, _ := LeaseDeadline(wctx)
+				calls <- call{time.Now(), d}
+				<-wctx.Done()
+				return nil
+			})
+		}()
+		select {
+		case c := <-calls:
+			if !c.at.Before(c.deadline) {
+				t.Errorf("fn started %v after its lease guard passed", c.at.Sub(c.deadline))
+			}
+		case <-time.After(time.Minute):
+			// fn never ran: the lease ended before the worker could start.
+		}
+		stop()
+		<-runDone
+		// The shards cannot be handed over on an ended lease: close without
+		// waiting for the drain.
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		_ = n.Close(cctx)
+	})
+}

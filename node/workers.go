@@ -58,6 +58,10 @@ func (n *Node) RunShard(ctx context.Context, shard uint32, fn WorkFunc) error {
 	}
 }
 
+// workerStarting runs on a worker's goroutine before fn; tests replace it to
+// pause the start.
+var workerStarting = func() {}
+
 // runTerm runs fn for one ownership term. finished reports that fn returned
 // nil while the term was still going; err is fn's own error (not caused by
 // the term ending) wrapped with the shard.
@@ -76,7 +80,20 @@ func (n *Node) runTerm(ctx context.Context, tok Token, fn WorkFunc) (finished bo
 	n.addActive(tok.Shard)
 	defer n.doneActive(tok.Shard)
 	done := make(chan error, 1)
-	go func() { done <- fn(wctx, tok) }()
+	go func() {
+		workerStarting()
+		// The token was checked before this goroutine ran: a pause in
+		// between (GC, preemption, a stopped VM) can outlast the guard.
+		// Re-check with a fresh clock so fn never starts on an ended lease.
+		// A pause after this check, inside fn, only fencing protects
+		// against (docs/guarantees.md).
+		if wctx.passed(time.Now()) {
+			wctx.expire()
+			done <- nil
+			return
+		}
+		done <- fn(wctx, tok)
+	}()
 
 	for {
 		ch := n.watch()

@@ -150,7 +150,8 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 				l.log.Warn("ownership: barrier failed; will retry", "err", err)
 				continue
 			}
-			l.planner.Establish(l.cfg.Clock.Now(), l.src.Input())
+			in := l.src.Input() // the input first: now must not precede it
+			l.planner.Establish(l.cfg.Clock.Now(), in)
 			established = true
 			l.count(func(s *LoopStats) { s.Terms++ })
 			l.log.Info("ownership: leadership established")
@@ -167,7 +168,11 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 // round runs the planner once and commits its proposals; it reports
 // whether leadership was lost meanwhile.
 func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
-	cmds, err := l.planner.Plan(l.cfg.Clock.Now(), l.src.Input())
+	// Read the input before the clock: a now read first can be older than
+	// state the input holds (a heartbeat committed in between), and the
+	// planner would judge that state at a time before it existed.
+	in := l.src.Input()
+	cmds, err := l.planner.Plan(l.cfg.Clock.Now(), in)
 	l.count(func(s *LoopStats) { s.Rounds++ })
 	if err != nil {
 		l.log.Error("ownership: planner", "err", err)

@@ -134,3 +134,62 @@ func TestLeaderLoopFollowerProposesNothing(t *testing.T) {
 		}
 	})
 }
+
+// orderClock and orderSource record the order in which a round reads the
+// clock and the state.
+type orderClock struct {
+	mu  *sync.Mutex
+	log *[]string
+}
+
+func (c orderClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*c.log = append(*c.log, "now")
+	return time.Now()
+}
+
+func (c orderClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+type orderSource struct {
+	*fakeRaft
+	mu  *sync.Mutex
+	log *[]string
+}
+
+func (s orderSource) Input() Input {
+	in := s.fakeRaft.Input()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*s.log = append(*s.log, "input")
+	return in
+}
+
+// A round must read its input before the clock: a now read first can be
+// older than state the input holds (a heartbeat committed in between), and
+// the planner would judge that state at a time before it existed.
+func TestLeaderLoopReadsInputBeforeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := NewPlanner(TestConfig())
+		f := &fakeRaft{l: newTestLedger(), members: []Member{{ID: "n1", Incarnation: 1, Health: 1}}}
+		f.heartbeatAll()
+		var mu sync.Mutex
+		var log []string
+		loop := NewLeaderLoop(p, f, orderSource{f, &mu, &log}, LoopConfig{Clock: orderClock{&mu, &log}})
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		leaderCh := make(chan bool, 1)
+		leaderCh <- true
+		_ = loop.Run(ctx, leaderCh)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(log) < 4 {
+			t.Fatalf("too few reads: %v", log)
+		}
+		for i := 0; i+1 < len(log); i += 2 {
+			if log[i] != "input" || log[i+1] != "now" {
+				t.Fatalf("read %d: want input then now, got %v", i, log)
+			}
+		}
+	})
+}

@@ -270,6 +270,9 @@ func (p *Planner) takeoverAfter() time.Duration {
 	if mutation.On(mutation.NoDriftMargin) {
 		return p.cfg.Lease + p.cfg.DrainTimeout
 	}
+	if mutation.On(mutation.TakeoverWithoutDrain) {
+		return p.cfg.expireAfter()
+	}
 	return p.cfg.takeoverAfter()
 }
 
@@ -278,11 +281,29 @@ func (p *Planner) takeoverAfter() time.Duration {
 // real time, so the node's lease (≤ Lease real from its ask, which preceded
 // the apply) has ended. The CAS on Seq makes it fail if a heartbeat lands
 // first.
+//
+// An expired node (its liveness epoch moved without a heartbeat since) holds
+// no lease at its current epoch. If it owns a valid shard anyway — a drained
+// shard's Transfer, proposed by the old owner from a replica that already
+// showed the new epoch, landed on it — it is expired again at once: it
+// cannot act on that shard before a heartbeat at the epoch commits, which
+// the CAS on Seq would see. The shard is then granted at once instead of
+// being revoked from a node that will not drain it and taken over after
+// (Lease+Drain)·(1+δ).
 func (p *Planner) expiries(now time.Time, t table) []ledger.Command {
 	var out []ledger.Command
+	owns := make(map[string]bool)
+	for _, rec := range t.shards {
+		if t.valid(rec) {
+			owns[rec.Owner] = true
+		}
+	}
 	for _, id := range t.ids {
 		tr := p.nodes[id]
 		if tr.expired {
+			if n := t.nodes[id]; owns[id] {
+				out = append(out, ledger.ExpireNode{Node: id, Incarnation: n.Incarnation, Liveness: n.Liveness, Seq: n.Seq, Now: now.UnixNano()})
+			}
 			continue
 		}
 		if now.Sub(tr.lastSeen) < p.expireAfter() && !mutation.On(mutation.SkipExpiryWait) {

@@ -317,3 +317,45 @@ func checkOneOwnerPerShard(t testing.TB, cmds []ledger.Command) {
 		seen[s] = true
 	}
 }
+
+// A drained shard can be transferred to a target the leader has already
+// expired: the old owner's retry carries the target's new liveness epoch,
+// which the ledger accepts, though the target holds no lease at it. The
+// leader must not revoke it from there (the target never drains; the shard
+// would wait a full (Lease+Drain)·(1+δ) takeover) but re-expire the target
+// at once: it cannot act at a liveness epoch it never heartbeated at.
+func TestPlannerReExpiresTransferTargetWithoutLease(t *testing.T) {
+	cfg := TestConfig()
+	cfg.Ring.Partitions = 2
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
+	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
+	shards := []ledger.ShardRecord{
+		{Shard: 0, Epoch: 1, Owner: "n1", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardRevoking, Target: "n2"},
+		{Shard: 1, Epoch: 1, Owner: "n1", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned},
+	}
+	in := func(now time.Duration) Input {
+		n1.Seq++ // n1 keeps heartbeating
+		return Input{Members: members, Nodes: []ledger.NodeRecord{n1, n2}, Shards: slices.Clone(shards)}
+	}
+	p.Establish(t0, in(0))
+	// n2 is expired (its liveness moves without a heartbeat)...
+	n2.Liveness = 2
+	if _, err := p.Plan(t0.Add(100*time.Millisecond), in(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// ...then n1's handoff lands as a Transfer to n2 at its new epoch.
+	shards[0] = ledger.ShardRecord{Shard: 0, Epoch: 2, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 2, State: ledger.ShardOwned}
+	cmds, err := p.Plan(t0.Add(200*time.Millisecond), in(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ledger.ExpireNode{Node: "n2", Incarnation: 1, Liveness: 2, Seq: 5, Now: t0.Add(200 * time.Millisecond).UnixNano()}
+	if len(cmds) != 1 || cmds[0] != ledger.Command(want) {
+		t.Fatalf("proposals %v, want only %v", cmds, FormatCommand(want))
+	}
+}

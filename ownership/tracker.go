@@ -68,6 +68,9 @@ type shardTrack struct {
 	drainOK    bool
 	drained    bool
 	handoffAt  time.Time
+	// resigned: the application gave the shard up at this epoch
+	// (Election.Resign); the node never acts on it at this epoch again.
+	resigned bool
 }
 
 // Change is one transition of the acting set, reported by Changes.
@@ -242,8 +245,11 @@ func (t *Tracker) ObserveShard(now time.Time, rec ledger.ShardRecord) {
 			st.rec = rec
 		} else {
 			st.revokeSeen = now
-			st.drainOK = prev != nil && t.acting(prev, now)
+			st.drainOK = (prev != nil && t.acting(prev, now)) || mutation.On(mutation.ActOnRevoking)
 		}
+	}
+	if prev != nil && prev != st && prev.rec.Epoch == rec.Epoch {
+		st.resigned = prev.resigned
 	}
 	t.shards[rec.Shard] = st
 }
@@ -253,6 +259,15 @@ func (t *Tracker) ObserveShard(now time.Time, rec ledger.ShardRecord) {
 func (t *Tracker) Drained(shard uint32, epoch uint64) {
 	if st := t.shards[shard]; st != nil && st.rec.Epoch == epoch && st.rec.State == ledger.ShardRevoking {
 		st.drained = true
+	}
+}
+
+// Resigned reports that the application gave shard up at epoch: the node
+// stops acting on it at once and never acts on it at that epoch again (a
+// new epoch, even granted back to this node, is a new ownership).
+func (t *Tracker) Resigned(shard uint32, epoch uint64) {
+	if st := t.shards[shard]; st != nil && st.rec.Epoch == epoch {
+		st.resigned = true
 	}
 }
 
@@ -272,7 +287,10 @@ func (t *Tracker) holds(st *shardTrack) bool {
 }
 
 func (t *Tracker) acting(st *shardTrack, now time.Time) bool {
-	if !t.holds(st) || !now.Before(t.leaseEnd) {
+	if !t.holds(st) || st.resigned {
+		return false
+	}
+	if !now.Before(t.leaseEnd) && !(mutation.On(mutation.DrainIgnoresLease) && st.rec.State == ledger.ShardRevoking && st.drainOK) {
 		return false
 	}
 	switch st.rec.State {
@@ -292,6 +310,9 @@ func (st *shardTrack) drainEnd(cfg Config) time.Time { return st.revokeSeen.Add(
 // deadline is when acting on st ends unless something changes.
 func (t *Tracker) deadline(st *shardTrack) time.Time {
 	d := t.leaseEnd
+	if st.rec.State == ledger.ShardRevoking && mutation.On(mutation.DrainIgnoresLease) {
+		return st.drainEnd(t.cfg)
+	}
 	if st.rec.State == ledger.ShardRevoking && !mutation.On(mutation.IgnoreDrainDeadline) {
 		if e := st.drainEnd(t.cfg); e.Before(d) {
 			d = e

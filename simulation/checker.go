@@ -65,10 +65,10 @@ func (c *checker) ack(index uint64, cmd ledger.Command) {
 func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 	s := c.s
 	for _, m := range s.nodes {
-		if m == n || m.tracker == nil {
+		if m == n || m.agent == nil {
 			continue
 		}
-		if m.tracker.Acting(shard, m.localTime(s.now)) {
+		if _, ok := m.agent.Acting(m.localTime(s.now), shard); ok {
 			s.violate("S4", "%s starts acting on shard %d (epoch %d) while %s still acts (epoch %d)",
 				n.id, shard, rec.Epoch, m.id, m.acting[shard])
 		}
@@ -185,7 +185,7 @@ func (c *checker) final() {
 		rec, _ := ref.Shard(sh)
 		var acting []string
 		for _, n := range s.nodes {
-			if n.tracker != nil && n.tracker.Acting(sh, n.localTime(s.now)) {
+			if _, ok := n.agentActing(sh, s.now); ok {
 				acting = append(acting, n.id)
 			}
 		}

@@ -1,14 +1,13 @@
 package simulation
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // FaultKind names a fault.
@@ -320,25 +319,11 @@ func (s *Sim) linksChanged() {
 func (s *Sim) setDraining(n *node, on bool) {
 	n.draining = on
 	s.gossip.changed(n)
-	s.proposeDraining(n, on)
-}
-
-// proposeDraining commits the node's current drain wish, retrying until
-// the ledger shows it (proposals may commit out of order), as node/ does.
-func (s *Sim) proposeDraining(n *node, _ bool) {
-	if !n.up {
-		return
+	// The agent proposes the wish and reconciles it with the node's
+	// record until they agree (proposals may commit out of order).
+	if n.up {
+		s.step(n, ownership.DrainWish{Draining: on})
 	}
-	want := n.draining
-	s.raft.propose(n, ledger.SetDraining{Node: n.id, Incarnation: n.inc, Draining: want, Now: s.wall(n)},
-		func(res ledger.Result, _ uint64, err error) {
-			if errors.Is(res.Err, ledger.ErrStaleIncarnation) {
-				return
-			}
-			if err != nil || res.Err != nil || res.Node.Draining != n.draining {
-				s.onNode(n, 200*time.Millisecond, evFault, func() { s.proposeDraining(n, n.draining) })
-			}
-		})
 }
 
 // healAll ends every fault at FaultsUntil: crashed nodes restart, paused

@@ -1,7 +1,6 @@
 package simulation
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -27,11 +26,12 @@ type node struct {
 	rate         float64
 	wallOffset   int64
 
-	health        float64
-	draining      bool
-	drainProposed int64
+	health   float64
+	draining bool
 
-	tracker *ownership.Tracker
+	// agent is the node-side protocol: the very ownership.Agent node/
+	// runs, driven by this shell (step).
+	agent   *ownership.Agent
 	fsm     *ledger.FSM
 	app     *counterApp
 	user    map[string]ledger.StateMachine
@@ -122,11 +122,11 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 		n.inc++
 	}
 	n.pausedUntil = 0
-	tr, err := ownership.NewTracker(s.cfg.Ownership, n.id, n.inc)
+	ag, err := ownership.NewAgent(s.cfg.Ownership, n.id, n.inc)
 	if err != nil {
 		panic(err) // config validated in New
 	}
-	n.tracker = tr
+	n.agent = ag
 	n.fsm, n.app, n.user = s.newReplica()
 	n.applied = 0
 	n.syncing = false
@@ -139,8 +139,15 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 	n.roundInflight = 0
 	s.tracef("%s start inc=%d gen=%d", n.id, n.inc, n.gen)
 	s.scheduleSync(n, s.jitter(time.Millisecond, 5*time.Millisecond))
-	// First heartbeat soon, then every RenewEvery of the node's clock.
-	s.onNode(n, s.jitter(0, 20*time.Millisecond), evHeartbeat, func() { s.heartbeat(n) })
+	// The agent's first step soon: it asks for the first heartbeat, then
+	// wakes itself every RenewEvery of the node's clock.
+	s.onNode(n, s.jitter(0, 20*time.Millisecond), evHeartbeat, func() {
+		if n.draining {
+			s.step(n, ownership.DrainWish{Draining: true})
+			return
+		}
+		s.step(n, ownership.Tick{})
+	})
 	if s.cfg.Workload || len(s.cfg.Workers) > 0 {
 		s.onNode(n, s.jitter(50*time.Millisecond, 150*time.Millisecond), evWork, func() { s.work(n) })
 	}
@@ -165,7 +172,7 @@ func (s *Sim) crash(n *node) {
 	}
 	n.up = false
 	n.gen++
-	n.tracker = nil
+	n.agent = nil
 	n.fsm = nil
 	n.acting = map[uint32]uint64{}
 	if n.planner != nil {
@@ -205,29 +212,50 @@ func sortedTypes(m map[string]func() ledger.StateMachine) []string {
 	return out
 }
 
-// heartbeat asks for a lease renewal and reschedules itself.
-func (s *Sim) heartbeat(n *node) {
-	now := n.localTime(s.now)
-	tok, hb := n.tracker.HeartbeatAsked(now)
-	tr := n.tracker
-	s.raft.propose(n, hb, func(res ledger.Result, index uint64, err error) {
-		if tr != n.tracker {
+// step feeds one input to n's agent and carries out its Ready, as
+// node/real.go does: acting changes (checked for S4), the heartbeat, the
+// proposals, and a wake-up at the local time the agent asks for.
+func (s *Sim) step(n *node, in ownership.AgentInput) {
+	if n.agent == nil {
+		return
+	}
+	local := n.localTime(s.now)
+	rd := n.agent.Step(local, in)
+	s.actingChanged(n, rd.Changes)
+	if rd.Heartbeat != nil {
+		s.heartbeat(n, *rd.Heartbeat)
+	}
+	for _, c := range rd.Proposals {
+		switch c.(type) {
+		case ledger.Release, ledger.Transfer:
+			s.res.Handoffs++
+		}
+		s.raft.propose(n, c, nil)
+	}
+	if d := rd.WakeAt; !d.IsZero() {
+		at := s.now + int64(n.trueAfter(time.Duration(d.UnixNano()-local.UnixNano())))
+		if n.wakeAt == 0 || at < n.wakeAt || n.wakeAt < s.now {
+			n.wakeAt = at
+			s.onNode(n, time.Duration(at-s.now), evWake, func() {
+				if n.wakeAt == at {
+					n.wakeAt = 0
+				}
+				s.step(n, ownership.Tick{})
+			})
+		}
+	}
+}
+
+// heartbeat proposes the lease renewal the agent asked for and reports
+// its outcome back.
+func (s *Sim) heartbeat(n *node, ask ownership.HeartbeatAsk) {
+	ag := n.agent
+	s.raft.propose(n, ask.Command, func(res ledger.Result, index uint64, err error) {
+		if ag != n.agent {
 			return
 		}
-		at := n.localTime(s.now)
-		switch {
-		case err != nil:
-			tr.HeartbeatFailed(tok)
-		case res.Err == nil:
-			tr.HeartbeatAcked(tok, index, res.Node, at)
-		case errors.Is(res.Err, ledger.ErrStaleLiveness) || errors.Is(res.Err, ledger.ErrStaleIncarnation):
-			tr.HeartbeatRejected(tok, res.Node, at)
-		default:
-			tr.HeartbeatFailed(tok)
-		}
-		s.trackerChanged(n)
+		s.step(n, ownership.HeartbeatOutcome{Token: ask.Token, Index: index, Result: res, Err: err})
 	})
-	s.onNode(n, n.trueAfter(s.cfg.Ownership.RenewEvery), evHeartbeat, func() { s.heartbeat(n) })
 	if n.pauseNext > 0 {
 		n.pausedUntil = max(n.pausedUntil, s.now+int64(n.pauseNext))
 		n.pauseNext = 0
@@ -240,13 +268,6 @@ func (s *Sim) heartbeat(n *node) {
 			s.gossip.changed(n)
 			s.scheduleSync(n, time.Millisecond)
 		})
-	}
-	// Reconcile the drain wish with the ledger (SetDraining is not a CAS:
-	// a delayed duplicate can flip it back), as node/ must.
-	if rec, ok := n.fsm.State().Node(n.id); ok && n.applied == uint64(len(s.raft.log)) &&
-		rec.Incarnation == n.inc && rec.Draining != n.draining && s.now-n.drainProposed > int64(time.Second) {
-		n.drainProposed = s.now
-		s.proposeDraining(n, n.draining)
 	}
 }
 
@@ -288,12 +309,6 @@ func (s *Sim) sync(n *node) {
 		e := s.raft.log[n.applied-1]
 		n.fsm.ApplyCommand(n.applied, e.cmd)
 		relevant := s.observe(n, e.cmd)
-		n.tracker.Applied(n.applied)
-		// Only entries about this node's records, any shard's ownership, or
-		// one of its own proposals can change what it acts on.
-		if relevant || e.from == n.idx {
-			s.trackerChanged(n)
-		}
 		if relevant && n.established && s.raft.leader == n.idx {
 			// The leader loop re-plans when the table changed (coalesced).
 			s.kickRound(n, 10*time.Millisecond)
@@ -312,100 +327,50 @@ func (s *Sim) sync(n *node) {
 	}
 }
 
-// observe feeds the records an entry touched to the tracker and reports
-// whether the entry was about ownership or liveness.
+// observe feeds the records an entry touched to the agent (every entry:
+// the agent learns the applied index) and reports whether the entry was
+// about ownership or liveness.
 func (s *Sim) observe(n *node, c ledger.Command) bool {
 	st := n.fsm.State()
-	now := n.localTime(s.now)
-	shard := func(id uint32) {
-		if r, ok := st.Shard(id); ok {
-			n.tracker.ObserveShard(now, r)
-		}
-	}
-	nodeRec := func(id string) {
+	in := ownership.Observed{Applied: n.applied}
+	nodes, shards := ownership.Touched(c)
+	for _, id := range nodes {
 		if r, ok := st.Node(id); ok {
-			n.tracker.ObserveNode(r)
+			in.Nodes = append(in.Nodes, r)
 		}
 	}
-	switch c := c.(type) {
-	case ledger.Heartbeat:
-		nodeRec(c.Node)
-		return c.Node == n.id
-	case ledger.ExpireNode:
-		nodeRec(c.Node)
-		return c.Node == n.id
-	case ledger.SetDraining:
-		nodeRec(c.Node)
-		return c.Node == n.id
-	case ledger.Grant:
-		shard(c.Shard)
-	case ledger.Revoke:
-		shard(c.Shard)
-	case ledger.Release:
-		shard(c.Shard)
-	case ledger.Transfer:
-		shard(c.Shard)
-	default:
-		return false
+	for _, id := range shards {
+		if r, ok := st.Shard(id); ok {
+			in.Shards = append(in.Shards, r)
+		}
 	}
-	return true
+	s.step(n, in)
+	return len(nodes)+len(shards) > 0
 }
 
-// trackerChanged runs after any tracker input: it recomputes the acting
-// set (checking S4 for every shard the node starts acting on), proposes
-// handoffs and schedules a wake-up at the next lease or drain deadline.
-func (s *Sim) trackerChanged(n *node) {
-	if n.tracker == nil {
-		return
-	}
-	local := n.localTime(s.now)
-	acting := n.tracker.ActingShards(local)
-	next := make(map[uint32]uint64, len(acting))
+// actingChanged follows the agent's acting-set transitions, checking S4
+// for every shard the node starts acting on.
+func (s *Sim) actingChanged(n *node, changes []ownership.Change) {
 	st := n.fsm.State()
-	for _, sh := range acting {
-		rec, _ := st.Shard(sh)
-		next[sh] = rec.Epoch
-		if e, ok := n.acting[sh]; !ok || e != rec.Epoch {
-			s.check.startedActing(n, sh, rec)
-			s.timeline(sh, "%s acts e%d", n.id, rec.Epoch)
-		}
-	}
-	stopped := make([]uint32, 0, len(n.acting))
-	for sh := range n.acting {
-		if _, ok := next[sh]; !ok {
-			stopped = append(stopped, sh)
-		}
-	}
-	slices.Sort(stopped) // map order must not reach the trace or the RNG
-	for _, sh := range stopped {
-		e := n.acting[sh]
-		{
-			s.check.stoppedActing(n, sh, e)
-			s.timeline(sh, "%s stops e%d", n.id, e)
+	for _, c := range changes {
+		e, acting := n.acting[c.Shard]
+		switch {
+		case !c.Acting && acting && e == c.Epoch:
+			delete(n.acting, c.Shard)
+			s.check.stoppedActing(n, c.Shard, e)
+			s.timeline(c.Shard, "%s stops e%d", n.id, e)
 			if s.cfg.Workload && s.chance(0.3) {
 				// A worker that has not noticed its cancellation yet sends
 				// one more command under its old epoch: fencing (S2) must
 				// reject it once the shard moved on.
-				s.raft.propose(n, ledger.App{Shard: sh, Epoch: e, Type: appType, Payload: []byte{2}, Now: s.wall(n)}, nil)
+				s.raft.propose(n, ledger.App{Shard: c.Shard, Epoch: e, Type: appType, Payload: []byte{2}, Now: s.wall(n)}, nil)
 			}
-		}
-	}
-	n.acting = next
-	n.tracker.Changes(local) // consumed: the simulated workers follow the acting set
-	for _, c := range n.tracker.Handoffs(local) {
-		s.res.Handoffs++
-		s.raft.propose(n, c, nil)
-	}
-	if d := n.tracker.NextDeadline(local); !d.IsZero() {
-		at := s.now + int64(n.trueAfter(time.Duration(d.UnixNano()-local.UnixNano())))
-		if n.wakeAt == 0 || at < n.wakeAt || n.wakeAt < s.now {
-			n.wakeAt = at
-			s.onNode(n, time.Duration(at-s.now), evWake, func() {
-				if n.wakeAt == at {
-					n.wakeAt = 0
-				}
-				s.trackerChanged(n)
-			})
+		case c.Acting && (!acting || e != c.Epoch):
+			rec, _ := st.Shard(c.Shard)
+			rec.Epoch = c.Epoch
+			n.acting[c.Shard] = c.Epoch
+			s.check.startedActing(n, c.Shard, rec)
+			s.timeline(c.Shard, "%s acts e%d", n.id, c.Epoch)
 		}
 	}
 }
@@ -465,4 +430,12 @@ func (s *Sim) round(n *node) {
 	}
 	// Timer-driven rounds every 100 ms of the leader's clock.
 	s.kickRound(n, n.trueAfter(100*time.Millisecond))
+}
+
+// agentActing reports whether n's process acts on shard at true time t.
+func (n *node) agentActing(shard uint32, t int64) (ownership.Acting, bool) {
+	if n.agent == nil {
+		return ownership.Acting{}, false
+	}
+	return n.agent.Acting(n.localTime(t), shard)
 }

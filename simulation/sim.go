@@ -80,8 +80,15 @@ type Config struct {
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
-// profile, 13 s simulated with random faults during the first 5 s.
+// profile (its DrainTimeout raised to the Lease), 13 s simulated with random faults during the first 5 s.
 func DefaultConfig(seed uint64) Config {
+	oc := ownership.TestConfig()
+	// DrainTimeout >= Lease, as in every production profile: with a drain
+	// shorter than the lease, a drain deadline always ends acting before the
+	// lease does, and the rules that bound draining by the lease
+	// (drain-ignores-lease) or wait out the drain (takeover-without-drain)
+	// are never exercised.
+	oc.DrainTimeout = oc.Lease
 	return Config{
 		Seed:           seed,
 		Profile:        "default",
@@ -90,8 +97,8 @@ func DefaultConfig(seed uint64) Config {
 		Duration:       13 * time.Second,
 		FaultsUntil:    5 * time.Second,
 		RandomFaults:   true,
-		Ownership:      ownership.TestConfig(),
-		ClockRateError: ownership.TestConfig().MaxDrift,
+		Ownership:      oc,
+		ClockRateError: oc.MaxDrift,
 		Workload:       true,
 		Probes:         true,
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // appType is the simulated application state machine's type.
@@ -64,13 +65,13 @@ func (a *counterApp) Restore(b []byte) error {
 // its own after a short work time, and proposes application commands, all
 // fenced by the epoch it acts under. For Revoking shards it decides when
 // the workers finish draining (sometimes never: a stuck worker), and
-// reports it to the tracker.
+// reports it to the agent.
 func (s *Sim) work(n *node) {
 	s.onNode(n, n.trueAfter(s.jitter(100*time.Millisecond, 300*time.Millisecond)), evWork, func() { s.work(n) })
 	local := n.localTime(s.now)
 	st := n.fsm.State()
 	wall := s.wall(n)
-	acting := n.tracker.ActingShards(local)
+	acting := n.agent.ActingShards(local)
 	// New work (a job and an application command) goes to one random shard
 	// per tick; every acting shard's jobs are advanced.
 	pick := -1
@@ -89,8 +90,7 @@ func (s *Sim) work(n *node) {
 				n.drainAt[sh] = at
 			}
 			if at >= 0 && s.now >= at {
-				n.tracker.Drained(sh, rec.Epoch)
-				s.trackerChanged(n)
+				s.step(n, ownership.ShardDrained{Shard: sh, Epoch: rec.Epoch})
 			}
 			continue
 		}

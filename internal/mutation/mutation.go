@@ -130,6 +130,19 @@ const (
 	// AppInvalidOwner: an App command is applied while the shard's
 	// ownership is not valid.
 	AppInvalidOwner
+
+	// Protocol rules registered after the ledger's (issue 14).
+
+	// ActOnRevoking: the tracker starts acting on a Revoking shard it was
+	// not acting on when it first saw the Revoke.
+	ActOnRevoking
+	// TakeoverWithoutDrain: the planner takes a Revoking shard over after
+	// Lease·(1+δ) since it saw the Revoke, not (Lease+Drain)·(1+δ): it does
+	// not wait for the owner's drain window.
+	TakeoverWithoutDrain
+	// DrainIgnoresLease: the tracker keeps acting on a Revoking shard until
+	// its drain deadline even after its lease ended.
+	DrainIgnoresLease
 	numSwitches
 )
 
@@ -143,7 +156,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"job-start-not-owner", "job-start-revoking", "job-start-stale-epoch", "job-start-wrong-attempt",
 	"job-start-finished", "job-start-running", "job-start-backoff", "finish-stale-epoch",
 	"finish-invalid-owner", "finish-wrong-attempt", "finish-finished", "fail-no-dead-letter",
-	"enqueue-duplicate-key", "app-stale-epoch", "app-invalid-owner"}
+	"enqueue-duplicate-key", "app-stale-epoch", "app-invalid-owner",
+	"act-on-revoking", "takeover-without-drain", "drain-ignores-lease"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -186,6 +200,9 @@ var rules = [...]string{
 	"ledger JobEnqueue: a retained (shard, Key) returns the existing job (Duplicate)",
 	"ledger App: only at the shard's epoch (ErrStaleEpoch)",
 	"ledger App: only while the ownership is valid (ErrNotOwner)",
+	"protocol rule 4: a node never starts acting on a Revoking shard (it drains only what it was acting on)",
+	"protocol: a takeover waits out the owner's drain window too: (Lease+Drain)·(1+δ), not Lease·(1+δ)",
+	"protocol rule 4: a draining owner stops at its lease end even inside the drain window",
 }
 
 // Rule describes the rule switch s disables.
