@@ -21,16 +21,17 @@ func applyCmds(t *testing.T, f *FSM, cmds ...Command) {
 }
 
 // TestSnapshotPlacementRules: pins and exclusions survive a snapshot
-// (version 5); a state without any is written as version 4, which the
-// previous release reads.
+// (version 5); a cluster that has not finalized version 3 writes version
+// 4, which the previous release reads.
 func TestSnapshotPlacementRules(t *testing.T) {
 	f, _ := newTestFSM(t, propConfig())
 	applyCmds(t, f,
 		Heartbeat{Node: "n1", Incarnation: 1, Now: 1, MinVersion: 1, MaxVersion: MaxClusterVersion},
-		ClusterConfig{Name: "c", Partitions: 8, Version: VersionPlacementRules, Now: 1})
+		ClusterConfig{Name: "c", Partitions: 8, Version: VersionPlacementRules - 1, Now: 1})
 	if b := snapshotBytes(t, f); b[0] != 4 {
-		t.Fatalf("snapshot without rules has version %d, want 4", b[0])
+		t.Fatalf("snapshot at cluster version %d has version %d, want 4", VersionPlacementRules-1, b[0])
 	}
+	applyCmds(t, f, ClusterConfig{Name: "c", Partitions: 8, Version: VersionPlacementRules, Now: 1})
 	applyCmds(t, f,
 		PinShard{Shard: 3, Node: "n1", Reason: "hot", Now: 2},
 		PinShard{Shard: 5, Node: "n1", Now: 3},
