@@ -261,6 +261,8 @@ func (k Kind) String() string {
 		return "ClusterConfig"
 	case KindSession:
 		return "Session"
+	case KindClaimIncarnation:
+		return "ClaimIncarnation"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

@@ -353,6 +353,8 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 		f.prune(c.Now)
 	case ClusterConfig:
 		r = f.clusterConfig(c)
+	case ClaimIncarnation:
+		r = f.claimIncarnation(c)
 	case DeclareElection:
 		r = f.declareElection(c)
 	case Session:

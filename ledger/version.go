@@ -14,8 +14,10 @@ const (
 	MinClusterVersion uint32 = 1
 	// MaxClusterVersion is the newest cluster version this binary speaks.
 	// Version 2: retried commands carry request ids (Session, encoding
-	// version 4; VersionRequestIDs).
-	MaxClusterVersion uint32 = 2
+	// version 4; VersionRequestIDs). Version 3: disk-less members claim
+	// their incarnation from the ledger (ClaimIncarnation, encoding
+	// version 5; VersionDisklessMembers).
+	MaxClusterVersion uint32 = 3
 )
 
 // KindClusterConfig is the wire kind of ClusterConfig (encoding version 3).
