@@ -261,11 +261,6 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		}
 		b.kick()
 	})
-	cfg.Transports.hook(b.fsm, b.id, b.inc)
-	b.tracker, err = ownership.NewTracker(b.ocfg, b.id, b.inc)
-	if err != nil {
-		return nil, err
-	}
 
 	mc, err := membershipConfig(cfg)
 	if err != nil {
@@ -326,6 +321,31 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		return nil, fmt.Errorf("%w: %w", ErrDuplicateID, err)
 	} else if err != nil {
 		return nil, fmt.Errorf("node: claim node id: %w", err)
+	}
+
+	if cfg.diskless() {
+		// After ClaimID: a duplicate must be refused before it claims an
+		// incarnation, which would fence the live process it duplicates.
+		cl, ok := b.ctl.(incarnationClaimer)
+		if !ok {
+			return nil, fmt.Errorf("node: disk-less member: the control plane cannot claim an incarnation")
+		}
+		if b.inc, err = b.claimIncarnation(ctx, cl); err != nil {
+			_ = b.gossip.Leave(context.Background())
+			return nil, err
+		}
+		cl.SetIncarnation(b.inc)
+		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation = b.inc }); err != nil {
+			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Info("node: disk-less member registered", "node", b.id, "incarnation", b.inc)
+		}
+	}
+	cfg.Transports.hook(b.fsm, b.id, b.inc)
+	b.tracker, err = ownership.NewTracker(b.ocfg, b.id, b.inc)
+	if err != nil {
+		return nil, err
 	}
 
 	b.batcher, err = ledger.NewBatcher(ctlApplier{b.ctl}, ledger.BatcherConfig{})
@@ -529,7 +549,13 @@ func (b *netBackend) heartbeat() {
 		b.tracker.HeartbeatRejected(token, r.Node, now)
 		b.failing++
 		if !b.registered && r.Node.ID == b.id && r.Node.Incarnation > b.inc && b.conflict == nil {
-			b.conflict = identityConflict(b.id, b.inc, r.Node.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
+			if b.cfg.diskless() {
+				b.conflict = fmt.Errorf("%w: the control group has disk-less member %q registered at incarnation %d, above this process's %d: "+
+					"another process claimed the id after this one (two processes run as %q; only the newest may act)",
+					ErrIdentityConflict, b.id, r.Node.Incarnation, b.inc, b.id)
+			} else {
+				b.conflict = identityConflict(b.id, b.inc, r.Node.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
+			}
 		}
 	case errors.Is(r.Err, ledger.ErrVersion):
 		// This binary cannot run at the cluster's version: it must not act.

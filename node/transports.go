@@ -113,19 +113,22 @@ func (t *Transports) validate(c Config) []error {
 }
 
 // open takes node id's storage (creating it) and bumps its incarnation.
-func (t *Transports) open(id string) (*ledger.Store, uint64, error) {
+// fresh (a disk-less member) replaces whatever storage the id had: the
+// process starts with none, and its incarnation comes from the control
+// group.
+func (t *Transports) open(id string, fresh bool) (*ledger.Store, uint64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stores == nil {
 		t.stores = make(map[string]*memStorage)
 	}
 	s := t.stores[id]
-	if s == nil {
+	if s != nil && s.running {
+		return nil, 0, fmt.Errorf("node: %q is already running on these Transports", id)
+	}
+	if s == nil || fresh {
 		s = &memStorage{log: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
 		t.stores[id] = s
-	}
-	if s.running {
-		return nil, 0, fmt.Errorf("node: %q is already running on these Transports", id)
 	}
 	s.running = true
 	s.inc++
@@ -143,9 +146,15 @@ func (t *Transports) release(id string) {
 // openStore opens the Raft stores: the data dir, or the Transports' memory.
 func (b *netBackend) openStore() (*ledger.Store, error) {
 	if t := b.cfg.Transports; t != nil {
-		st, inc, err := t.open(b.cfg.NodeID)
+		st, inc, err := t.open(b.cfg.NodeID, b.cfg.diskless())
 		b.inc = inc
+		if b.cfg.diskless() {
+			b.inc = 0 // claimed from the control group
+		}
 		return st, err
+	}
+	if b.cfg.diskless() {
+		return disklessStore(), nil
 	}
 	if err := checkStoreBesideIdentity(b.cfg.DataDir); err != nil {
 		return nil, err
@@ -192,13 +201,16 @@ func (b *netBackend) closeStore() error {
 		t.release(b.cfg.NodeID)
 		return nil
 	}
+	if b.cfg.diskless() {
+		return nil
+	}
 	return b.store.Close()
 }
 
 // loadIdentity returns the node id and incarnation: from the data dir, or
 // the one openStore took from the Transports.
 func (b *netBackend) loadIdentity() (string, uint64, error) {
-	if b.cfg.Transports != nil {
+	if b.cfg.Transports != nil || b.cfg.diskless() {
 		return b.cfg.NodeID, b.inc, nil
 	}
 	return loadIdentity(b.cfg.DataDir, b.cfg.NodeID)
