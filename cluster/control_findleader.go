@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
 // SetIncarnation records the process incarnation once it is known later
@@ -42,7 +44,7 @@ func (g *ControlGroup) ApplyViaPeers(ctx context.Context, cmd []byte) (Applied, 
 			return g.Apply(ctx, cmd)
 		}
 		for _, addr := range g.leaderCandidates() {
-			res, err := g.applyRemote(ctx, addr, cmd)
+			res, err := g.applyToPeer(ctx, addr, cmd)
 			if err == nil || !(errors.Is(err, ErrNotLeader) || isDialErr(err)) {
 				return res, err
 			}
@@ -61,6 +63,25 @@ func (g *ControlGroup) ApplyViaPeers(ctx context.Context, cmd []byte) (Applied, 
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// applyToPeer forwards cmd to the peer at addr as applyRemote does, but
+// without watching this node's idea of the leader (it has none yet): ctx
+// alone bounds the call.
+func (g *ControlGroup) applyToPeer(ctx context.Context, addr string, cmd []byte) (Applied, error) {
+	args := wire.ApplyArgs{Cmd: cmd, Timeout: timeoutFrom(ctx)}
+	var reply wire.ApplyReply
+	err := g.pool.call(ctx, addr, "Control.Apply", &args, &reply)
+	switch {
+	case err == nil:
+	case isDialErr(err):
+		return Applied{}, err // never sent: try the next peer
+	case ctx.Err() != nil:
+		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrTimeout, addr, ctx.Err())
+	default:
+		return Applied{}, fmt.Errorf("%w: forwarding to %s: %v", ErrLeadershipLost, addr, err)
+	}
+	return applyResult(reply, addr)
 }
 
 // leaderCandidates returns the Raft addresses of the alive peers gossip

@@ -113,22 +113,19 @@ func (t *Transports) validate(c Config) []error {
 }
 
 // open takes node id's storage (creating it) and bumps its incarnation.
-// fresh (a disk-less member) replaces whatever storage the id had: the
-// process starts with none, and its incarnation comes from the control
-// group.
-func (t *Transports) open(id string, fresh bool) (*ledger.Store, uint64, error) {
+func (t *Transports) open(id string) (*ledger.Store, uint64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stores == nil {
 		t.stores = make(map[string]*memStorage)
 	}
 	s := t.stores[id]
-	if s != nil && s.running {
-		return nil, 0, fmt.Errorf("node: %q is already running on these Transports", id)
-	}
-	if s == nil || fresh {
+	if s == nil {
 		s = &memStorage{log: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
 		t.stores[id] = s
+	}
+	if s.running {
+		return nil, 0, fmt.Errorf("node: %q is already running on these Transports", id)
 	}
 	s.running = true
 	s.inc++
@@ -145,16 +142,15 @@ func (t *Transports) release(id string) {
 
 // openStore opens the Raft stores: the data dir, or the Transports' memory.
 func (b *netBackend) openStore() (*ledger.Store, error) {
-	if t := b.cfg.Transports; t != nil {
-		st, inc, err := t.open(b.cfg.NodeID, b.cfg.diskless())
-		b.inc = inc
-		if b.cfg.diskless() {
-			b.inc = 0 // claimed from the control group
-		}
-		return st, err
-	}
 	if b.cfg.diskless() {
+		// Nothing shared with earlier processes of the id, on Transports
+		// too; the incarnation is claimed from the control group.
 		return disklessStore(), nil
+	}
+	if t := b.cfg.Transports; t != nil {
+		st, inc, err := t.open(b.cfg.NodeID)
+		b.inc = inc
+		return st, err
 	}
 	if err := checkStoreBesideIdentity(b.cfg.DataDir); err != nil {
 		return nil, err
@@ -197,11 +193,11 @@ const dataDirAdvice = "restore the data dir from a backup, or remove the whole d
 
 // closeStore closes the data dir's store, or hands the in-memory one back.
 func (b *netBackend) closeStore() error {
-	if t := b.cfg.Transports; t != nil {
-		t.release(b.cfg.NodeID)
+	if b.cfg.diskless() {
 		return nil
 	}
-	if b.cfg.diskless() {
+	if t := b.cfg.Transports; t != nil {
+		t.release(b.cfg.NodeID)
 		return nil
 	}
 	return b.store.Close()
