@@ -76,6 +76,9 @@ type agentConfig struct {
 	// Voter is the node's place in the control group: auto, always or
 	// never (node.Config.Voter).
 	Voter string
+	// Diskless runs the node as a disk-less member (node.Config.Diskless):
+	// no data dir; needs Voter never.
+	Diskless bool
 	// VotersOwnShards false: while a voter, this node owns no shards
 	// (node.Config.VoterOwnsNoShards).
 	VotersOwnShards bool
@@ -207,7 +210,8 @@ func (v keyValue) Set(s string) error {
 func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "stable node id (default $HOSTNAME)")
 	fs.StringVar(&c.Group, "group", c.Group, "group the node belongs to (default $CLUSTER_NAME, else \"default\")")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the node's identity, Raft log and snapshots")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the node's identity, Raft log and snapshots (none with --diskless)")
+	fs.BoolVar(&c.Diskless, "diskless", c.Diskless, "run as a disk-less member: no data dir, the ledger replica rebuilt from the voters and a new incarnation from the control group at every start; needs --voter=never and a cluster at version 3 (docs/operations.md)")
 	fs.Var(listValue{&c.Seeds}, "seeds", "comma-separated gossip addresses (host:port) of nodes to join")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", c.BootstrapExpect, "control-group voters that must see each other before the cluster forms (1 = single node; 3 or 5 in production)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "host:port the gossip transport binds")
@@ -475,8 +479,11 @@ func (c agentConfig) Validate() error {
 	if c.NodeID == "" {
 		bad("node-id is empty: set --node-id, TENURE_NODE_ID or HOSTNAME")
 	}
-	if c.DataDir == "" {
-		bad("data-dir is empty")
+	switch {
+	case c.Diskless && c.Voter != "never":
+		bad("diskless with voter %q: a control-group voter keeps its Raft log, term and vote on disk; add --voter=never, or drop --diskless and set --data-dir", c.Voter)
+	case c.DataDir == "" && !c.Diskless && c.Voter != "never":
+		bad("data-dir is empty: a node that may vote (voter %q) keeps its Raft log on disk; set --data-dir, or run a member with --diskless --voter=never", c.Voter)
 	}
 	switch c.Profile {
 	case "fast", "default", "safe":

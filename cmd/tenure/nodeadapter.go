@@ -50,7 +50,7 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 		Group:           c.Group,
 		Seeds:           c.Seeds,
 		BootstrapExpect: c.BootstrapExpect,
-		DataDir:         c.DataDir,
+		DataDir:         dataDir(c),
 		Profile:         node.Profile(c.Profile),
 		Partitions:      c.Partitions,
 		MinHealth:       c.MinHealth,
@@ -65,6 +65,7 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 		MaxPendingJobs:  c.MaxPendingJobs,
 		ManualFinalize:  c.ManualFinalize,
 		Voter:           node.VoterPreference(c.Voter),
+		Diskless:        c.Diskless,
 		// --voters-own-shards=false
 		VoterOwnsNoShards: !c.VotersOwnShards,
 		Logger:            log,
@@ -125,4 +126,13 @@ func (a *realNode) ProcessJobs(ctx context.Context) {
 			_, _ = a.n.CompleteJob(ctx, started, []byte(result))
 		}
 	}
+}
+
+// dataDir is the node's data dir: none for a disk-less member (the
+// default --data-dir does not apply to it).
+func dataDir(c agentConfig) string {
+	if c.Diskless {
+		return ""
+	}
+	return c.DataDir
 }
