@@ -125,11 +125,14 @@ var (
 	ErrInvalidConfig = errors.New("simulation: invalid config")
 )
 
+// MaxNodes bounds Config.Nodes (`make sim` runs TestSimScale at 10,000).
+const MaxNodes = 10_000
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	switch {
-	case c.Nodes < 1 || c.Nodes > 64:
-		return fmt.Errorf("%w: Nodes = %d, want 1..64", ErrInvalidConfig, c.Nodes)
+	case c.Nodes < 1 || c.Nodes > MaxNodes:
+		return fmt.Errorf("%w: Nodes = %d, want 1..%d", ErrInvalidConfig, c.Nodes, MaxNodes)
 	case c.Voters < 1 || c.Voters > c.Nodes:
 		return fmt.Errorf("%w: Voters = %d, want 1..Nodes (%d)", ErrInvalidConfig, c.Voters, c.Nodes)
 	case c.Duration <= 0 || c.FaultsUntil < 0 || c.FaultsUntil > c.Duration:
