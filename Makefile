@@ -4,6 +4,8 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 SIMTIME     ?= 5m
+# Nodes of tier 1's scale run in `make sim` (TestSimScale; `make test` runs 200).
+SIMSCALE    ?= 1000
 BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
@@ -95,6 +97,7 @@ bench-compare: build
 
 sim:
 	$(GO) test -count=1 -run '^TestSimSeeds$$' -timeout 60m ./simulation/ -v -args -sim.duration=$(SIMTIME)
+	$(GO) test -count=1 -run '^TestSimScale$$' -timeout 120m ./simulation/ -v -args -sim.scale.nodes=$(SIMSCALE)
 
 # A local cluster of five real agents on loopback with the dashboard; Ctrl-C stops it.
 demo: build
