@@ -242,17 +242,23 @@ func (c *realCluster) table(ctx context.Context) ([]foShard, error) {
 	return sh, c.get(ctx, v, "/v1/shards", &sh)
 }
 
-// converged reports whether every running agent answers /healthz, every
-// shard is validly owned by a running agent and every running agent owns
-// one; why says what is missing.
+// converged reports whether every running agent has started (its API
+// answers /v1/status: it registered with the control group and its
+// replica caught up), every shard is validly owned by a running agent and
+// every running agent owns one; why says what is missing.
 func (c *realCluster) converged(ctx context.Context) (ok bool, why string) {
+	starting := 0
 	for _, a := range c.agents {
 		if !a.running() {
 			continue
 		}
-		if err := c.get(ctx, a, "/healthz", nil); err != nil {
-			return false, a.id + ": " + err.Error()
+		if err := c.get(ctx, a, "/v1/status", nil); err != nil {
+			starting++
+			why = a.id + ": " + err.Error()
 		}
+	}
+	if starting > 0 {
+		return false, fmt.Sprintf("%d agents still starting (%s)", starting, why)
 	}
 	sh, err := c.table(ctx)
 	if err != nil {
