@@ -514,15 +514,21 @@ func (c *realCluster) failover(ctx context.Context, res *realScaleResult) error 
 	for _, s := range sh {
 		count[s.Owner]++
 	}
+	// The member owning the most shards whose API answers.
+	members := slices.Clone(c.agents[c.o.voters:])
+	slices.SortStableFunc(members, func(a, b *foAgent) int { return count[b.id] - count[a.id] })
 	var victim *foAgent
-	for _, a := range c.agents[c.o.voters:] {
-		if victim == nil || count[a.id] > count[victim.id] {
-			victim = a
-		}
-	}
 	var before realStatus
-	if err := c.get(ctx, victim, "/v1/status", &before); err != nil {
-		return err
+	var lastErr error
+	for _, a := range members {
+		if lastErr = c.get(ctx, a, "/v1/status", &before); lastErr == nil {
+			victim = a
+			break
+		}
+		c.log("failover: skipping %s: %v", a.id, lastErr)
+	}
+	if victim == nil {
+		return fmt.Errorf("no member answers /v1/status: %w", lastErr)
 	}
 	res.FailoverMember, res.FailoverShards, res.RejoinIncarnFrom = victim.id, count[victim.id], before.Incarnation
 	mine := map[uint32]bool{}
