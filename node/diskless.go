@@ -94,11 +94,11 @@ func checkClaim(st *ledger.State, c ledger.Command) error {
 }
 
 // claimIncarnation asks the control group for this disk-less member's
-// incarnation and returns it. It retries while no leader answers or the
+// incarnation and returns it with the claim's log index. It retries while no leader answers or the
 // cluster has not recorded its version; a cluster that runs a version
 // older than ledger.VersionDisklessMembers is an error that says so
 // (wrapping ErrDisklessUnsupported).
-func (b *netBackend) claimIncarnation(ctx context.Context, cl incarnationClaimer) (uint64, error) {
+func (b *netBackend) claimIncarnation(ctx context.Context, cl incarnationClaimer) (inc, index uint64, err error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, disklessClaimTimeout)
@@ -113,7 +113,7 @@ func (b *netBackend) claimIncarnation(ctx context.Context, cl incarnationClaimer
 		data, err := ledger.Encode(ledger.ClaimIncarnation{Node: b.id, Now: time.Now().UnixNano(),
 			MinVersion: ledger.MinClusterVersion, MaxVersion: hi})
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		r, err := cl.ApplyViaPeers(actx, data)
@@ -123,20 +123,20 @@ func (b *netBackend) claimIncarnation(ctx context.Context, cl incarnationClaimer
 		}
 		switch {
 		case err == nil:
-			return r.Node.Incarnation, nil
+			return r.Node.Incarnation, r.Index, nil
 		case errors.Is(err, ledger.ErrVersion) || strings.Contains(err.Error(), ledger.ErrVersion.Error()):
 			// Refused by the leader's check (the message crossed the RPC
 			// as text) or by the ledger: permanent until the cluster is
 			// upgraded.
-			return 0, fmt.Errorf("%w: %v", ErrDisklessUnsupported, err)
+			return 0, 0, fmt.Errorf("%w: %v", ErrDisklessUnsupported, err)
 		case errors.Is(err, ErrUnauthorized), errors.Is(err, cluster.ErrControlClosed):
-			return 0, fmt.Errorf("node: claim an incarnation for disk-less member %q: %w", b.id, err)
+			return 0, 0, fmt.Errorf("node: claim an incarnation for disk-less member %q: %w", b.id, err)
 		}
 		// No leader yet, the cluster's version not recorded yet, or an
 		// unknown outcome: a retried claim only takes the next number.
 		last = err
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("node: disk-less member %q got no incarnation from the control group: %w (last: %v)", b.id, ctx.Err(), last)
+			return 0, 0, fmt.Errorf("node: disk-less member %q got no incarnation from the control group: %w (last: %v)", b.id, ctx.Err(), last)
 		}
 		t := time.NewTimer(200 * time.Millisecond)
 		select {

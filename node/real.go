@@ -330,11 +330,21 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		if !ok {
 			return nil, fmt.Errorf("node: disk-less member: the control plane cannot claim an incarnation")
 		}
-		if b.inc, err = b.claimIncarnation(ctx, cl); err != nil {
+		var index uint64
+		if b.inc, index, err = b.claimIncarnation(ctx, cl); err != nil {
 			_ = b.gossip.Leave(context.Background())
 			return nil, err
 		}
 		cl.SetIncarnation(b.inc)
+		// Catch the replica up to the claim before gossip shows the new
+		// incarnation: until then the planner does not take the node for
+		// live (gossip and ledger incarnations differ) and grants it
+		// nothing it could not act on yet. The claim's own lease may lapse
+		// meanwhile; the first heartbeat then rejoins at the new liveness.
+		if err := b.fsm.WaitApplied(ctx, index); err != nil {
+			_ = b.gossip.Leave(context.Background())
+			return nil, fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
+		}
 		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation = b.inc }); err != nil {
 			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
 		}
