@@ -336,17 +336,22 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 			return nil, err
 		}
 		cl.SetIncarnation(b.inc)
-		// Catch the replica up to the claim before gossip shows the new
-		// incarnation: until then the planner does not take the node for
-		// live (gossip and ledger incarnations differ) and grants it
-		// nothing it could not act on yet. The claim's own lease may lapse
-		// meanwhile; the first heartbeat then rejoins at the new liveness.
+		// Gossip the new incarnation (the control group adds the node as a
+		// non-voter only once gossip shows an incarnation above any that
+		// left) with health 0 until the replica has caught up to the
+		// claim: the planner grants an unhealthy node nothing, so the
+		// member is not given shards it could not act on yet. The claim's
+		// own lease may lapse meanwhile; the first heartbeat then rejoins
+		// at the new liveness.
+		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
+			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
+		}
 		if err := b.fsm.WaitApplied(ctx, index); err != nil {
 			_ = b.gossip.Leave(context.Background())
 			return nil, fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
 		}
-		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation = b.inc }); err != nil {
-			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
+		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
+			return nil, fmt.Errorf("node: gossip health: %w", err)
 		}
 		if cfg.Logger != nil {
 			cfg.Logger.Info("node: disk-less member registered", "node", b.id, "incarnation", b.inc)
