@@ -4,6 +4,8 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 60s
 SIMTIME     ?= 5m
+# Nodes of tier 1's scale run in `make sim` (TestSimScale; `make test` runs 200).
+SIMSCALE    ?= 1000
 BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
@@ -21,12 +23,14 @@ build:
 # The mutation switches (internal/mutation) are compiled in only with
 # -tags mutations, so the tests that turn them on (MUTATION_TESTS) skip in
 # the first run and run in the second.
+# The tier-1 scale run (TestSimScale) runs at 200 nodes without the race
+# detector (50 with it).
 SIMSEEDS ?= 2000
 MUTATION_TESTS := ^(TestSetAndOn|TestMutations|TestSimShrink|TestTier2Mutations)$$
 test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
 	$(GO) test -race -count=1 -timeout 30m -tags mutations -run '$(MUTATION_TESTS)' ./internal/mutation/ ./simulation/ ./simulation/tier2/
-	$(GO) test -count=1 -timeout 30m -run '^TestSimSeeds$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
+	$(GO) test -count=1 -timeout 30m -v -run '^(TestSimSeeds|TestSimScale)$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS)
 	$(MAKE) tier3
 	$(MAKE) k8s-manifests
 	$(MAKE) examples
@@ -118,6 +122,7 @@ bench-compare: build
 
 sim:
 	$(GO) test -count=1 -run '^TestSimSeeds$$' -timeout 60m ./simulation/ -v -args -sim.duration=$(SIMTIME)
+	$(GO) test -count=1 -run '^TestSimScale$$' -timeout 120m ./simulation/ -v -args -sim.scale.nodes=$(SIMSCALE)
 
 # A local cluster of five real agents on loopback with the dashboard; Ctrl-C stops it.
 demo: build

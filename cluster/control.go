@@ -142,6 +142,7 @@ type ControlGroup struct {
 	bootstrapSig chan struct{}
 
 	established atomic.Uint64 // term of established leadership, 0 if none
+	inc         atomic.Uint64 // process incarnation (cfg.Incarnation, SetIncarnation)
 
 	mu   sync.Mutex
 	left map[string]uint64 // id → incarnation that left (or was removed)
@@ -192,6 +193,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		events:       newEventQueue(),
 		closing:      make(chan struct{}),
 	}
+	g.inc.Store(cfg.Incarnation)
 
 	stream := cfg.StreamLayer
 	if stream == nil {
@@ -412,7 +414,7 @@ func (g *ControlGroup) Shutdown(ctx context.Context) error {
 		if voters == 1 && isVoter(servers, g.cfg.NodeID) {
 			g.log.Warn("cluster: last voter leaving; the raft configuration keeps it")
 		} else {
-			leaveErr = g.forwardRemove(ctx, wire.RemoveArgs{ID: g.cfg.NodeID, Incarnation: g.cfg.Incarnation, Leave: true})
+			leaveErr = g.forwardRemove(ctx, wire.RemoveArgs{ID: g.cfg.NodeID, Incarnation: g.inc.Load(), Leave: true})
 		}
 	}
 	closeErr := g.Close(ctx)

@@ -33,8 +33,8 @@ func (p Proposer) String() string {
 // (the reconcile loop's grants, revokes and expiries) are not forwarded and
 // not checked. The rule:
 //
-//   - a member proposes only what concerns itself: its own Heartbeat and
-//     SetDraining, Release and Transfer of shards it owns (From/Owner is
+//   - a member proposes only what concerns itself: its own Heartbeat,
+//     ClaimIncarnation and SetDraining, Release and Transfer of shards it owns (From/Owner is
 //     itself), JobStart as itself, and JobComplete, JobFail and App fenced
 //     with an epoch at which it owns the shard;
 //   - any member (or operator) may enqueue a job (members serve the API
@@ -85,6 +85,8 @@ func Authorize(st *State, p Proposer, c Command) error {
 	}
 	switch c := c.(type) {
 	case Heartbeat:
+		return self("Node", c.Node)
+	case ClaimIncarnation:
 		return self("Node", c.Node)
 	case SetDraining:
 		if p.Operator {

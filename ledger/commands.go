@@ -265,6 +265,8 @@ func (k Kind) String() string {
 		return "PinShard"
 	case KindExcludeNode:
 		return "ExcludeNode"
+	case KindClaimIncarnation:
+		return "ClaimIncarnation"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

@@ -17,9 +17,10 @@ import (
 // Version is the newest encoding version, written as the first byte.
 // Version 2 added Release.Avoid and DeclareElection; version 3
 // Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
-// command with a request id); version 5 PinShard and ExcludeNode. Encode writes the oldest version that can
-// express the command (version 1 for everything else), so nodes of the
-// previous release keep reading it; Decode reads versions 1 to 5.
+// command with a request id); version 5 PinShard, ExcludeNode and
+// ClaimIncarnation. Encode writes the oldest version that can express the
+// command (version 1 for everything else), so nodes of the previous release
+// keep reading it; Decode reads versions 1 to 5.
 const Version byte = 5
 
 // minVersion is the oldest version Decode reads.
@@ -42,7 +43,7 @@ func versionFor(c Command) byte {
 		return 3
 	case Session:
 		return max(4, versionFor(c.Command))
-	case PinShard, ExcludeNode:
+	case PinShard, ExcludeNode, ClaimIncarnation:
 		return 5
 	case Batch:
 		v := minVersion
@@ -420,6 +421,18 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.bool(c.Exclude)
 		w.str(c.Reason)
 		w.i(c.Now)
+	case ClaimIncarnation:
+		if err := checkStrs("node", c.Node); err != nil {
+			return err
+		}
+		if w.ver < 5 {
+			return fmt.Errorf("%w: ClaimIncarnation needs encoding version 5", ErrInvalid)
+		}
+		w.b = append(w.b, byte(KindClaimIncarnation))
+		w.str(c.Node)
+		w.i(c.Now)
+		w.u(uint64(c.MinVersion))
+		w.u(uint64(c.MaxVersion))
 	case DeclareElection:
 		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
 			return err
@@ -550,6 +563,12 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
+	case KindClaimIncarnation:
+		if r.ver < 5 {
+			r.fail(fmt.Errorf("%w: ClaimIncarnation in a version %d entry", ErrMalformed, r.ver))
+			return nil
+		}
+		return ClaimIncarnation{Node: r.str(), Now: r.i(), MinVersion: r.u32(), MaxVersion: r.u32()}
 	case KindSession:
 		if r.ver < 4 {
 			r.fail(fmt.Errorf("%w: Session in a version %d entry", ErrMalformed, r.ver))

@@ -39,6 +39,8 @@ func sampleCommands() []Command {
 		Session{ID: RequestID{1, 2, 3}, Command: JobEnqueue{Shard: 2, Key: "order-18", Type: "email", Payload: []byte("hi"), Now: 11}},
 		Session{ID: RequestID{15: 9}, Command: Heartbeat{Node: "n1", Incarnation: 1, Now: 1, MinVersion: 1, MaxVersion: 2}},
 		Batch{Commands: []Command{Heartbeat{Node: "a", Incarnation: 1}, Session{ID: RequestID{4}, Command: App{Shard: 9, Epoch: 1, Type: "kv", Payload: []byte("x"), Now: 12}}}},
+		ClaimIncarnation{Node: "member-7f9c", Now: 13, MinVersion: 1, MaxVersion: 3},
+		Session{ID: RequestID{5}, Command: ClaimIncarnation{Node: "m", Now: -1}},
 	}
 }
 

@@ -388,6 +388,8 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 		f.prune(f.jobNow(c.Now))
 	case ClusterConfig:
 		r = f.clusterConfig(c)
+	case ClaimIncarnation:
+		r = f.claimIncarnation(c)
 	case DeclareElection:
 		r = f.declareElection(c)
 	case PinShard:

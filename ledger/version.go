@@ -15,8 +15,10 @@ const (
 	// MaxClusterVersion is the newest cluster version this binary speaks.
 	// Version 2: retried commands carry request ids (Session, encoding
 	// version 4; VersionRequestIDs). Version 3: operator placement rules
-	// (PinShard, ExcludeNode, encoding version 5; VersionPlacementRules)
-	// and jobs on the log's clock (VersionLogTime); snapshot version 5.
+	// (PinShard, ExcludeNode; VersionPlacementRules), jobs on the log's
+	// clock (VersionLogTime) and disk-less members that claim their
+	// incarnation from the ledger (ClaimIncarnation;
+	// VersionDisklessMembers): encoding and snapshot version 5.
 	MaxClusterVersion uint32 = 3
 )
 

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,8 +112,20 @@ type Config struct {
 	// 1 starts a single-node cluster; use 3 or 5 in production.
 	BootstrapExpect int
 	// DataDir holds the node's identity, incarnation counter, Raft log and
-	// snapshots. Required unless Network is set (in-memory storage).
+	// snapshots. Required unless Network or Transports is set (in-memory
+	// storage) or the node is a disk-less member (Diskless).
 	DataDir string
+	// Diskless runs the node as a disk-less member (docs/operations.md,
+	// "Disk-less members"): it keeps nothing across restarts — Raft log
+	// and snapshots in memory, its ledger replica rebuilt from the
+	// control group at every start, its incarnation claimed from the
+	// control group — so it needs no volume (a Kubernetes Deployment). It
+	// must never vote: Voter must be VoterNever. It is implied on a real
+	// network when DataDir is empty and Voter is VoterNever; set it with
+	// Transports to give the node fresh storage at every start. It needs
+	// a cluster at version ledger.VersionDisklessMembers or newer
+	// (ErrDisklessUnsupported).
+	Diskless bool
 
 	// Profile selects the lease timing; see Profile.
 	Profile Profile
@@ -394,9 +407,11 @@ func (c Config) Validate() error {
 	}
 	c.validateTLS(bad)
 	c.validateGossipKey(bad)
+	c.validateDiskless(bad)
 	if c.Network == nil {
-		if c.DataDir == "" && c.Transports == nil {
-			bad("DataDir empty: a node needs a directory for its identity and log (or set Network for in-memory tests)")
+		if c.DataDir == "" && c.Transports == nil && !c.diskless() {
+			bad("DataDir empty: a node that may vote (Voter %q) needs a directory for its identity, Raft log and vote; set DataDir, or Voter=%q to run as a disk-less member (or set Network for in-memory tests)",
+				cmp.Or(string(c.Voter), string(VoterAuto)), VoterNever)
 		}
 		checkAddr := func(field, v string, required bool) {
 			if v == "" {

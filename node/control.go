@@ -63,8 +63,11 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	}
 	cc.FSM = d.fsm
 	cc.CheckCommand = func(cmd []byte) error {
-		_, err := ledger.Decode(cmd)
-		return err
+		c, err := ledger.Decode(cmd)
+		if err != nil {
+			return err
+		}
+		return checkClaim(d.fsm.State(), c)
 	}
 	cc.LogStore, cc.StableStore, cc.SnapshotStore = d.store.Log, d.store.Stable, d.store.Snapshots
 	var tune controlTuning
@@ -108,7 +111,12 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 }
 
 func (c *clusterControl) Apply(ctx context.Context, cmd []byte) (ledger.Result, error) {
-	a, err := c.g.Apply(ctx, cmd)
+	return c.result(c.g.Apply(ctx, cmd))
+}
+
+// result maps a control-group apply's outcome to the ledger's Result and
+// the node's errors.
+func (c *clusterControl) result(a cluster.Applied, err error) (ledger.Result, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, cluster.ErrLeadershipLost), errors.Is(err, cluster.ErrTimeout):

@@ -82,6 +82,12 @@ var (
 	// address. A restart after a crash is not a duplicate
 	// (docs/operations.md).
 	ErrDuplicateID = errors.New("node: node id already in use by another live process")
+	// ErrDisklessUnsupported: a disk-less member (Config.Diskless, or no
+	// DataDir with Voter=never) cannot start because the cluster runs a
+	// version older than ledger.VersionDisklessMembers: it could not be
+	// given an incarnation. Finish the cluster's upgrade first
+	// (docs/upgrades.md), or give the node a DataDir.
+	ErrDisklessUnsupported = errors.New("node: the cluster does not run disk-less members yet")
 	// ErrVersionMismatch: this binary cannot run at the cluster's active
 	// version (the cluster was finalized past it, or this data dir was last
 	// run at a newer version). The message names both; docs/upgrades.md.

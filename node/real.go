@@ -282,11 +282,6 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		}
 		b.kick()
 	})
-	cfg.Transports.hook(b.fsm, b.id, b.inc)
-	b.agent, err = ownership.NewAgent(b.ocfg, b.id, b.inc)
-	if err != nil {
-		return nil, err
-	}
 
 	mc, err := membershipConfig(cfg)
 	if err != nil {
@@ -353,6 +348,47 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		return nil, fmt.Errorf("%w: %w", ErrDuplicateID, err)
 	} else if err != nil {
 		return nil, fmt.Errorf("node: claim node id: %w", err)
+	}
+
+	if cfg.diskless() {
+		// After ClaimID: a duplicate must be refused before it claims an
+		// incarnation, which would fence the live process it duplicates.
+		cl, ok := b.ctl.(incarnationClaimer)
+		if !ok {
+			return nil, fmt.Errorf("node: disk-less member: the control plane cannot claim an incarnation")
+		}
+		var index uint64
+		if b.inc, index, err = b.claimIncarnation(ctx, cl); err != nil {
+			_ = b.gossip.Leave(context.Background())
+			return nil, err
+		}
+		cl.SetIncarnation(b.inc)
+		// Gossip the new incarnation (the control group adds the node as a
+		// non-voter only once gossip shows an incarnation above any that
+		// left) with health 0 until the replica has caught up to the
+		// claim: the planner grants an unhealthy node nothing, so the
+		// member is not given shards it could not act on yet. The claim's
+		// own lease may lapse meanwhile; the first heartbeat then rejoins
+		// at the new liveness.
+		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
+			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
+		}
+		if err := b.fsm.WaitApplied(ctx, index); err != nil {
+			_ = b.gossip.Leave(context.Background())
+			return nil, fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
+		}
+		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
+			return nil, fmt.Errorf("node: gossip health: %w", err)
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Info("node: disk-less member registered", "node", b.id, "incarnation", b.inc)
+		}
+	}
+	// After the claim: a disk-less member's incarnation is the claimed one.
+	cfg.Transports.hook(b.fsm, b.id, b.inc)
+	b.agent, err = ownership.NewAgent(b.ocfg, b.id, b.inc)
+	if err != nil {
+		return nil, err
 	}
 
 	b.batcher, err = ledger.NewBatcher(ctlApplier{b.ctl}, ledger.BatcherConfig{})
@@ -549,7 +585,13 @@ func (b *netBackend) judgeHeartbeat(in ownership.HeartbeatOutcome, rd ownership.
 	switch rd.Verdict {
 	case ownership.VerdictFenced:
 		if !b.registered && rd.Record.ID == b.id && rd.Record.Incarnation > b.inc && b.conflict == nil {
-			b.conflict = identityConflict(b.id, b.inc, rd.Record.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
+			if b.cfg.diskless() {
+				b.conflict = fmt.Errorf("%w: the control group has disk-less member %q registered at incarnation %d, above this process's %d: "+
+					"another process claimed the id after this one (two processes run as %q; only the newest may act)",
+					ErrIdentityConflict, b.id, rd.Record.Incarnation, b.inc, b.id)
+			} else {
+				b.conflict = identityConflict(b.id, b.inc, rd.Record.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
+			}
 		}
 	case ownership.VerdictVersion:
 		// This binary cannot run at the cluster's version: it must not act.

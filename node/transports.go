@@ -142,6 +142,11 @@ func (t *Transports) release(id string) {
 
 // openStore opens the Raft stores: the data dir, or the Transports' memory.
 func (b *netBackend) openStore() (*ledger.Store, error) {
+	if b.cfg.diskless() {
+		// Nothing shared with earlier processes of the id, on Transports
+		// too; the incarnation is claimed from the control group.
+		return disklessStore(), nil
+	}
 	if t := b.cfg.Transports; t != nil {
 		st, inc, err := t.open(b.cfg.NodeID)
 		b.inc = inc
@@ -188,6 +193,9 @@ const dataDirAdvice = "restore the data dir from a backup, or remove the whole d
 
 // closeStore closes the data dir's store, or hands the in-memory one back.
 func (b *netBackend) closeStore() error {
+	if b.cfg.diskless() {
+		return nil
+	}
 	if t := b.cfg.Transports; t != nil {
 		t.release(b.cfg.NodeID)
 		return nil
@@ -198,7 +206,7 @@ func (b *netBackend) closeStore() error {
 // loadIdentity returns the node id and incarnation: from the data dir, or
 // the one openStore took from the Transports.
 func (b *netBackend) loadIdentity() (string, uint64, error) {
-	if b.cfg.Transports != nil {
+	if b.cfg.Transports != nil || b.cfg.diskless() {
 		return b.cfg.NodeID, b.inc, nil
 	}
 	return loadIdentity(b.cfg.DataDir, b.cfg.NodeID)

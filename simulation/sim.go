@@ -118,6 +118,24 @@ func QuickConfig(seed uint64) Config {
 	return c
 }
 
+// ScaleConfig is the scale profile (TestSimScale): nodes nodes (3 voters)
+// and shards shards with the default lease timing (2 s lease, 400 ms
+// heartbeats) and a churn budget of 256 moves, random faults for the first
+// 5 s of 13 s, probes on and the job workload off: every node still runs
+// the real agent core over its own replica of the whole log, the leader the
+// real planner over every member and shard.
+func ScaleConfig(seed uint64, nodes, shards int) Config {
+	c := DefaultConfig(seed)
+	c.Profile = "scale"
+	c.Nodes = nodes
+	c.Ownership = ownership.DefaultConfig()
+	c.Ownership.MaxMovesInFlight = 256
+	c.Ownership.Ring.Partitions = shards
+	c.ClockRateError = c.Ownership.MaxDrift
+	c.Workload = false
+	return c
+}
+
 // Worker is application code the simulator runs on acting owners, with
 // the node's own ledger replica: the seam for testing an application's
 // workers and job handlers under faults.
@@ -143,11 +161,14 @@ var (
 	ErrInvalidConfig = errors.New("simulation: invalid config")
 )
 
+// MaxNodes bounds Config.Nodes (`make sim` runs TestSimScale at 10,000).
+const MaxNodes = 10_000
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	switch {
-	case c.Nodes < 1 || c.Nodes > 64:
-		return fmt.Errorf("%w: Nodes = %d, want 1..64", ErrInvalidConfig, c.Nodes)
+	case c.Nodes < 1 || c.Nodes > MaxNodes:
+		return fmt.Errorf("%w: Nodes = %d, want 1..%d", ErrInvalidConfig, c.Nodes, MaxNodes)
 	case c.Voters < 1 || c.Voters > c.Nodes:
 		return fmt.Errorf("%w: Voters = %d, want 1..Nodes (%d)", ErrInvalidConfig, c.Voters, c.Nodes)
 	case c.Duration <= 0 || c.FaultsUntil < 0 || c.FaultsUntil > c.Duration:

@@ -115,6 +115,26 @@ func TestAgentConfigJSONFile(t *testing.T) {
 	}
 }
 
+// TestAgentDiskless: --diskless --voter=never is a disk-less member with no
+// data dir, even though --data-dir has a default.
+func TestAgentDiskless(t *testing.T) {
+	c, err := loadCfg(t, map[string]string{"HOSTNAME": "m1"}, "--seeds", "127.0.0.1:7946", "--diskless", "--voter=never",
+		"--gossip-addr", "127.0.0.1:17946", "--raft-addr", "127.0.0.1:17947")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nodeConfig(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nc.Diskless || nc.DataDir != "" || nc.NodeID != "m1" || nc.Voter != node.VoterNever {
+		t.Fatalf("node config %+v", nc)
+	}
+	if err := nc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestAgentConfigErrorsNameTheKey(t *testing.T) {
 	base := map[string]string{"HOSTNAME": "n1"}
 	cases := []struct {
@@ -144,6 +164,8 @@ func TestAgentConfigErrorsNameTheKey(t *testing.T) {
 		{"args", nil, "", []string{"--bootstrap-expect", "1", "extra"}, []string{`"extra"`}},
 		{"no node id", map[string]string{"HOSTNAME": ""}, "", []string{"--bootstrap-expect", "1"}, []string{"node-id is empty"}},
 		{"voter", map[string]string{"TENURE_VOTER": "sometimes"}, "", []string{"--bootstrap-expect", "1"}, []string{`voter "sometimes"`}},
+		{"diskless voter", nil, "", []string{"--seeds", "a:1", "--diskless"}, []string{`diskless with voter "auto"`, "--voter=never"}},
+		{"voter without data dir", nil, "", []string{"--bootstrap-expect", "1", "--data-dir", ""}, []string{"data-dir is empty", `voter "auto"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -329,8 +329,11 @@ func (c agentConfig) Validate() error {
 	if c.NodeID == "" {
 		bad("node-id is empty: set --node-id, TENURE_NODE_ID or HOSTNAME")
 	}
-	if c.DataDir == "" {
-		bad("data-dir is empty")
+	switch {
+	case c.Diskless && c.Voter != node.VoterNever:
+		bad("diskless with voter %q: a control-group voter keeps its Raft log, term and vote on disk; add --voter=never, or drop --diskless and set --data-dir", c.Voter)
+	case c.DataDir == "" && !c.Diskless && c.Voter != node.VoterNever:
+		bad("data-dir is empty: a node that may vote (voter %q) keeps its Raft log on disk; set --data-dir, or run a member with --diskless --voter=never", c.Voter)
 	}
 	if _, ok := c.Profile.Timing(); !ok {
 		bad("profile %q: want fast, default or safe", c.Profile)

@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	registerBench("scale", "many nodes in one process: ownership convergence, moves per join/leave, gossip memory and CPU per idle node", runBenchScale)
+	registerBench("scale", "many nodes in one process (ownership convergence, moves per join/leave, gossip cost), or with --real N agent processes (3 voters, disk-less members)", runBenchScale)
 }
 
 // scaleResult is `tenure bench scale --json`.
@@ -71,11 +71,21 @@ func runBenchScale(ctx context.Context, m *Main, args []string) error {
 	noGossip := fs.Bool("no-gossip", false, "skip the gossip part")
 	gossipProfile := fs.String("gossip-profile", "lan", "gossip timings: lan (memberlist LAN defaults) or local (fast loopback timings)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	real := fs.Bool("real", false, "start -nodes real agent processes on this machine (-voters with data dirs, the rest disk-less members, workload off) instead of the in-process emulation")
+	var ro realScaleOptions
+	parseRealScaleFlags(fs, &ro)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench scale: unexpected arguments %q", fs.Args())
+	}
+	if *real {
+		ro.nodes, ro.shards, ro.profile, ro.idle, ro.json = *nodes, *shards, *profile, *idle, *asJSON
+		if _, err := profileConfig(ro.profile); err != nil {
+			return fmt.Errorf("bench scale: %w", err)
+		}
+		return runBenchScaleReal(ctx, m, ro)
 	}
 	cfg, err := profileConfig(*profile)
 	if err != nil {

@@ -91,16 +91,24 @@ func TestDockerChaos(t *testing.T) {
 	apiAddr := map[string]string{}
 	for _, id := range ids {
 		name := dk.name(id)
-		dk.run("create", "--name", name, "--hostname", id, "--network", clusterNet, "--ip", clusterIP[id],
-			"--stop-timeout", "30", image, "agent",
-			"--node-id", id, "--data-dir", "/data", "--profile", "fast", "--partitions", fmt.Sprint(partitions),
+		// The voter/member split users deploy: n1–n3 vote and keep their
+		// data dirs; n4 and n5 are disk-less members (no data dir, a new
+		// incarnation from the control group at every start).
+		role := []string{"--voter", "always", "--data-dir", "/data"}
+		if !slices.Contains([]string{"n1", "n2", "n3"}, id) {
+			role = []string{"--voter", "never", "--diskless"}
+		}
+		args := append([]string{"create", "--name", name, "--hostname", id, "--network", clusterNet, "--ip", clusterIP[id],
+			"--stop-timeout", "30", image, "agent"}, role...)
+		dk.run(append(args,
+			"--node-id", id, "--profile", "fast", "--partitions", fmt.Sprint(partitions),
 			"--bootstrap-expect", "3", "--seeds", seeds,
 			"--gossip-addr", "0.0.0.0:7946", "--gossip-advertise", clusterIP[id]+":7946",
 			"--raft-addr", "0.0.0.0:7947", "--raft-advertise", clusterIP[id]+":7947",
 			"--tls-ca", "/tls/ca.pem", "--tls-cert", "/tls/"+id+".pem", "--tls-key", "/tls/"+id+"-key.pem",
 			"--encrypt", gossipKey,
 			"--http-addr", "0.0.0.0:7948", "--http-insecure", // the API is reachable on the private networks only
-			"--witness", witnessURL, "--tick", "10ms", "--log-format", "json")
+			"--witness", witnessURL, "--tick", "10ms", "--log-format", "json")...)
 		nodeTLS := filepath.Join(tlsDir, "node-"+id)
 		if err := os.Mkdir(nodeTLS, 0o700); err != nil {
 			t.Fatal(err)

@@ -47,6 +47,11 @@ func nodeConfig(c agentConfig, log *slog.Logger) (node.Config, error) {
 	}
 	cfg := c.Config
 	cfg.GossipAdvertise, cfg.RaftAdvertise, cfg.HTTPAddr = gossipAdv, raftAdv, httpAdv
+	if cfg.Diskless {
+		// A disk-less member keeps no data dir: the agent's default
+		// --data-dir does not apply to it.
+		cfg.DataDir = ""
+	}
 	cfg.Logger = log
 	return cfg, cfg.Validate()
 }

@@ -186,7 +186,14 @@ func checkContainer(errorf func(string, ...any), where string, c corev1.Containe
 			bad("%s=%s is under no volume mount", name, e.Value)
 		}
 	}
-	if e, _ := env(c, "TENURE_DATA_DIR"); mounts[e.Value].Name == "" {
+	if d, _ := env(c, "TENURE_DISKLESS"); d.Value == "true" {
+		if e, ok := env(c, "TENURE_DATA_DIR"); ok {
+			bad("TENURE_DISKLESS with TENURE_DATA_DIR %q: a disk-less member has no data dir", e.Value)
+		}
+		if v, _ := env(c, "TENURE_VOTER"); v.Value != "never" {
+			bad("TENURE_DISKLESS with TENURE_VOTER %q: only members (never) run without a disk", v.Value)
+		}
+	} else if e, _ := env(c, "TENURE_DATA_DIR"); mounts[e.Value].Name == "" {
 		bad("TENURE_DATA_DIR %q is not a volume mount", e.Value)
 	}
 	httpAddr, _ := env(c, "TENURE_HTTP_ADDR")
@@ -270,9 +277,12 @@ func TestAgentManifests(t *testing.T) {
 	// Members: never vote, no disk.
 	mc := members.Spec.Template.Spec.Containers[0]
 	checkContainer(t.Errorf, "members", mc, agentVars, members.Spec.Template.Spec, "never")
+	if e, _ := env(mc, "TENURE_DISKLESS"); e.Value != "true" {
+		t.Errorf("members: TENURE_DISKLESS %q, want \"true\" (disk-less members, docs/operations.md)", e.Value)
+	}
 	for _, v := range members.Spec.Template.Spec.Volumes {
-		if v.Name == "data" && v.EmptyDir == nil {
-			t.Errorf("members: data volume is not an emptyDir")
+		if v.Name == "data" {
+			t.Errorf("members: a data volume; disk-less members keep none")
 		}
 	}
 	if !selects(members.Spec.Selector.MatchLabels, members.Spec.Template.Labels) {

@@ -124,6 +124,8 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 	switch cmd := cmd.(type) {
 	case ledger.Heartbeat:
 		c.heartbeat(index, cmd, res)
+	case ledger.ClaimIncarnation:
+		c.claim(index, cmd, res)
 	case ledger.ExpireNode:
 		if res.Err != nil {
 			return
@@ -262,6 +264,27 @@ func (c *Checker) heartbeat(index uint64, cmd ledger.Heartbeat, res ledger.Resul
 		if post.Liveness != pre.Liveness || post.Seq != pre.Seq+1 {
 			c.fail("liveness", index, cmd, "renewal from %+v to %+v", pre, post)
 		}
+	}
+	c.nodes[cmd.Node] = post
+}
+
+// claim checks an incarnation claim: it registers the node one
+// incarnation above the record the model holds, with the liveness epoch
+// moved on (a new record starts at liveness 1), so no two processes of an
+// id share an incarnation and every grant of the earlier one dies.
+func (c *Checker) claim(index uint64, cmd ledger.ClaimIncarnation, res ledger.Result) {
+	if res.Err != nil {
+		return
+	}
+	pre, known := c.nodes[cmd.Node]
+	post := res.Node
+	wantLiveness := uint64(1)
+	if known {
+		wantLiveness = pre.Liveness + 1
+	}
+	if post.ID != cmd.Node || post.Incarnation != pre.Incarnation+1 || post.Liveness != wantLiveness {
+		c.fail("liveness", index, cmd, "claim from %+v (known %v) gave %+v: want incarnation %d at liveness %d",
+			pre, known, post, pre.Incarnation+1, wantLiveness)
 	}
 	c.nodes[cmd.Node] = post
 }

@@ -26,6 +26,12 @@ type Scenario struct {
 	Seed int64
 	// Nodes is the cluster size (default 3; the first three are voters).
 	Nodes int
+	// Diskless is how many of the nodes, the last ones, run as disk-less
+	// members (node.Config.Diskless, Voter=never): no storage kept across
+	// restarts, an incarnation claimed from the control group at every
+	// start. The others keep theirs (in memory, across restarts) and the
+	// first min(3, Nodes−Diskless) of them are the voters.
+	Diskless int
 	// Partitions is the number of shards (default 8).
 	Partitions int
 	// Profile is the nodes' timing profile (default node.ProfileFast).
@@ -131,6 +137,9 @@ func (sc Scenario) Validate() error {
 	var errs []error
 	if sc.Nodes < 1 || sc.Nodes > 250 {
 		errs = append(errs, fmt.Errorf("scenario nodes %d: want 1..250", sc.Nodes))
+	}
+	if sc.Diskless < 0 || sc.Diskless >= sc.Nodes {
+		errs = append(errs, fmt.Errorf("scenario disk-less members %d: want 0..%d (the voters keep storage)", sc.Diskless, sc.Nodes-1))
 	}
 	if sc.FaultsUntil+sc.L1Bound > sc.Duration {
 		errs = append(errs, fmt.Errorf("scenario faults until %v + L1 bound %v > Duration %v: no time left to judge liveness", sc.FaultsUntil, sc.L1Bound, sc.Duration))
@@ -258,7 +267,10 @@ func (h *harness) config(s *slot) node.Config {
 	cfg.NodeID = s.id
 	cfg.Profile = h.sc.Profile
 	cfg.Partitions = h.sc.Partitions
-	cfg.BootstrapExpect = min(h.sc.Nodes, 3)
+	cfg.BootstrapExpect = min(h.sc.Nodes-h.sc.Diskless, 3)
+	if s.i >= h.sc.Nodes-h.sc.Diskless {
+		cfg.Voter, cfg.Diskless = node.VoterNever, true
+	}
 	cfg.GossipAddr, cfg.RaftAddr = s.gossip, s.raft
 	for _, o := range h.slots {
 		cfg.Seeds = append(cfg.Seeds, o.gossip)

@@ -135,3 +135,46 @@ func TestTier2HealthDrop(t *testing.T) {
 		t.Errorf("seed %d: %s never acted again after its health recovered at %v", sc.Seed, victim, at+dur)
 	}
 }
+
+// TestTier2Diskless: three voters keep their storage, two disk-less
+// members keep none. Members crash and restart (each restart a new
+// incarnation claimed from the control group, the replica rebuilt from
+// the voters), restart gracefully, and voters crash and restart — with
+// S1–S4 intact (no two acting intervals of one shard overlap) and every
+// shard owned again after the faults.
+func TestTier2Diskless(t *testing.T) {
+	const seed = 4001
+	sc := Scenario{Name: "diskless", Seed: seed, Nodes: 5, Diskless: 2, Duration: 60 * time.Second, FaultsUntil: 32 * time.Second,
+		Faults: []Fault{
+			{At: 4 * time.Second, Kind: Crash, Node: 3, For: 2 * time.Second},
+			{At: 9 * time.Second, Kind: Restart, Node: 4, For: time.Second},
+			{At: 13 * time.Second, Kind: Crash, Node: 0, For: 3 * time.Second},
+			{At: 19 * time.Second, Kind: Crash, Node: 4, For: time.Second},
+			{At: 23 * time.Second, Kind: Restart, Node: 1, For: time.Second},
+			{At: 27 * time.Second, Kind: Crash, Node: 3, For: time.Second},
+		},
+		Replay: replay("TestTier2Diskless", seed)}
+	if *seedFlag != 0 {
+		sc.Seed = *seedFlag
+	}
+	start := time.Now()
+	res := Test(t, sc)
+	logResult(t, res, time.Since(start))
+	if res == nil {
+		return
+	}
+	// Each member acted under several incarnations: every restart claimed
+	// a new one.
+	incs := map[string]map[uint64]bool{}
+	for _, term := range res.Terms {
+		if incs[term.Node] == nil {
+			incs[term.Node] = map[uint64]bool{}
+		}
+		incs[term.Node][term.Incarnation] = true
+	}
+	for _, id := range []string{"n4", "n5"} {
+		if len(incs[id]) < 2 {
+			t.Errorf("seed %d: disk-less member %s acted under incarnations %v, want at least 2 (restarts)", sc.Seed, id, incs[id])
+		}
+	}
+}

@@ -1,0 +1,617 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// `tenure bench scale --real`: N real agent processes on this machine — a
+// few voters with data dirs, the rest disk-less members — measured as an
+// operator would see them (docs/benchmarks.md, "Real agents").
+
+// realScaleOptions are the flags of `bench scale --real`.
+type realScaleOptions struct {
+	nodes, voters, shards int
+	profile               string
+	idle                  time.Duration
+	settle                time.Duration
+	agentBin, dir         string
+	json                  bool
+}
+
+// realScaleResult is `tenure bench scale --real --json`.
+type realScaleResult struct {
+	Method  string `json:"method"`
+	Nodes   int    `json:"nodes"`
+	Voters  int    `json:"voters"`
+	Members int    `json:"members"`
+	Shards  int    `json:"shards"`
+	Profile string `json:"profile"`
+	CPUs    int    `json:"cpus"`
+
+	// SpawnMs is how long starting every process took; ConvergeMs the time
+	// from the first spawn until every shard was validly owned by a
+	// running agent and every agent owned at least one.
+	SpawnMs    float64 `json:"spawn_ms"`
+	ConvergeMs float64 `json:"converge_ms"`
+
+	// At rest, over IdleSeconds: per-process RSS (MiB) and CPU (% of one
+	// core), median and max over all agents, and the leader's.
+	IdleSeconds     float64 `json:"idle_seconds"`
+	RSSMedianMB     float64 `json:"rss_median_mb"`
+	RSSMaxMB        float64 `json:"rss_max_mb"`
+	CPUMedianPct    float64 `json:"cpu_median_pct"`
+	CPUMaxPct       float64 `json:"cpu_max_pct"`
+	LeaderCPUPct    float64 `json:"leader_cpu_pct"`
+	LeaderRSSMB     float64 `json:"leader_rss_mb"`
+	TotalCPUPct     float64 `json:"total_cpu_pct"`
+	CommitsPerSec   float64 `json:"raft_commits_per_s"`
+	GossipPktPerSec float64 `json:"gossip_packets_per_node_per_s"`
+	GossipBytesPerS float64 `json:"gossip_bytes_per_node_per_s"`
+
+	// Failover of one killed member (SIGKILL): until every shard it owned
+	// is validly owned by another agent in the ledger; then the member
+	// starts again (disk-less: a new incarnation, its replica rebuilt)
+	// until it owns shards again.
+	FailoverMember   string  `json:"failover_member"`
+	FailoverShards   int     `json:"failover_shards"`
+	FailoverMs       float64 `json:"failover_ms"`
+	RejoinMs         float64 `json:"rejoin_ms"`
+	RejoinStartedMs  float64 `json:"rejoin_started_ms"`
+	RejoinIncarnFrom uint64  `json:"rejoin_incarnation_from"`
+	RejoinIncarnTo   uint64  `json:"rejoin_incarnation_to"`
+}
+
+func parseRealScaleFlags(fs *flag.FlagSet, o *realScaleOptions) {
+	fs.IntVar(&o.voters, "voters", 3, "--real: control-group voters (with data dirs); the other agents are disk-less members")
+	fs.DurationVar(&o.settle, "settle-timeout", 10*time.Minute, "--real: how long the cluster may take to converge")
+	fs.StringVar(&o.agentBin, "agent-bin", "", "--real: tenure binary to run agents with (default: this executable)")
+	fs.StringVar(&o.dir, "dir", "", "--real: directory for the voters' data dirs and every agent's log (default: a temporary one, removed after)")
+}
+
+func (o realScaleOptions) validate() error {
+	switch {
+	case o.nodes < 2 || o.nodes > 500:
+		return fmt.Errorf("bench scale --real: -nodes %d: want 2..500 (every node is a process)", o.nodes)
+	case o.voters != 1 && o.voters != 3 && o.voters != 5:
+		return fmt.Errorf("bench scale --real: -voters %d: want 1, 3 or 5", o.voters)
+	case o.voters >= o.nodes:
+		return fmt.Errorf("bench scale --real: -voters %d with -nodes %d: want at least one disk-less member", o.voters, o.nodes)
+	case o.shards < o.nodes || o.shards > 1<<16:
+		return fmt.Errorf("bench scale --real: -shards %d: want %d (nodes)..65536", o.shards, o.nodes)
+	case o.idle <= 0 || o.settle <= 0:
+		return fmt.Errorf("bench scale --real: -idle %v and -settle-timeout %v must be positive", o.idle, o.settle)
+	}
+	return nil
+}
+
+// realCluster is the benchmark's agents.
+type realCluster struct {
+	bin, dir string
+	o        realScaleOptions
+	agents   []*foAgent
+	client   http.Client
+	log      func(string, ...any)
+}
+
+func (c *realCluster) voter(a *foAgent) bool { return slices.Index(c.agents, a) < c.o.voters }
+
+func (c *realCluster) args(a *foAgent) []string {
+	var seeds []string
+	for _, v := range c.agents[:c.o.voters] {
+		seeds = append(seeds, v.gossip)
+	}
+	args := []string{"agent",
+		"--node-id", a.id,
+		"--seeds", strings.Join(seeds, ","),
+		"--bootstrap-expect", strconv.Itoa(c.o.voters),
+		"--gossip-addr", a.gossip,
+		"--raft-addr", a.raft,
+		"--http-addr", a.httpAddr,
+		"--profile", c.o.profile,
+		"--partitions", strconv.Itoa(c.o.shards),
+		"--workload=false",
+		"--drain-timeout", "2s",
+		"--log-format", "json",
+		"--log-level", "warn",
+	}
+	if c.voter(a) {
+		return append(args, "--voter", "always", "--data-dir", filepath.Join(c.dir, a.id))
+	}
+	return append(args, "--voter", "never", "--diskless")
+}
+
+func (c *realCluster) spawn(a *foAgent) error {
+	lf, err := os.OpenFile(filepath.Join(c.dir, a.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.bin, c.args(a)...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = childProcAttr()
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("start agent %s: %w", a.id, err)
+	}
+	a.cmd, a.logf, a.exited = cmd, lf, make(chan struct{})
+	go func(done chan struct{}) {
+		_ = cmd.Wait()
+		lf.Close()
+		close(done)
+	}(a.exited)
+	return nil
+}
+
+func (c *realCluster) kill(a *foAgent) {
+	if a.running() {
+		_ = a.cmd.Process.Signal(syscall.SIGKILL)
+		<-a.exited
+	}
+}
+
+// stopAll sends SIGTERM to every agent at once, then SIGKILL to those
+// still running after 15 s.
+func (c *realCluster) stopAll() {
+	for _, a := range c.agents {
+		if a.running() {
+			_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.After(15 * time.Second)
+	for _, a := range c.agents {
+		if a.cmd == nil {
+			continue
+		}
+		select {
+		case <-a.exited:
+		case <-deadline:
+		}
+	}
+	for _, a := range c.agents {
+		c.kill(a)
+	}
+}
+
+// maxAPIBody bounds what the benchmark reads from an agent's API.
+const maxAPIBody = 64 << 20
+
+func (c *realCluster) get(ctx context.Context, a *foAgent, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body := io.LimitReader(resp.Body, maxAPIBody)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(body, 512))
+		return fmt.Errorf("GET %s from %s: %s: %s", path, a.id, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, body)
+		return nil
+	}
+	if w, ok := out.(io.Writer); ok {
+		_, err := io.Copy(w, body)
+		return err
+	}
+	return json.NewDecoder(body).Decode(out)
+}
+
+// realStatus is the part of GET /v1/status the benchmark reads.
+type realStatus struct {
+	Incarnation   uint64 `json:"incarnation"`
+	ControlLeader string `json:"control_leader"`
+	AppliedIndex  uint64 `json:"applied_index"`
+}
+
+// firstVoter returns the first running voter.
+func (c *realCluster) firstVoter() *foAgent {
+	for _, a := range c.agents[:c.o.voters] {
+		if a.running() {
+			return a
+		}
+	}
+	return nil
+}
+
+// table reads the shard table from a running voter.
+func (c *realCluster) table(ctx context.Context) ([]foShard, error) {
+	v := c.firstVoter()
+	if v == nil {
+		return nil, errors.New("no voter running")
+	}
+	var sh []foShard
+	return sh, c.get(ctx, v, "/v1/shards", &sh)
+}
+
+// converged reports whether every running agent has started (its API
+// answers /v1/status: it registered with the control group and its
+// replica caught up), every shard is validly owned by a running agent and
+// every running agent owns one; why says what is missing.
+func (c *realCluster) converged(ctx context.Context) (ok bool, why string) {
+	starting := 0
+	for _, a := range c.agents {
+		if !a.running() {
+			continue
+		}
+		if err := c.get(ctx, a, "/v1/status", nil); err != nil {
+			starting++
+			why = a.id + ": " + err.Error()
+		}
+	}
+	if starting > 0 {
+		return false, fmt.Sprintf("%d agents still starting (%s)", starting, why)
+	}
+	sh, err := c.table(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	if len(sh) != c.o.shards {
+		return false, fmt.Sprintf("%d shards in the table, want %d", len(sh), c.o.shards)
+	}
+	owned := map[string]int{}
+	running := map[string]bool{}
+	for _, a := range c.agents {
+		running[a.id] = a.running()
+	}
+	for _, s := range sh {
+		if s.State != "owned" || !s.Valid || !running[s.Owner] {
+			return false, fmt.Sprintf("shard %d is %s (valid %v) by %q", s.Shard, s.State, s.Valid, s.Owner)
+		}
+		owned[s.Owner]++
+	}
+	for _, a := range c.agents {
+		if a.running() && owned[a.id] == 0 {
+			return false, a.id + " owns no shard yet"
+		}
+	}
+	return true, ""
+}
+
+// waitConverged polls converged until it holds or limit passes.
+func (c *realCluster) waitConverged(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, why := c.converged(ctx)
+		if ok {
+			return nil
+		}
+		for _, a := range c.agents {
+			if a.cmd != nil && !a.running() {
+				return fmt.Errorf("agent %s exited (log: %s)", a.id, filepath.Join(c.dir, a.id+".log"))
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not converged within %v: %s (agent logs in %s)", limit, why, c.dir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// metric sums the samples of a Prometheus text metric (no labels) read
+// from an agent's /metrics; 0 if absent.
+func (c *realCluster) metric(ctx context.Context, a *foAgent, names ...string) map[string]float64 {
+	var sb strings.Builder
+	out := map[string]float64{}
+	if err := c.get(ctx, a, "/metrics", &sb); err != nil {
+		return out
+	}
+	sc := bufio.NewScanner(strings.NewReader(sb.String()))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || !slices.Contains(names, f[0]) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+			out[f[0]] += v
+		}
+	}
+	return out
+}
+
+// udpOutDatagrams reads the host network namespace's UDP OutDatagrams
+// (/proc/net/snmp); ok false where unknown.
+func udpOutDatagrams() (n float64, ok bool) {
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return 0, false
+	}
+	var header []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "Udp:" {
+			continue
+		}
+		if header == nil {
+			header = f
+			continue
+		}
+		if i := slices.Index(header, "OutDatagrams"); i > 0 && i < len(f) {
+			v, err := strconv.ParseFloat(f[i], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+func runBenchScaleReal(ctx context.Context, m *Main, o realScaleOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	bin := o.agentBin
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	dir := o.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "tenure-bench-scale-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	progress := func(format string, a ...any) { fmt.Fprintf(m.Stderr, format+"\n", a...) }
+	c := &realCluster{bin: bin, dir: dir, o: o, client: http.Client{Timeout: 10 * time.Second}, log: progress}
+	defer c.stopAll()
+
+	addrs, err := freeLoopbackAddrs(3 * o.nodes)
+	if err != nil {
+		return err
+	}
+	for i := range o.nodes {
+		id := fmt.Sprintf("member-%03d", i)
+		if i < o.voters {
+			id = fmt.Sprintf("voter-%d", i)
+		}
+		c.agents = append(c.agents, &foAgent{id: id, gossip: addrs[3*i], raft: addrs[3*i+1], httpAddr: addrs[3*i+2]})
+	}
+	res := realScaleResult{
+		Method: "real agent processes on loopback: voters with data dirs (--voter=always), the rest disk-less members (--diskless --voter=never), workload off",
+		Nodes:  o.nodes, Voters: o.voters, Members: o.nodes - o.voters, Shards: o.shards, Profile: o.profile, CPUs: runtime.NumCPU(),
+	}
+	progress("starting %d agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, in %s",
+		o.nodes, o.voters, o.nodes-o.voters, o.shards, o.profile, dir)
+	t0 := time.Now()
+	for _, a := range c.agents {
+		if err := c.spawn(a); err != nil {
+			return err
+		}
+	}
+	res.SpawnMs = ms(time.Since(t0))
+	if err := c.waitConverged(ctx, o.settle); err != nil {
+		return fmt.Errorf("bench scale --real: %w", err)
+	}
+	res.ConvergeMs = ms(time.Since(t0))
+	progress("converged in %.1f s (spawning took %.1f s)", res.ConvergeMs/1000, res.SpawnMs/1000)
+
+	if err := c.idle(ctx, &res); err != nil {
+		return fmt.Errorf("bench scale --real: %w", err)
+	}
+	progress("at rest over %.0f s: RSS median %.0f MiB (max %.0f), CPU median %.1f%% (max %.1f%%, leader %.1f%%), %.0f commits/s, %.1f gossip packets/s per node",
+		res.IdleSeconds, res.RSSMedianMB, res.RSSMaxMB, res.CPUMedianPct, res.CPUMaxPct, res.LeaderCPUPct, res.CommitsPerSec, res.GossipPktPerSec)
+	if err := c.failover(ctx, &res); err != nil {
+		return fmt.Errorf("bench scale --real: failover: %w", err)
+	}
+	progress("member %s killed: its %d shards owned again after %.0f ms; restarted disk-less (incarnation %d → %d), owning shards after %.0f ms",
+		res.FailoverMember, res.FailoverShards, res.FailoverMs, res.RejoinIncarnFrom, res.RejoinIncarnTo, res.RejoinMs)
+
+	if o.json {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(m.Stdout, string(b))
+		return nil
+	}
+	w := m.Stdout
+	fmt.Fprintf(w, "%d real agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, %d CPUs\n",
+		res.Nodes, res.Voters, res.Members, res.Shards, res.Profile, res.CPUs)
+	fmt.Fprintf(w, "  full ownership after     %8.1f s (spawning %d processes took %.1f s)\n", res.ConvergeMs/1000, res.Nodes, res.SpawnMs/1000)
+	fmt.Fprintf(w, "  RSS per agent at rest    %8.0f MiB median, %.0f max (leader %.0f)\n", res.RSSMedianMB, res.RSSMaxMB, res.LeaderRSSMB)
+	fmt.Fprintf(w, "  CPU per agent at rest    %8.1f %% median, %.1f %% max (leader %.1f %%; all agents %.0f %% of one core)\n",
+		res.CPUMedianPct, res.CPUMaxPct, res.LeaderCPUPct, res.TotalCPUPct)
+	fmt.Fprintf(w, "  Raft commits             %8.0f /s\n", res.CommitsPerSec)
+	fmt.Fprintf(w, "  gossip per agent         %8.1f packets/s, %.0f bytes/s\n", res.GossipPktPerSec, res.GossipBytesPerS)
+	fmt.Fprintf(w, "  member failover          %8.0f ms (%s killed, %d shards owned again)\n", res.FailoverMs, res.FailoverMember, res.FailoverShards)
+	fmt.Fprintf(w, "  member rejoin            %8.0f ms to own shards again, %.0f ms to start (disk-less restart, incarnation %d → %d)\n",
+		res.RejoinMs, res.RejoinStartedMs, res.RejoinIncarnFrom, res.RejoinIncarnTo)
+	return nil
+}
+
+// idle measures the converged cluster at rest.
+func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
+	v := c.firstVoter()
+	var st0, st1 realStatus
+	if err := c.get(ctx, v, "/v1/status", &st0); err != nil {
+		return err
+	}
+	sent := func() float64 {
+		total := 0.0
+		for _, a := range c.agents {
+			total += c.metric(ctx, a, "tenure_memberlist_udp_sent")["tenure_memberlist_udp_sent"]
+		}
+		return total
+	}
+	bytes0 := sent()
+	pk0, pkOK := udpOutDatagrams()
+	cpu0 := make([]time.Duration, len(c.agents))
+	for i, a := range c.agents {
+		cpu0[i] = pidCPU(a.cmd.Process.Pid)
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(c.o.idle):
+	}
+	wall := time.Since(t0)
+	pk1, _ := udpOutDatagrams()
+	var rss, cpu []float64
+	for i, a := range c.agents {
+		r := pidRSSMB(a.cmd.Process.Pid)
+		p := 100 * (pidCPU(a.cmd.Process.Pid) - cpu0[i]).Seconds() / wall.Seconds()
+		rss, cpu = append(rss, r), append(cpu, p)
+		res.TotalCPUPct += p
+		if a.id == st0.ControlLeader {
+			res.LeaderCPUPct, res.LeaderRSSMB = p, r
+		}
+	}
+	bytes1 := sent()
+	if err := c.get(ctx, v, "/v1/status", &st1); err != nil {
+		return err
+	}
+	secs := time.Since(t0).Seconds()
+	res.IdleSeconds = wall.Seconds()
+	res.CommitsPerSec = float64(st1.AppliedIndex-st0.AppliedIndex) / secs
+	res.GossipBytesPerS = (bytes1 - bytes0) / secs / float64(len(c.agents))
+	if pkOK {
+		res.GossipPktPerSec = (pk1 - pk0) / wall.Seconds() / float64(len(c.agents))
+	}
+	slices.Sort(rss)
+	slices.Sort(cpu)
+	res.RSSMedianMB, res.RSSMaxMB = nearestRank(rss, 0.5), rss[len(rss)-1]
+	res.CPUMedianPct, res.CPUMaxPct = nearestRank(cpu, 0.5), cpu[len(cpu)-1]
+	return nil
+}
+
+// failover kills the disk-less member that owns the most shards, times
+// until its shards are validly owned by running agents, then restarts it
+// and times until it owns shards again.
+func (c *realCluster) failover(ctx context.Context, res *realScaleResult) error {
+	sh, err := c.table(ctx)
+	if err != nil {
+		return err
+	}
+	count := map[string]int{}
+	for _, s := range sh {
+		count[s.Owner]++
+	}
+	// The member owning the most shards whose API answers.
+	members := slices.Clone(c.agents[c.o.voters:])
+	slices.SortStableFunc(members, func(a, b *foAgent) int { return count[b.id] - count[a.id] })
+	var victim *foAgent
+	var before realStatus
+	var lastErr error
+	for _, a := range members {
+		if lastErr = c.get(ctx, a, "/v1/status", &before); lastErr == nil {
+			victim = a
+			break
+		}
+		c.log("failover: skipping %s: %v", a.id, lastErr)
+	}
+	if victim == nil {
+		return fmt.Errorf("no member answers /v1/status: %w", lastErr)
+	}
+	res.FailoverMember, res.FailoverShards, res.RejoinIncarnFrom = victim.id, count[victim.id], before.Incarnation
+	mine := map[uint32]bool{}
+	for _, s := range sh {
+		if s.Owner == victim.id {
+			mine[s.Shard] = true
+		}
+	}
+	t0 := time.Now()
+	c.kill(victim)
+	limit := time.Now().Add(2 * time.Minute)
+	for {
+		sh, err := c.table(ctx)
+		done := err == nil
+		for _, s := range sh {
+			if mine[s.Shard] && (s.Owner == victim.id || s.State != "owned" || !s.Valid) {
+				done = false
+				break
+			}
+		}
+		if done {
+			res.FailoverMs = ms(time.Since(t0))
+			break
+		}
+		if time.Now().After(limit) {
+			return fmt.Errorf("%s's shards not owned again within 2m", victim.id)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	t1 := time.Now()
+	if err := c.spawn(victim); err != nil {
+		return err
+	}
+	for {
+		sh, err := c.table(ctx)
+		n := 0
+		for _, s := range sh {
+			if err == nil && s.Owner == victim.id && s.State == "owned" && s.Valid {
+				n++
+			}
+		}
+		if n > 0 {
+			res.RejoinMs = ms(time.Since(t1))
+			break
+		}
+		if !victim.running() {
+			return fmt.Errorf("restarted %s exited (log: %s)", victim.id, filepath.Join(c.dir, victim.id+".log"))
+		}
+		if time.Since(t1) > 2*time.Minute {
+			return fmt.Errorf("restarted %s owns no shard after 2m", victim.id)
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	// Its API answers once it registered and its replica caught up.
+	var after realStatus
+	for {
+		err := c.get(ctx, victim, "/v1/status", &after)
+		if err == nil {
+			break
+		}
+		if time.Since(t1) > 3*time.Minute {
+			return fmt.Errorf("restarted %s has not started after 3m: %w", victim.id, err)
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	res.RejoinStartedMs = ms(time.Since(t1))
+	res.RejoinIncarnTo = after.Incarnation
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

@@ -1,0 +1,218 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// disklessConfig is node i of an n-node cluster on tr, as a disk-less
+// member.
+func disklessConfig(tr *Transports, i, n int) Config {
+	cfg := transportsConfig(tr, i, n)
+	cfg.Voter, cfg.Diskless = VoterNever, true
+	return cfg
+}
+
+// startAll starts cfgs at once (voters must see each other to bootstrap).
+func startAll(t *testing.T, ctx context.Context, cfgs []Config) []*Node {
+	t.Helper()
+	nodes := make([]*Node, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Go(func() { nodes[i], errs[i] = Start(ctx, cfgs[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return nodes
+}
+
+// TestDisklessMembers: three voters keep their storage, two disk-less
+// members keep none. The members get incarnations from the control group
+// (1 on a first start, one more on every restart, crash or graceful),
+// rebuild their replicas, own shards; a second live process with a
+// member's id is refused and the first keeps its incarnation.
+func TestDisklessMembers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTransports(7)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cfgs := []Config{transportsConfig(tr, 0, 5), transportsConfig(tr, 1, 5), transportsConfig(tr, 2, 5),
+			disklessConfig(tr, 3, 5), disklessConfig(tr, 4, 5)}
+		for i := range cfgs {
+			cfgs[i].BootstrapExpect = 3
+		}
+		nodes := startAll(t, ctx, cfgs)
+		for _, n := range nodes {
+			if err := n.WaitSettled(ctx); err != nil {
+				t.Fatalf("%s not settled: %v", n.ID(), err)
+			}
+		}
+		for _, n := range nodes[3:] {
+			if n.Incarnation() != 1 {
+				t.Errorf("%s: first incarnation %d, want 1", n.ID(), n.Incarnation())
+			}
+		}
+		ownedBy := func(id string) int {
+			c := 0
+			for _, s := range nodes[0].Shards() {
+				if s.Owner == id && s.Valid {
+					c++
+				}
+			}
+			return c
+		}
+		if ownedBy("n4") == 0 || ownedBy("n5") == 0 {
+			t.Errorf("members own no shards: n4 %d, n5 %d", ownedBy("n4"), ownedBy("n5"))
+		}
+
+		// A crash: the restarted member has no storage and the next
+		// incarnation; its replica is rebuilt.
+		tr.Crash(nodes[3])
+		n4, err := Start(ctx, cfgs[3])
+		if err != nil {
+			t.Fatalf("restart n4: %v", err)
+		}
+		nodes[3] = n4
+		if n4.Incarnation() != 2 {
+			t.Errorf("restarted n4: incarnation %d, want 2", n4.Incarnation())
+		}
+		if err := n4.WaitSettled(ctx); err != nil {
+			t.Fatalf("n4 not settled after its restart: %v", err)
+		}
+		if got, want := len(n4.Shards()), cfgs[3].Partitions; got != want {
+			t.Errorf("restarted n4 sees %d shards, want %d (replica not rebuilt)", got, want)
+		}
+
+		// A duplicate of a live member is refused; the member is untouched.
+		dup := cfgs[4]
+		dup.GossipAddr, dup.RaftAddr = "10.0.0.9:7946", "10.0.0.9:7947"
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+		second, err := Start(sctx, dup)
+		scancel()
+		if err == nil {
+			_ = second.Close(ctx)
+			t.Fatal("a second process with n5's id started")
+		}
+		if !errors.Is(err, ErrDuplicateID) {
+			t.Fatalf("duplicate n5: %v, want ErrDuplicateID", err)
+		}
+		if nodes[4].Incarnation() != 1 {
+			t.Fatalf("n5's incarnation moved to %d", nodes[4].Incarnation())
+		}
+		for _, m := range nodes[0].Members() {
+			if m.ID == "n5" && (m.Incarnation != 1 || m.Addr != cfgs[4].GossipAddr || !m.Live) {
+				t.Fatalf("n1 sees n5 as %+v after the duplicate was refused", m)
+			}
+		}
+
+		// A graceful stop and start: the next incarnation again.
+		if err := nodes[4].Close(ctx); err != nil {
+			t.Fatalf("close n5: %v", err)
+		}
+		n5, err := Start(ctx, cfgs[4])
+		if err != nil {
+			t.Fatalf("restart n5: %v", err)
+		}
+		nodes[4] = n5
+		if n5.Incarnation() != 2 {
+			t.Errorf("restarted n5: incarnation %d, want 2", n5.Incarnation())
+		}
+		if err := n5.WaitSettled(ctx); err != nil {
+			t.Fatalf("n5 not settled after its restart: %v", err)
+		}
+		// Members first: they leave through the voters' leader.
+		for i := len(nodes) - 1; i >= 0; i-- {
+			if err := nodes[i].Close(ctx); err != nil {
+				t.Errorf("close %s: %v", nodes[i].ID(), err)
+			}
+		}
+	})
+}
+
+// TestDisklessNeedsVersion3: in a cluster that runs version 2 (its voters
+// speak no newer), a disk-less member's start fails at once with
+// ErrDisklessUnsupported, and nothing reaches the log.
+func TestDisklessNeedsVersion3(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTransports(8)
+		var mu sync.Mutex
+		claims := 0
+		tr.OnApply = func(_ string, _ uint64, _ uint64, c ledger.Command, _ ledger.Result) {
+			if _, ok := ledger.Unwrap(c).(ledger.ClaimIncarnation); ok {
+				mu.Lock()
+				claims++
+				mu.Unlock()
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		v := transportsConfig(tr, 0, 2)
+		v.BootstrapExpect, v.speakMax = 1, ledger.VersionDisklessMembers-1
+		voter := startAll(t, ctx, []Config{v})[0]
+		if err := voter.WaitSettled(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m := disklessConfig(tr, 1, 2)
+		m.BootstrapExpect = 1
+		n, err := Start(ctx, m)
+		if err == nil {
+			_ = n.Close(ctx)
+			t.Fatal("a disk-less member started in a version-2 cluster")
+		}
+		if !errors.Is(err, ErrDisklessUnsupported) || !strings.Contains(err.Error(), "version") {
+			t.Fatalf("start: %v, want ErrDisklessUnsupported naming the version", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if claims != 0 {
+			t.Fatalf("%d incarnation claims reached the log of a version-2 cluster", claims)
+		}
+		if err := voter.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestDisklessConfig: a voter needs a DataDir; the error names the field.
+func TestDisklessConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string // "" = valid
+	}{
+		{"member without data dir", func(c *Config) { c.Voter = VoterNever }, ""},
+		{"voter without data dir", func(c *Config) {}, "DataDir empty"},
+		{"always-voter without data dir", func(c *Config) { c.Voter = VoterAlways }, `Voter="never"`},
+		{"diskless voter", func(c *Config) { c.Diskless = true }, `Voter "" without DataDir`},
+		{"diskless with data dir", func(c *Config) { c.Diskless, c.Voter, c.DataDir = true, VoterNever, "/x" }, "Diskless with DataDir"},
+		{"member without seeds", func(c *Config) { c.Voter, c.Seeds = VoterNever, nil }, "Seeds empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ConfigFromEnv(func(string) string { return "" })
+			c.NodeID = "m1"
+			c.GossipAddr, c.RaftAddr = "127.0.0.1:7946", "127.0.0.1:7947"
+			c.Seeds = []string{"127.0.0.1:8946"}
+			tc.edit(&c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate: %v, want an error containing %q", err, tc.want)
+			}
+			if err != nil && !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("%v does not match ErrInvalidConfig", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,55 @@
+package simulation
+
+import (
+	"flag"
+	"testing"
+	"time"
+)
+
+var (
+	flagScaleNodes  = flag.Int("sim.scale.nodes", 200, "TestSimScale: nodes of the run (make sim: SIMSCALE, default 1000)")
+	flagScaleShards = flag.Int("sim.scale.shards", 0, "TestSimScale: shards (default 2 per node, at least 1024)")
+	flagScaleSeed   = flag.Uint64("sim.scale.seed", 7, "TestSimScale: the seed")
+)
+
+func scaleFlagSet() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "sim.scale.nodes" })
+	return set
+}
+
+// TestSimScale runs tier 1 (the real planner, FSM and agent core, one
+// seeded RNG) at -sim.scale.nodes nodes with random faults and demands
+// zero violations (safety throughout, liveness after the faults). It
+// reports the wall time: `make test` runs 200 nodes (50 under the race
+// detector), `make sim` SIMSCALE (1,000 by default). Cost grows with the
+// square of the nodes: every node applies every node's heartbeats
+// (docs/simulation.md, "Scale").
+func TestSimScale(t *testing.T) {
+	n := *flagScaleNodes
+	if raceEnabled && !scaleFlagSet() {
+		n = 50 // the race detector makes the run ~5-10x slower; CI budget
+	}
+	if testing.Short() && !scaleFlagSet() {
+		n = 50
+	}
+	shards := *flagScaleShards
+	if shards == 0 {
+		shards = max(1024, 2*n)
+	}
+	cfg := ScaleConfig(*flagScaleSeed, n, shards)
+	start := time.Now()
+	res, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall := time.Since(start)
+	t.Logf("sim scale: %d nodes, %d shards, seed %d: %v simulated, %d events, %d commits, %d faults in %v wall",
+		n, shards, cfg.Seed, res.Simulated, res.Events, res.Commits, len(res.Faults), wall.Round(time.Millisecond))
+	for _, v := range res.Violations {
+		t.Errorf("%s", v)
+	}
+	if res.Failed() {
+		t.Errorf("replay: go test ./simulation -run TestSimScale -sim.scale.nodes=%d -sim.scale.shards=%d -sim.scale.seed=%d -v", n, shards, cfg.Seed)
+	}
+}
