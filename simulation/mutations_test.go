@@ -30,7 +30,7 @@ type MutationReport struct {
 
 // mutationConfig is the sweep's configuration for seed under m: the
 // sweep's own profile (QuickConfig) with the stress faults, or the
-// scenario the rule needs (clock drift, leader changes).
+// scenario the rule needs (clock drift, leader changes, restarts mid-drain).
 func mutationConfig(m mutation.Switch, seed uint64) Config {
 	cfg := QuickConfig(seed)
 	cfg.Stress = true
@@ -39,6 +39,8 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		cfg = driftConfig(seed, 1-cfg.Ownership.MaxDrift)
 	case mutation.IgnoreEstablish:
 		cfg = leaderChangeConfig(seed)
+	case mutation.ActOnRevoking:
+		cfg = revokeRestartConfig(seed)
 	case mutation.SkipApplyWait:
 		// A lease extended before the replica applied the heartbeat lets a
 		// node act past a Revoke it has not applied yet; with a drain as
@@ -47,7 +49,7 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		// short drain (caught at seed 108 with it, 304 without).
 		cfg.Ownership.DrainTimeout = ownership.TestConfig().DrainTimeout
 	}
-	if seed%2 == 0 && m != mutation.NoDriftMargin && m != mutation.IgnoreEstablish {
+	if seed%2 == 0 && m != mutation.NoDriftMargin && m != mutation.IgnoreEstablish && m != mutation.ActOnRevoking {
 		drain := cfg.Ownership.DrainTimeout
 		cfg = DefaultConfig(seed) // every other seed: a full-length run
 		cfg.Stress = true
