@@ -2,7 +2,6 @@ package node
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/tenurehq/tenure/ledger"
@@ -111,7 +110,7 @@ func TestPlacementRules(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !waitTrue(ctx, func() bool { return owned(b) > 0 }) {
-			t.Fatal(fmt.Sprintf("%s never owned again after the exclusion was lifted", b))
+			t.Fatalf("%s never owned again after the exclusion was lifted", b)
 		}
 	})
 }

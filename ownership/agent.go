@@ -246,9 +246,7 @@ func (a *Agent) ready(now time.Time, rd *Ready) {
 		now.Sub(a.drainAsked) >= a.drainRetry() && !a.tr.Fenced() {
 		rd.Proposals = append(rd.Proposals, a.setDraining(now))
 	}
-	for _, c := range a.tr.Handoffs(now) {
-		rd.Proposals = append(rd.Proposals, c)
-	}
+	rd.Proposals = append(rd.Proposals, a.tr.Handoffs(now)...)
 	rd.Changes = a.tr.Changes(now)
 	rd.WakeAt = a.nextHeartbeat
 	if len(a.inflight) >= MaxHeartbeatsInFlight {
