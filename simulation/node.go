@@ -316,7 +316,7 @@ func (s *Sim) sync(n *node) {
 		if n.fsm != nil {
 			n.fsm.ApplyCommand(n.applied, e.cmd)
 		}
-		relevant := s.observe(n, e.cmd)
+		relevant := s.observe(n, e)
 		if relevant && n.established && s.raft.leader == n.idx {
 			// The leader loop re-plans when the table changed (coalesced).
 			s.kickRound(n, 10*time.Millisecond)
@@ -335,25 +335,17 @@ func (s *Sim) sync(n *node) {
 	}
 }
 
-// observe feeds the records an entry touched to the agent (every entry:
+// observe feeds the records entry e touched to the agent (every entry:
 // the agent learns the applied index) and reports whether the entry was
-// about ownership or liveness.
-func (s *Sim) observe(n *node, c ledger.Command) bool {
-	st := s.replica(n)
-	in := ownership.Observed{Applied: n.applied}
-	nodes, shards := ownership.Touched(c)
-	for _, id := range nodes {
-		if r, ok := st.Node(id); ok {
-			in.Nodes = append(in.Nodes, r)
-		}
+// about ownership or liveness. A shared node (Config.SharedReplicas) takes
+// them as read from the log's state at commit.
+func (s *Sim) observe(n *node, e entry) bool {
+	t := e.touched
+	if n.fsm != nil || t == nil {
+		t = touchedBy(s.replica(n), e.cmd)
 	}
-	for _, id := range shards {
-		if r, ok := st.Shard(id); ok {
-			in.Shards = append(in.Shards, r)
-		}
-	}
-	s.step(n, in)
-	return len(nodes)+len(shards) > 0
+	s.step(n, ownership.Observed{Applied: n.applied, Nodes: t.nodes, Shards: t.shards})
+	return t.relevant
 }
 
 // actingChanged follows the agent's acting-set transitions, checking S4

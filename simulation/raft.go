@@ -14,18 +14,18 @@ import (
 // leader change that are either lost or committed anyway — the proposer
 // learns only "leadership lost" (unknown outcome) in both cases.
 type raftModel struct {
-	s         *Sim
-	log       []entry
-	ref       *ledger.FSM // reference replica, applied at commit time
-	refApp    *counterApp
-	refUser   map[string]ledger.StateMachine
+	s       *Sim
+	log     []entry
+	ref     *ledger.FSM // reference replica, applied at commit time
+	refApp  *counterApp
+	refUser map[string]ledger.StateMachine
 	// hist[i-histBase] is ref's published State after the first i entries
 	// (Config.SharedReplicas): a shared node at applied index i reads it
 	// instead of a replica of its own. Trimmed below the lowest applied
 	// index of the running shared nodes.
-	hist     []*ledger.State
-	histBase uint64
-	leader    int         // node index, -1 none
+	hist      []*ledger.State
+	histBase  uint64
+	leader    int // node index, -1 none
 	term      uint64
 	pending   []*proposal
 	electing  bool
@@ -35,6 +35,35 @@ type raftModel struct {
 type entry struct {
 	cmd  ledger.Command
 	from int
+	// touched is what the entry touched, as the log's state shows it after
+	// the entry (Config.SharedReplicas: every shared node observes it).
+	touched *touched
+}
+
+// touched is the records an entry touched and whether it was about
+// ownership or liveness.
+type touched struct {
+	nodes    []ledger.NodeRecord
+	shards   []ledger.ShardRecord
+	relevant bool
+}
+
+// touchedBy reads the records cmd touched from st.
+func touchedBy(st *ledger.State, cmd ledger.Command) *touched {
+	var t touched
+	nodes, shards := ownership.Touched(cmd)
+	for _, id := range nodes {
+		if r, ok := st.Node(id); ok {
+			t.nodes = append(t.nodes, r)
+		}
+	}
+	for _, id := range shards {
+		if r, ok := st.Shard(id); ok {
+			t.shards = append(t.shards, r)
+		}
+	}
+	t.relevant = len(nodes)+len(shards) > 0
+	return &t
 }
 
 type proposal struct {
@@ -231,6 +260,9 @@ func (r *raftModel) commitChecked(cmd ledger.Command, from int, probe bool, want
 	index := uint64(len(r.log))
 	s.res.Commits++
 	res := r.ref.ApplyCommand(index, cmd)
+	if s.cfg.SharedReplicas {
+		r.log[index-1].touched = touchedBy(r.ref.State(), cmd)
+	}
 	s.check.committed(index, from, cmd, res, probe, want)
 	line := ownership.FormatCommand(cmd)
 	_, _ = s.hash.WriteString(line)
