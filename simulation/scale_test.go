@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	flagScaleNodes  = flag.Int("sim.scale.nodes", 200, "TestSimScale: nodes of the run (make sim: SIMSCALE, default 1000)")
+	flagScaleNodes  = flag.Int("sim.scale.nodes", 1000, "TestSimScale: nodes of the run (make sim: SIMSCALE)")
 	flagScaleShards = flag.Int("sim.scale.shards", 0, "TestSimScale: shards (default 2 per node, at least 1024)")
 	flagScaleSeed   = flag.Uint64("sim.scale.seed", 7, "TestSimScale: the seed")
 )
@@ -22,14 +22,14 @@ func scaleFlagSet() bool {
 // TestSimScale runs tier 1 (the real planner, FSM and agent core, one
 // seeded RNG) at -sim.scale.nodes nodes with random faults and demands
 // zero violations (safety throughout, liveness after the faults). It
-// reports the wall time: `make test` runs 200 nodes (50 under the race
-// detector), `make sim` SIMSCALE (1,000 by default). Cost grows with the
-// square of the nodes: every node applies every node's heartbeats
-// (docs/simulation.md, "Scale").
+// reports the wall time: `make test` runs 1,000 nodes (200 under the race
+// detector, 50 under -short), `make sim` SIMSCALE. Cost grows with the
+// square of the nodes: every node's agent core observes every node's
+// heartbeats (docs/simulation.md, "Scale").
 func TestSimScale(t *testing.T) {
 	n := *flagScaleNodes
 	if raceEnabled && !scaleFlagSet() {
-		n = 50 // the race detector makes the run ~5-10x slower; CI budget
+		n = 200 // the race detector makes the run ~5-10x slower; CI budget
 	}
 	if testing.Short() && !scaleFlagSet() {
 		n = 50
