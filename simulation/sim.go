@@ -171,7 +171,8 @@ var (
 	ErrInvalidConfig = errors.New("simulation: invalid config")
 )
 
-// MaxNodes bounds Config.Nodes (`make sim` runs TestSimScale at 10,000).
+// MaxNodes bounds Config.Nodes (`make sim SIMSCALE=10000` runs TestSimScale
+// at 10,000; docs/simulation.md, "Scale").
 const MaxNodes = 10_000
 
 // Validate checks the configuration.
