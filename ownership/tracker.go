@@ -48,7 +48,7 @@ type Tracker struct {
 
 	self      ledger.NodeRecord
 	selfKnown bool
-	nodes     map[string]ledger.NodeRecord
+	nodes     map[string]handoffTarget // every node record's fields a Transfer to it needs
 	shards    map[uint32]*shardTrack
 	reported  map[uint32]Change
 }
@@ -97,7 +97,7 @@ func NewTracker(cfg Config, id string, incarnation uint64) (*Tracker, error) {
 	return &Tracker{
 		cfg: cfg, id: id, inc: incarnation,
 		asks:     make(map[uint64]time.Time),
-		nodes:    make(map[string]ledger.NodeRecord),
+		nodes:    make(map[string]handoffTarget),
 		shards:   make(map[uint32]*shardTrack),
 		reported: make(map[uint32]Change),
 	}, nil
@@ -220,10 +220,21 @@ func (t *Tracker) extend(a ackedHeartbeat) {
 
 // ObserveNode reports a node record as this node's replica applied it.
 func (t *Tracker) ObserveNode(rec ledger.NodeRecord) {
-	t.nodes[rec.ID] = rec
+	// Only what a handoff to the node needs is kept: the tracker sees every
+	// node's heartbeats, and most change none of it (one map read, no write).
+	h := handoffTarget{Incarnation: rec.Incarnation, Liveness: rec.Liveness, Draining: rec.Draining}
+	if old, ok := t.nodes[rec.ID]; !ok || old != h {
+		t.nodes[rec.ID] = h
+	}
 	if rec.ID == t.id {
 		t.self, t.selfKnown = rec, true
 	}
+}
+
+// handoffTarget is what Handoffs needs of a node record.
+type handoffTarget struct {
+	Incarnation, Liveness uint64
+	Draining              bool
 }
 
 // ObserveShard reports a shard record as this node's replica applied it, at

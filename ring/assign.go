@@ -2,6 +2,7 @@ package ring
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"slices"
 
@@ -272,7 +273,8 @@ func memberSeed(name string) uint64 { return xxhash.Sum64String(name + memberKey
 // member joining or leaving does not reorder the others.
 //
 // Cost: O(P + N log N) when nothing moves; placing K orphans with D members
-// below quota sorts K·D pairs (P = 4096, N = 200 from scratch: ~0.1 s).
+// below quota scores the K·D pairs once and keeps each orphan's best pair
+// in a heap (placeOrphans), without sorting them.
 //
 // Errors: Partitions out of range (ErrInvalidConfig), an empty member name
 // or a weight outside 0..MaxWeight (ErrInvalidMember), a repeated name
@@ -411,47 +413,7 @@ func Assign(pl Placement) ([]string, error) {
 		}
 	}
 	if len(orphans) > 0 {
-		var room []int32
-		for i := range int32(n) {
-			if load[i] < quota[i] {
-				room = append(room, i)
-			}
-		}
-		type pair struct {
-			score uint64
-			shard uint32
-			m     int32
-		}
-		pairs := make([]pair, 0, len(orphans)*len(room))
-		for _, s := range orphans {
-			for _, i := range room {
-				pairs = append(pairs, pair{score(seeds[i], s), s, i})
-			}
-		}
-		slices.SortFunc(pairs, func(a, b pair) int {
-			if c := cmp.Compare(b.score, a.score); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(a.shard, b.shard); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.m, b.m)
-		})
-		left := len(orphans)
-		// Pass 0 skips a shard's Avoid member; pass 1 places what only it
-		// has room for.
-		for pass := 0; pass < 2 && left > 0; pass++ {
-			for _, pr := range pairs {
-				if owner[pr.shard] >= 0 || load[pr.m] >= quota[pr.m] || (pass == 0 && avoid[pr.shard] == pr.m) {
-					continue
-				}
-				owner[pr.shard] = pr.m
-				load[pr.m]++
-				if left--; left == 0 {
-					break
-				}
-			}
-		}
+		placeOrphans(orphans, owner, avoid, load, quota, seeds)
 	}
 	for s, o := range owner {
 		out[s] = names[o]
@@ -491,4 +453,98 @@ func Loads(assignment []string, members []string) map[string]int {
 		}
 	}
 	return m
+}
+
+// placeOrphans gives every orphan shard a member below quota: the greedy
+// over all (shard, member-with-room) pairs by descending score (then shard,
+// then member), each pair taken if its shard is unplaced and its member has
+// room; pass 0 skips a shard's Avoid member, pass 1 places what only it has
+// room for. It does not sort the K·D pairs: a heap holds each unplaced
+// shard's first pair in that order whose member has room. Members only fill
+// up, so when the top pair's member is full every pair before the shard's
+// next pair with room is taken or full too, and the first pair with room at
+// the top is the one the greedy takes next: O(K·D + K log K), plus O(D) each
+// time a shard's best member fills up under it.
+func placeOrphans(orphans []uint32, owner, avoid []int32, load, quota []int, seeds []uint64) {
+	n := int32(len(seeds))
+	var room []int32
+	for i := range n {
+		if load[i] < quota[i] {
+			room = append(room, i)
+		}
+	}
+	left := len(orphans)
+	for pass := 0; pass < 2 && left > 0; pass++ {
+		// best returns shard s's first pair (highest score, then lowest
+		// member) whose member has room, or false.
+		best := func(s uint32) (orphanPair, bool) {
+			top := orphanPair{shard: s, m: -1}
+			for _, i := range room {
+				if load[i] >= quota[i] || (pass == 0 && avoid[s] == i) {
+					continue
+				}
+				if sc := score(seeds[i], s); top.m < 0 || sc > top.score {
+					top.score, top.m = sc, i
+				}
+			}
+			return top, top.m >= 0
+		}
+		h := make(orphanHeap, 0, left)
+		for _, s := range orphans {
+			if owner[s] >= 0 {
+				continue
+			}
+			if pr, ok := best(s); ok {
+				h = append(h, pr)
+			}
+		}
+		heap.Init(&h)
+		for len(h) > 0 && left > 0 {
+			pr := h[0]
+			if load[pr.m] >= quota[pr.m] {
+				if next, ok := best(pr.shard); ok {
+					h[0] = next
+					heap.Fix(&h, 0)
+				} else {
+					heap.Pop(&h)
+				}
+				continue
+			}
+			heap.Pop(&h)
+			owner[pr.shard] = pr.m
+			load[pr.m]++
+			left--
+		}
+	}
+}
+
+// orphanPair is one (shard, member) pair of placeOrphans with its score.
+type orphanPair struct {
+	score uint64
+	shard uint32
+	m     int32
+}
+
+// orphanHeap orders pairs as the greedy takes them: score descending, then
+// shard, then member ascending.
+type orphanHeap []orphanPair
+
+func (h orphanHeap) Len() int { return len(h) }
+func (h orphanHeap) Less(a, b int) bool {
+	x, y := h[a], h[b]
+	if x.score != y.score {
+		return x.score > y.score
+	}
+	if x.shard != y.shard {
+		return x.shard < y.shard
+	}
+	return x.m < y.m
+}
+func (h orphanHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *orphanHeap) Push(x any)   { *h = append(*h, x.(orphanPair)) }
+func (h *orphanHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

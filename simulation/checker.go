@@ -114,22 +114,23 @@ func (c *checker) final() {
 			s.violate("S3", "acknowledged #%d %s is not in the log", i, c.acked[i])
 		}
 	}
-	// Replicas that applied the whole log agree with the reference.
+	// Replicas that applied the whole log agree with the reference (shared
+	// nodes, Config.SharedReplicas, read the reference's own states).
 	ref := s.raft.ref.State()
 	for _, n := range s.nodes {
-		if !n.up || n.applied != uint64(len(s.raft.log)) {
+		if !n.up || n.fsm == nil || n.applied != uint64(len(s.raft.log)) {
 			continue
 		}
 		st := n.fsm.State()
 		if !reflect.DeepEqual(st.Shards(), ref.Shards()) || !reflect.DeepEqual(st.Nodes(), ref.Nodes()) ||
-			!reflect.DeepEqual(n.app.counts, s.nodes[s.refApp()].app.counts) {
+			!reflect.DeepEqual(n.app.counts, s.raft.refApp.counts) {
 			s.violate("replica", "%s's replica differs from the log's state", n.id)
 		}
 		for _, typ := range sortedTypes(s.cfg.StateMachines) {
 			a, errA := n.user[typ].Snapshot()
-			b, errB := s.nodes[s.refApp()].user[typ].Snapshot()
+			b, errB := s.raft.refUser[typ].Snapshot()
 			if errA != nil || errB != nil || string(a) != string(b) {
-				s.violate("replica", "%s's %s state machine differs from %s's", n.id, typ, s.nodes[s.refApp()].id)
+				s.violate("replica", "%s's %s state machine differs from the reference replica's", n.id, typ)
 			}
 		}
 	}
@@ -203,17 +204,6 @@ func (c *checker) final() {
 	if limit := s.cfg.Ownership.DrainTimeout + 500*time.Millisecond; s.res.MaxHandoffGap > limit {
 		s.violate("L3", "a handoff after the faults stopped left a shard unowned for %v (limit %v): %s", s.res.MaxHandoffGap, limit, c.gapInfo)
 	}
-}
-
-// refApp returns the index of a node whose app state is complete (for the
-// replica comparison); the first node that applied the whole log.
-func (s *Sim) refApp() int {
-	for _, n := range s.nodes {
-		if n.up && n.applied == uint64(len(s.raft.log)) {
-			return n.idx
-		}
-	}
-	return 0
 }
 
 func (c *checker) String() string { return fmt.Sprintf("checker: %d acknowledged", len(c.acked)) }

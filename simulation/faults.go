@@ -284,7 +284,9 @@ func (s *Sim) applyFault(i int, f Fault) {
 	case Suspect:
 		s.gossip.grow()
 		for _, o := range s.nodes {
-			s.gossip.suspect[o.idx][n.idx]++
+			if o.voter {
+				s.gossip.suspect[o.idx][n.idx]++
+			}
 		}
 		s.gossip.changed(n)
 		s.after(f.Dur, evFault, n.idx, func() {
@@ -292,7 +294,9 @@ func (s *Sim) applyFault(i int, f Fault) {
 				return
 			}
 			for _, o := range s.nodes {
-				s.gossip.suspect[o.idx][n.idx] = max(s.gossip.suspect[o.idx][n.idx]-1, 0)
+				if o.voter {
+					s.gossip.suspect[o.idx][n.idx] = max(s.gossip.suspect[o.idx][n.idx]-1, 0)
+				}
 			}
 			s.gossip.changed(n)
 		})

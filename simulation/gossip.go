@@ -16,8 +16,8 @@ import (
 type gossipModel struct {
 	s    *Sim
 	cut  [][]int
-	view [][]memberView // [observer][subject]
-	// suspect[o][n] > 0: observer o falsely suspects n.
+	view [][]memberView // [observer][subject]; observers are the voters
+	// suspect[o][n] > 0: voter o falsely suspects n.
 	suspect [][]int
 }
 
@@ -45,6 +45,11 @@ func (g *gossipModel) grow() {
 	for i := range n {
 		for len(g.cut[i]) < n {
 			g.cut[i] = append(g.cut[i], 0)
+		}
+		if !g.s.nodes[i].voter {
+			continue // only voters observe (view, suspect): N×3, not N×N
+		}
+		for len(g.view[i]) < n {
 			g.view[i] = append(g.view[i], memberView{})
 			g.suspect[i] = append(g.suspect[i], 0)
 		}

@@ -127,7 +127,13 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 		panic(err) // config validated in New
 	}
 	n.agent = ag
-	n.fsm, n.app, n.user = s.newReplica()
+	if s.cfg.SharedReplicas && s.raft.histBase == 0 {
+		// The log's states from the first entry on are still kept: read
+		// them instead of applying every entry again.
+		n.fsm, n.app, n.user = nil, nil, nil
+	} else {
+		n.fsm, n.app, n.user = s.newReplica()
+	}
 	n.applied = 0
 	n.syncing = false
 	n.established = false
@@ -173,7 +179,7 @@ func (s *Sim) crash(n *node) {
 	n.up = false
 	n.gen++
 	n.agent = nil
-	n.fsm = nil
+	n.fsm, n.app, n.user = nil, nil, nil
 	n.acting = map[uint32]uint64{}
 	if n.planner != nil {
 		n.planner.StepDown()
@@ -307,8 +313,10 @@ func (s *Sim) sync(n *node) {
 		budget--
 		n.applied++
 		e := s.raft.log[n.applied-1]
-		n.fsm.ApplyCommand(n.applied, e.cmd)
-		relevant := s.observe(n, e.cmd)
+		if n.fsm != nil {
+			n.fsm.ApplyCommand(n.applied, e.cmd)
+		}
+		relevant := s.observe(n, e)
 		if relevant && n.established && s.raft.leader == n.idx {
 			// The leader loop re-plans when the table changed (coalesced).
 			s.kickRound(n, 10*time.Millisecond)
@@ -327,31 +335,26 @@ func (s *Sim) sync(n *node) {
 	}
 }
 
-// observe feeds the records an entry touched to the agent (every entry:
+// observe feeds the records entry e touched to the agent (every entry:
 // the agent learns the applied index) and reports whether the entry was
-// about ownership or liveness.
-func (s *Sim) observe(n *node, c ledger.Command) bool {
-	st := n.fsm.State()
-	in := ownership.Observed{Applied: n.applied}
-	nodes, shards := ownership.Touched(c)
-	for _, id := range nodes {
-		if r, ok := st.Node(id); ok {
-			in.Nodes = append(in.Nodes, r)
-		}
+// about ownership or liveness. A shared node (Config.SharedReplicas) takes
+// them as read from the log's state at commit.
+func (s *Sim) observe(n *node, e entry) bool {
+	t := e.touched
+	if n.fsm != nil || t == nil {
+		t = touchedBy(s.replica(n), e.cmd)
 	}
-	for _, id := range shards {
-		if r, ok := st.Shard(id); ok {
-			in.Shards = append(in.Shards, r)
-		}
-	}
-	s.step(n, in)
-	return len(nodes)+len(shards) > 0
+	s.step(n, ownership.Observed{Applied: n.applied, Nodes: t.nodes, Shards: t.shards})
+	return t.relevant
 }
 
 // actingChanged follows the agent's acting-set transitions, checking S4
 // for every shard the node starts acting on.
 func (s *Sim) actingChanged(n *node, changes []ownership.Change) {
-	st := n.fsm.State()
+	if len(changes) == 0 {
+		return
+	}
+	st := s.replica(n)
 	for _, c := range changes {
 		e, acting := n.acting[c.Shard]
 		switch {
@@ -409,7 +412,7 @@ func (s *Sim) round(n *node) {
 		s.kickRound(n, 5*time.Millisecond)
 		return
 	}
-	st := n.fsm.State()
+	st := s.replica(n)
 	in := ownership.Input{Members: s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()}
 	cmds, err := n.planner.Plan(n.localTime(s.now), in)
 	if err != nil {

@@ -14,10 +14,18 @@ import (
 // leader change that are either lost or committed anyway — the proposer
 // learns only "leadership lost" (unknown outcome) in both cases.
 type raftModel struct {
-	s         *Sim
-	log       []entry
-	ref       *ledger.FSM // reference replica, applied at commit time
-	leader    int         // node index, -1 none
+	s       *Sim
+	log     []entry
+	ref     *ledger.FSM // reference replica, applied at commit time
+	refApp  *counterApp
+	refUser map[string]ledger.StateMachine
+	// hist[i-histBase] is ref's published State after the first i entries
+	// (Config.SharedReplicas): a shared node at applied index i reads it
+	// instead of a replica of its own. Trimmed below the lowest applied
+	// index of the running shared nodes.
+	hist      []*ledger.State
+	histBase  uint64
+	leader    int // node index, -1 none
 	term      uint64
 	pending   []*proposal
 	electing  bool
@@ -27,6 +35,35 @@ type raftModel struct {
 type entry struct {
 	cmd  ledger.Command
 	from int
+	// touched is what the entry touched, as the log's state shows it after
+	// the entry (Config.SharedReplicas: every shared node observes it).
+	touched *touched
+}
+
+// touched is the records an entry touched and whether it was about
+// ownership or liveness.
+type touched struct {
+	nodes    []ledger.NodeRecord
+	shards   []ledger.ShardRecord
+	relevant bool
+}
+
+// touchedBy reads the records cmd touched from st.
+func touchedBy(st *ledger.State, cmd ledger.Command) *touched {
+	var t touched
+	nodes, shards := ownership.Touched(cmd)
+	for _, id := range nodes {
+		if r, ok := st.Node(id); ok {
+			t.nodes = append(t.nodes, r)
+		}
+	}
+	for _, id := range shards {
+		if r, ok := st.Shard(id); ok {
+			t.shards = append(t.shards, r)
+		}
+	}
+	t.relevant = len(nodes)+len(shards) > 0
+	return &t
 }
 
 type proposal struct {
@@ -38,8 +75,12 @@ type proposal struct {
 }
 
 func newRaft(s *Sim) *raftModel {
-	f, _, _ := s.newReplica()
-	return &raftModel{s: s, ref: f, leader: -1}
+	f, app, user := s.newReplica()
+	r := &raftModel{s: s, ref: f, refApp: app, refUser: user, leader: -1}
+	if s.cfg.SharedReplicas {
+		r.hist = []*ledger.State{f.State()}
+	}
+	return r
 }
 
 // link reports whether messages from a reach b.
@@ -133,7 +174,7 @@ func (r *raftModel) elect() {
 // establish makes the leader's planner start its term; called once the
 // leader's replica has applied the whole log (the Barrier).
 func (r *raftModel) establish(n *node) {
-	st := n.fsm.State()
+	st := r.s.replica(n)
 	n.planner.Establish(n.localTime(r.s.now), ownership.Input{Members: r.s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()})
 	n.established = true
 	r.s.tracef("%s establishes leadership (applied %d)", n.id, n.applied)
@@ -219,6 +260,9 @@ func (r *raftModel) commitChecked(cmd ledger.Command, from int, probe bool, want
 	index := uint64(len(r.log))
 	s.res.Commits++
 	res := r.ref.ApplyCommand(index, cmd)
+	if s.cfg.SharedReplicas {
+		r.log[index-1].touched = touchedBy(r.ref.State(), cmd)
+	}
 	s.check.committed(index, from, cmd, res, probe, want)
 	line := ownership.FormatCommand(cmd)
 	_, _ = s.hash.WriteString(line)
@@ -232,12 +276,43 @@ func (r *raftModel) commitChecked(cmd ledger.Command, from int, probe bool, want
 		}
 		s.tracef("commit #%d from %s: %s -> %s", index, s.nodes[from].id, line, verdict)
 	}
+	low := index
 	for _, n := range s.nodes {
 		if n.up && !n.syncing {
 			s.scheduleSync(n, s.applyDelay())
 		}
+		if n.up && n.fsm == nil {
+			low = min(low, n.applied)
+		}
+	}
+	if s.cfg.SharedReplicas {
+		r.record(low)
 	}
 	return res, index
+}
+
+// record appends ref's state after the newest entry to hist and trims the
+// states below low (no running shared node needs them) once they are at
+// least half of hist.
+func (r *raftModel) record(low uint64) {
+	r.hist = append(r.hist, r.ref.State())
+	if drop := low - r.histBase; drop > 0 && 2*drop >= uint64(len(r.hist)) {
+		r.hist = append([]*ledger.State(nil), r.hist[drop:]...)
+		r.histBase = low
+	}
+}
+
+// stateAt returns the log's state after the first i entries; i must not be
+// below histBase (Config.SharedReplicas).
+func (r *raftModel) stateAt(i uint64) *ledger.State { return r.hist[i-r.histBase] }
+
+// replica returns n's replica's state: its own FSM's or, for a shared node
+// (Config.SharedReplicas), the log's state at its applied index.
+func (s *Sim) replica(n *node) *ledger.State {
+	if n.fsm != nil {
+		return n.fsm.State()
+	}
+	return s.raft.stateAt(n.applied)
 }
 
 func (s *Sim) applyDelay() time.Duration {

@@ -77,6 +77,15 @@ type Config struct {
 	// leader balances load (Ownership.Load). Result.LoadMaxOverAvg reports
 	// the end.
 	ShardLoads map[uint32]float64
+	// SharedReplicas makes nodes read the reference replica's state at
+	// their applied index instead of applying every entry to a replica of
+	// their own (every replica applies the same log: the states are equal
+	// by construction). A run's events and outcome are the same; the cost
+	// of applying falls from nodes × entries to entries. A node that
+	// restarts after the oldest kept state was dropped replays into a
+	// replica of its own, which the end-of-run check compares with the
+	// reference. ScaleConfig sets it.
+	SharedReplicas bool
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
@@ -133,6 +142,7 @@ func ScaleConfig(seed uint64, nodes, shards int) Config {
 	c.Ownership.Ring.Partitions = shards
 	c.ClockRateError = c.Ownership.MaxDrift
 	c.Workload = false
+	c.SharedReplicas = true
 	return c
 }
 
@@ -161,7 +171,8 @@ var (
 	ErrInvalidConfig = errors.New("simulation: invalid config")
 )
 
-// MaxNodes bounds Config.Nodes (`make sim` runs TestSimScale at 10,000).
+// MaxNodes bounds Config.Nodes (`make sim SIMSCALE=10000` runs TestSimScale
+// at 10,000; docs/simulation.md, "Scale").
 const MaxNodes = 10_000
 
 // Validate checks the configuration.

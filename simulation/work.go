@@ -69,7 +69,7 @@ func (a *counterApp) Restore(b []byte) error {
 func (s *Sim) work(n *node) {
 	s.onNode(n, n.trueAfter(s.jitter(100*time.Millisecond, 300*time.Millisecond)), evWork, func() { s.work(n) })
 	local := n.localTime(s.now)
-	st := n.fsm.State()
+	st := s.replica(n)
 	wall := s.wall(n)
 	acting := n.agent.ActingShards(local)
 	// New work (a job and an application command) goes to one random shard
