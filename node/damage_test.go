@@ -130,7 +130,7 @@ func TestStartDamagedDataDir(t *testing.T) {
 // and the same node under a new id joins.
 func TestStartWipedDataDirReusingID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTransports(7)
+		tr := seededNetwork(7)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		nodes := make([]*Node, 3)

@@ -14,7 +14,7 @@ import (
 
 // disklessConfig is node i of an n-node cluster on tr, as a disk-less
 // member.
-func disklessConfig(tr *Transports, i, n int) Config {
+func disklessConfig(tr *MemNetwork, i, n int) Config {
 	cfg := transportsConfig(tr, i, n)
 	cfg.Voter, cfg.Diskless = VoterNever, true
 	return cfg
@@ -43,7 +43,7 @@ func startAll(t *testing.T, ctx context.Context, cfgs []Config) []*Node {
 // member's id is refused and the first keeps its incarnation.
 func TestDisklessMembers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTransports(7)
+		tr := seededNetwork(7)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		cfgs := []Config{transportsConfig(tr, 0, 5), transportsConfig(tr, 1, 5), transportsConfig(tr, 2, 5),
@@ -144,7 +144,7 @@ func TestDisklessMembers(t *testing.T) {
 // ErrDisklessUnsupported, and nothing reaches the log.
 func TestDisklessNeedsVersion3(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTransports(8)
+		tr := seededNetwork(8)
 		var mu sync.Mutex
 		claims := 0
 		tr.OnApply = func(_ string, _ uint64, _ uint64, c ledger.Command, _ ledger.Result) {

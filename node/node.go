@@ -226,6 +226,9 @@ type jobVersion struct {
 // concurrently (as separate processes do). ctx bounds only the start;
 // cancel it to give up joining.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Network != nil {
+		cfg = cfg.Network.place(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -251,13 +254,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.log = n.log.With("node", cfg.NodeID)
 	n.elections = make(map[string]*Election)
-	factory := realBackend
-	if cfg.Network != nil {
-		factory = cfg.Network.backend
-	}
-	be, err := factory(ctx, cfg, n.notify)
+	be, err := realBackend(ctx, cfg, n.notify)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Network != nil && cfg.Network.wrap != nil {
+		be = cfg.Network.wrap(be)
 	}
 	n.be = be
 	if err := n.waitRegistered(ctx); err != nil {

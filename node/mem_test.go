@@ -9,11 +9,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
 )
 
 // transportsConfig is node i of an n-node cluster on tr.
-func transportsConfig(tr *Transports, i, n int) Config {
+func transportsConfig(tr *MemNetwork, i, n int) Config {
 	cfg := ConfigFromEnv(func(string) string { return "" })
 	cfg.NodeID = fmt.Sprintf("n%d", i+1)
 	cfg.Profile = ProfileFast
@@ -24,7 +25,7 @@ func transportsConfig(tr *Transports, i, n int) Config {
 	for j := range n {
 		cfg.Seeds = append(cfg.Seeds, fmt.Sprintf("10.0.0.%d:7946", j+1))
 	}
-	cfg.Transports = tr
+	cfg.Network = tr
 	return cfg
 }
 
@@ -33,7 +34,7 @@ func transportsConfig(tr *Transports, i, n int) Config {
 // restarts with its log and the next incarnation.
 func TestTransportsCrashRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTransports(1)
+		tr := seededNetwork(1)
 		var mu sync.Mutex
 		applied := map[string]uint64{}
 		tr.OnApply = func(node string, _ uint64, index uint64, _ ledger.Command, _ ledger.Result) {
@@ -92,16 +93,21 @@ func TestTransportsCrashRestart(t *testing.T) {
 }
 
 func TestTransportsValidate(t *testing.T) {
-	cfg := transportsConfig(NewTransports(1), 0, 1)
+	cfg := transportsConfig(seededNetwork(1), 0, 1)
 	cfg.GossipAddr = "localhost:1"
 	cfg.RaftAdvertise = "10.0.0.1:2"
 	err := cfg.Validate()
 	if err == nil {
-		t.Fatal("Validate accepted a host name and an advertise address with Transports")
+		t.Fatal("Validate accepted a host name and an advertise address with Network")
 	}
 	for _, want := range []string{"GossipAddr \"localhost:1\"", "RaftAdvertise"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
+}
+
+// seededNetwork is a MemNetwork whose networks draw from seed.
+func seededNetwork(seed int64) *MemNetwork {
+	return &MemNetwork{Gossip: cluster.NewMemNetwork(seed), Raft: cluster.NewRaftMemNetwork(seed)}
 }
