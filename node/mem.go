@@ -34,10 +34,12 @@ import (
 // (DefaultConfig's "0.0.0.0:7946") gets a distinct IP literal of its own,
 // the same one at every start of its NodeID. A node that gets its gossip
 // address this way and has no Seeds is seeded with the gossip addresses
-// of every other node started on the network before it, and forms or
-// joins the cluster with BootstrapExpect 1: start such nodes one after
-// another (Start returns once the node is registered with the control
-// group), as the examples do. An empty Profile is ProfileFast. Set the
+// of every other node started on the network before it; the first such
+// node forms the cluster alone (BootstrapExpect 1) and the later ones join
+// it (BootstrapExpect DefaultBootstrapExpect, so they never form a cluster
+// of their own). Start the first node before the others (Start returns
+// once the node is registered with the control group), as the examples
+// do. An empty Profile is ProfileFast. Set the
 // addresses, Seeds and BootstrapExpect yourself to start several voters
 // at once; explicit addresses must be distinct IP literals with a port
 // ("10.0.0.1:7946"), and the advertise addresses must be empty.
@@ -142,7 +144,17 @@ func (t *MemNetwork) place(cfg Config) Config {
 		for _, h := range others {
 			cfg.Seeds = append(cfg.Seeds, hostAddr(h, memGossipPort))
 		}
+		// The first node forms the cluster alone; the others join it and
+		// must never form one of their own: the control group starts
+		// before gossip has joined the seeds, and a node expecting 1 voter
+		// would bootstrap alone in that gap. Expecting
+		// DefaultBootstrapExpect, a joining node bootstraps only if it sees
+		// that many members none of which has Raft state — never while
+		// the first node runs.
 		cfg.BootstrapExpect = 1
+		if len(others) > 0 {
+			cfg.BootstrapExpect = DefaultBootstrapExpect
+		}
 	}
 	return cfg
 }
