@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
-		"sort"
+	"sort"
 	"strings"
 	"sync"
 	"time"
