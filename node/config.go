@@ -166,8 +166,7 @@ type Config struct {
 	// voter nor promoted, and a voter restarted with it is demoted once a
 	// replacement has caught up. A cluster needs at least BootstrapExpect
 	// nodes that are not VoterNever. The preference is gossiped, so
-	// whichever node leads honours it. Networked nodes only: a MemNetwork
-	// has no real control group.
+	// whichever node leads honours it.
 	Voter VoterPreference
 	// VoterOwnsNoShards keeps this node from owning shards (and group
 	// election shards) while it is a control-group voter: the leader
@@ -177,21 +176,19 @@ type Config struct {
 	// election, a few hundred ms) and never also an owner failure (a
 	// lease of waiting): the two failure paths stay apart. It costs the
 	// voters' capacity — with 3 voters and 2 members only the 2 members do
-	// work, and a cluster of only voters owns nothing. Networked nodes
-	// only.
+	// work, and a cluster of only voters owns nothing.
 	VoterOwnsNoShards bool
 
 	// Weight is the node's capacity relative to the others, 1..MaxWeight
 	// (0 means 1): the planner gives it a share of the partitions
 	// proportional to it (ring.Assign's weighted quotas). Gossiped in the
-	// "tenure.weight" tag. Networked nodes only (a MemNetwork places by
-	// rendezvous alone).
+	// "tenure.weight" tag.
 	Weight int
 	// Zone is the node's failure domain (a rack, an availability zone): the
 	// partitions are apportioned to zones by their total weight, and a
 	// group's elections spread across zones where possible. Empty: no
 	// zone. Gossiped in the "tenure.zone" tag; at most 64 bytes of
-	// letters, digits, '.', '_' and '-'. Networked nodes only.
+	// letters, digits, '.', '_' and '-'.
 	Zone string
 
 	// LoadThreshold, LoadSwapsPerMinute and LoadSettle tune load-aware
