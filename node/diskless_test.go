@@ -15,7 +15,7 @@ import (
 // disklessConfig is node i of an n-node cluster on tr, as a disk-less
 // member.
 func disklessConfig(tr *MemNetwork, i, n int) Config {
-	cfg := transportsConfig(tr, i, n)
+	cfg := memNetConfig(tr, i, n)
 	cfg.Voter, cfg.Diskless = VoterNever, true
 	return cfg
 }
@@ -46,7 +46,7 @@ func TestDisklessMembers(t *testing.T) {
 		tr := seededNetwork(7)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		cfgs := []Config{transportsConfig(tr, 0, 5), transportsConfig(tr, 1, 5), transportsConfig(tr, 2, 5),
+		cfgs := []Config{memNetConfig(tr, 0, 5), memNetConfig(tr, 1, 5), memNetConfig(tr, 2, 5),
 			disklessConfig(tr, 3, 5), disklessConfig(tr, 4, 5)}
 		for i := range cfgs {
 			cfgs[i].BootstrapExpect = 3
@@ -156,7 +156,7 @@ func TestDisklessNeedsVersion3(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		v := transportsConfig(tr, 0, 2)
+		v := memNetConfig(tr, 0, 2)
 		v.BootstrapExpect, v.speakMax = 1, ledger.VersionDisklessMembers-1
 		voter := startAll(t, ctx, []Config{v})[0]
 		if err := voter.WaitSettled(ctx); err != nil {

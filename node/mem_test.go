@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +14,8 @@ import (
 	"github.com/tenurehq/tenure/ledger"
 )
 
-// transportsConfig is node i of an n-node cluster on tr.
-func transportsConfig(tr *MemNetwork, i, n int) Config {
+// memNetConfig is node i of an n-node cluster on tr.
+func memNetConfig(tr *MemNetwork, i, n int) Config {
 	cfg := ConfigFromEnv(func(string) string { return "" })
 	cfg.NodeID = fmt.Sprintf("n%d", i+1)
 	cfg.Profile = ProfileFast
@@ -29,10 +30,10 @@ func transportsConfig(tr *MemNetwork, i, n int) Config {
 	return cfg
 }
 
-// TestTransportsCrashRestart runs three real nodes in a synctest bubble:
+// TestMemNetworkCrashRestart runs three real nodes in a synctest bubble:
 // they settle, one crashes, the others take its shards over, and it
 // restarts with its log and the next incarnation.
-func TestTransportsCrashRestart(t *testing.T) {
+func TestMemNetworkCrashRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := seededNetwork(1)
 		var mu sync.Mutex
@@ -48,7 +49,7 @@ func TestTransportsCrashRestart(t *testing.T) {
 		errs := make([]error, 3)
 		var wg sync.WaitGroup
 		for i := range nodes {
-			wg.Go(func() { nodes[i], errs[i] = Start(ctx, transportsConfig(tr, i, 3)) })
+			wg.Go(func() { nodes[i], errs[i] = Start(ctx, memNetConfig(tr, i, 3)) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -72,7 +73,7 @@ func TestTransportsCrashRestart(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("shards not taken over after crash: %v", err)
 		}
-		n1, err := Start(ctx, transportsConfig(tr, 0, 3))
+		n1, err := Start(ctx, memNetConfig(tr, 0, 3))
 		if err != nil {
 			t.Fatalf("restart n1: %v", err)
 		}
@@ -92,8 +93,8 @@ func TestTransportsCrashRestart(t *testing.T) {
 	})
 }
 
-func TestTransportsValidate(t *testing.T) {
-	cfg := transportsConfig(seededNetwork(1), 0, 1)
+func TestMemNetworkValidate(t *testing.T) {
+	cfg := memNetConfig(seededNetwork(1), 0, 1)
 	cfg.GossipAddr = "localhost:1"
 	cfg.RaftAdvertise = "10.0.0.1:2"
 	err := cfg.Validate()
@@ -110,4 +111,46 @@ func TestTransportsValidate(t *testing.T) {
 // seededNetwork is a MemNetwork whose networks draw from seed.
 func seededNetwork(seed int64) *MemNetwork {
 	return &MemNetwork{Gossip: cluster.NewMemNetwork(seed), Raft: cluster.NewRaftMemNetwork(seed)}
+}
+
+// TestMemNetworkPlace: the network gives each node id its own addresses
+// (the same at every start), seeds later nodes with the earlier ones, lets
+// only the first form the cluster, and keeps what the caller set.
+func TestMemNetworkPlace(t *testing.T) {
+	net := NewMemNetwork()
+	cfg := func(id string) Config {
+		c := DefaultConfig()
+		c.NodeID, c.Network, c.Profile = id, net, ""
+		return c
+	}
+	a := net.place(cfg("a"))
+	b := net.place(cfg("b"))
+	a2 := net.place(cfg("a"))
+	if a.GossipAddr == b.GossipAddr || a.RaftAddr == b.RaftAddr || a.GossipAddr == a.RaftAddr {
+		t.Fatalf("addresses not distinct: a %s %s, b %s %s", a.GossipAddr, a.RaftAddr, b.GossipAddr, b.RaftAddr)
+	}
+	if a2.GossipAddr != a.GossipAddr || a2.RaftAddr != a.RaftAddr {
+		t.Fatalf("restart of a moved: %s %s, was %s %s", a2.GossipAddr, a2.RaftAddr, a.GossipAddr, a.RaftAddr)
+	}
+	if len(a.Seeds) != 0 || a.BootstrapExpect != 1 {
+		t.Fatalf("first node: seeds %v, BootstrapExpect %d; want none, 1", a.Seeds, a.BootstrapExpect)
+	}
+	if len(b.Seeds) != 1 || b.Seeds[0] != a.GossipAddr || b.BootstrapExpect != DefaultBootstrapExpect {
+		t.Fatalf("second node: seeds %v, BootstrapExpect %d; want [%s], %d", b.Seeds, b.BootstrapExpect, a.GossipAddr, DefaultBootstrapExpect)
+	}
+	if len(a2.Seeds) != 1 || a2.Seeds[0] != b.GossipAddr {
+		t.Fatalf("restarted a: seeds %v, want [%s]", a2.Seeds, b.GossipAddr)
+	}
+	if a.Profile != ProfileFast {
+		t.Fatalf("empty profile became %q, want %q", a.Profile, ProfileFast)
+	}
+	for _, c := range []Config{a, b} {
+		if err := c.Validate(); err != nil {
+			t.Fatalf("placed config invalid: %v", err)
+		}
+	}
+	explicit := memNetConfig(net, 0, 3)
+	if got := net.place(explicit); got.GossipAddr != explicit.GossipAddr || !slices.Equal(got.Seeds, explicit.Seeds) || got.BootstrapExpect != explicit.BootstrapExpect {
+		t.Fatalf("explicit addresses changed: %+v", got)
+	}
 }
