@@ -418,9 +418,9 @@ func TestJobNeverCompletedTwiceAcrossHandover(t *testing.T) {
 	if err := a.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tokB, err := b.Token(job.Shard)
-	if err != nil {
-		t.Fatal(err)
+	var tokB Token
+	if err := b.waitFor(ctx, func() bool { tokB, err = b.Token(job.Shard); return err == nil }); err != nil {
+		t.Fatalf("b not acting on shard %d after a drained: %v (last: %v)", job.Shard, err, b.Shard(job.Shard))
 	}
 	var runnable []Job
 	_ = b.waitFor(ctx, func() bool { runnable = b.RunnableJobs(job.Shard); return len(runnable) == 1 })
