@@ -400,7 +400,9 @@ func (g *ControlGroup) Leadership() <-chan LeadershipEvent { return g.events.out
 // leader to remove it from the Raft configuration (promoting a replacement
 // first if it is a voter), then closes. Use Close to stop without leaving (a
 // restart: the node keeps its place and catches up from its data dir). The
-// removal is best effort within ctx; its error is returned after closing.
+// removal is best effort within ctx, and given up once no leader has been
+// reachable for 3·ElectionTimeout (the whole cluster stopping); its error
+// is returned after closing.
 func (g *ControlGroup) Shutdown(ctx context.Context) error {
 	var leaveErr error
 	servers, err := g.Servers()
@@ -414,7 +416,9 @@ func (g *ControlGroup) Shutdown(ctx context.Context) error {
 		if voters == 1 && isVoter(servers, g.cfg.NodeID) {
 			g.log.Warn("cluster: last voter leaving; the raft configuration keeps it")
 		} else {
-			leaveErr = g.forwardRemove(ctx, wire.RemoveArgs{ID: g.cfg.NodeID, Incarnation: g.inc.Load(), Leave: true})
+			// Without a leader for a few election timeouts the cluster
+			// is stopping too: nobody can remove us, so stop anyway.
+			leaveErr = g.forwardRemove(ctx, wire.RemoveArgs{ID: g.cfg.NodeID, Incarnation: g.inc.Load(), Leave: true}, 3*g.cfg.ElectionTimeout)
 		}
 	}
 	closeErr := g.Close(ctx)

@@ -230,16 +230,20 @@ func (g *ControlGroup) applyRemote(ctx context.Context, addr string, cmd []byte)
 // ErrQuorumRisk when it would leave fewer voters than a quorum of MaxVoters.
 // The node is not re-added while it keeps its current incarnation.
 func (g *ControlGroup) RemoveServer(ctx context.Context, id string) error {
-	return g.forwardRemove(ctx, wire.RemoveArgs{ID: id})
+	return g.forwardRemove(ctx, wire.RemoveArgs{ID: id}, 0)
 }
 
 // forwardRemove runs a removal on the leader, wherever it is. Removal is
 // idempotent, so unlike Apply it is retried after an unknown outcome (a
 // leadership change mid-way); an "unknown server" after such a retry means
 // the first attempt succeeded.
-func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs) error {
+//
+// leaderless > 0 gives up once no leader has been reachable for that long
+// (a node leaving while the whole cluster stops); 0 waits for ctx.
+func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, leaderless time.Duration) error {
 	backoff := 5 * time.Millisecond
 	uncertain := false
+	var noLeaderSince time.Time
 	for {
 		var err error
 		if g.raft.State() == raft.Leader {
@@ -263,6 +267,15 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs) 
 			uncertain = true
 		} else if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || isDialErr(err)) {
 			return err
+		}
+		if errors.Is(err, ErrNoLeader) || isDialErr(err) {
+			if noLeaderSince.IsZero() {
+				noLeaderSince = time.Now()
+			} else if leaderless > 0 && time.Since(noLeaderSince) >= leaderless {
+				return fmt.Errorf("%w: remove %s: no leader reachable for %v (last: %v)", ErrNoLeader, args.ID, leaderless, err)
+			}
+		} else {
+			noLeaderSince = time.Time{}
 		}
 		t := time.NewTimer(backoff)
 		select {

@@ -304,17 +304,21 @@ func (m *Membership) Subscribe(buffer int) *Subscription {
 
 // Leave announces a graceful leave — first as metadata (Meta.Leaving, so
 // peers record a leave rather than a failure), then memberlist's leave
-// message — and shuts down. ctx bounds the wait for the broadcasts; the
-// node shuts down even when it expires, and the error says so.
+// message — and shuts down. The wait for the broadcasts is bounded by
+// 8·UpdateTimeout and by ctx; the node shuts down even when it expires,
+// and the error says so.
 func (m *Membership) Leave(ctx context.Context) error {
 	m.updateMu.Lock()
 	if m.isClosed() {
 		m.updateMu.Unlock()
 		return ErrMembershipClosed
 	}
+	// ctx may shorten the wait, not lengthen it: a caller's generous
+	// deadline must not hold the last node of a stopping cluster, whose
+	// broadcasts nobody confirms, for all of it.
 	timeout := m.cfg.UpdateTimeout * 8
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+		timeout = min(timeout, time.Until(dl))
 	}
 	timeout = max(timeout, 2*time.Millisecond)
 	// Half the time for the Leaving flag to spread before memberlist's

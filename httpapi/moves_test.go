@@ -100,9 +100,4 @@ func TestMemberSuspectedAtOnce(t *testing.T) {
 	if got := memberFrom(m, tm, now); !got.Suspected {
 		t.Fatalf("gossip suspects it: %+v", got)
 	}
-	// A MemNetwork's UpdatedAt is not a heartbeat.
-	mem := node.Member{ID: "n1", Addr: "mem:n1", State: node.MemberAlive, Live: true, UpdatedAt: now.Add(-time.Hour)}
-	if got := memberFrom(mem, tm, now); got.Suspected {
-		t.Fatalf("mem member: %+v", got)
-	}
 }

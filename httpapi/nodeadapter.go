@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -130,8 +129,7 @@ func memberFrom(m node.Member, t node.Timing, now time.Time) apitypes.Member {
 		}
 	}
 	out.Suspected = m.State == node.MemberSuspect || m.State == node.MemberDead
-	// On a MemNetwork UpdatedAt is the last SetHealth, not a heartbeat.
-	if m.Live && !m.UpdatedAt.IsZero() && !strings.HasPrefix(m.Addr, "mem:") {
+	if m.Live && !m.UpdatedAt.IsZero() {
 		hb := m.UpdatedAt
 		out.LastHeartbeat = &hb
 		out.LeaseRemainingMS = max(0, hb.Add(t.Lease).Sub(now).Milliseconds())

@@ -112,7 +112,7 @@ type Config struct {
 	// 1 starts a single-node cluster; use 3 or 5 in production.
 	BootstrapExpect int
 	// DataDir holds the node's identity, incarnation counter, Raft log and
-	// snapshots. Required unless Network or Transports is set (in-memory
+	// snapshots. Required unless Network is set (in-memory
 	// storage) or the node is a disk-less member (Diskless).
 	DataDir string
 	// Diskless runs the node as a disk-less member (docs/operations.md,
@@ -122,7 +122,7 @@ type Config struct {
 	// control group — so it needs no volume (a Kubernetes Deployment). It
 	// must never vote: Voter must be VoterNever. It is implied on a real
 	// network when DataDir is empty and Voter is VoterNever; set it with
-	// Transports to give the node fresh storage at every start. It needs
+	// Network to give the node fresh storage at every start. It needs
 	// a cluster at version ledger.VersionDisklessMembers or newer
 	// (ErrDisklessUnsupported).
 	Diskless bool
@@ -166,8 +166,7 @@ type Config struct {
 	// voter nor promoted, and a voter restarted with it is demoted once a
 	// replacement has caught up. A cluster needs at least BootstrapExpect
 	// nodes that are not VoterNever. The preference is gossiped, so
-	// whichever node leads honours it. Networked nodes only: a MemNetwork
-	// has no real control group.
+	// whichever node leads honours it.
 	Voter VoterPreference
 	// VoterOwnsNoShards keeps this node from owning shards (and group
 	// election shards) while it is a control-group voter: the leader
@@ -177,21 +176,19 @@ type Config struct {
 	// election, a few hundred ms) and never also an owner failure (a
 	// lease of waiting): the two failure paths stay apart. It costs the
 	// voters' capacity — with 3 voters and 2 members only the 2 members do
-	// work, and a cluster of only voters owns nothing. Networked nodes
-	// only.
+	// work, and a cluster of only voters owns nothing.
 	VoterOwnsNoShards bool
 
 	// Weight is the node's capacity relative to the others, 1..MaxWeight
 	// (0 means 1): the planner gives it a share of the partitions
 	// proportional to it (ring.Assign's weighted quotas). Gossiped in the
-	// "tenure.weight" tag. Networked nodes only (a MemNetwork places by
-	// rendezvous alone).
+	// "tenure.weight" tag.
 	Weight int
 	// Zone is the node's failure domain (a rack, an availability zone): the
 	// partitions are apportioned to zones by their total weight, and a
 	// group's elections spread across zones where possible. Empty: no
 	// zone. Gossiped in the "tenure.zone" tag; at most 64 bytes of
-	// letters, digits, '.', '_' and '-'. Networked nodes only.
+	// letters, digits, '.', '_' and '-'.
 	Zone string
 
 	// LoadThreshold, LoadSwapsPerMinute and LoadSettle tune load-aware
@@ -226,16 +223,13 @@ type Config struct {
 	// as it starts. See StateMachine.
 	StateMachines map[string]StateMachine
 
-	// Network, if set, runs the node on an in-process network instead of
-	// real sockets and keeps its storage in memory: addresses and DataDir
-	// are ignored. Use it for tests and examples; see NewMemNetwork.
+	// Network, if set, runs the node's real backend (gossip, Raft,
+	// ledger, planner) over an in-process network with in-memory storage:
+	// many real nodes in one process, also inside testing/synctest.
+	// DataDir is then ignored, and empty or wildcard addresses are
+	// assigned by the network. Use it for tests and examples; see
+	// MemNetwork.
 	Network *MemNetwork
-
-	// Transports, if set, runs the node's real backend (gossip, Raft,
-	// ledger) over in-process networks with in-memory storage: many real
-	// nodes in one process, also inside testing/synctest. DataDir is then
-	// ignored. See Transports.
-	Transports *Transports
 
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
@@ -402,27 +396,27 @@ func (c Config) Validate() error {
 			bad("StateMachines[%q] is nil", k)
 		}
 	}
-	if c.Transports != nil {
-		errs = append(errs, c.Transports.validate(c)...)
+	if c.Network != nil {
+		errs = append(errs, c.Network.validate(c)...)
 	}
 	c.validateTLS(bad)
 	c.validateGossipKey(bad)
 	c.validateDiskless(bad)
+	checkAddr := func(field, v string, required bool) {
+		if v == "" {
+			if required {
+				bad("%s empty: want host:port", field)
+			}
+			return
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			bad("%s %q: %v", field, v, err)
+		}
+	}
 	if c.Network == nil {
-		if c.DataDir == "" && c.Transports == nil && !c.diskless() {
+		if c.DataDir == "" && !c.diskless() {
 			bad("DataDir empty: a node that may vote (Voter %q) needs a directory for its identity, Raft log and vote; set DataDir, or Voter=%q to run as a disk-less member (or set Network for in-memory tests)",
 				cmp.Or(string(c.Voter), string(VoterAuto)), VoterNever)
-		}
-		checkAddr := func(field, v string, required bool) {
-			if v == "" {
-				if required {
-					bad("%s empty: want host:port", field)
-				}
-				return
-			}
-			if _, _, err := net.SplitHostPort(v); err != nil {
-				bad("%s %q: %v", field, v, err)
-			}
 		}
 		checkAddr("GossipAddr", c.GossipAddr, true)
 		checkAddr("GossipAdvertise", c.GossipAdvertise, false)
@@ -433,10 +427,10 @@ func (c Config) Validate() error {
 				bad("RaftAdvertise empty with wildcard RaftAddr %q: peers need an address to reach this node's control group", c.RaftAddr)
 			}
 		}
-		checkAddr("HTTPAddr", c.HTTPAddr, false)
-		for i, s := range c.Seeds {
-			checkAddr(fmt.Sprintf("Seeds[%d]", i), s, true)
-		}
+	}
+	checkAddr("HTTPAddr", c.HTTPAddr, false)
+	for i, s := range c.Seeds {
+		checkAddr(fmt.Sprintf("Seeds[%d]", i), s, true)
 	}
 	if len(errs) == 0 {
 		return nil

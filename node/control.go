@@ -88,7 +88,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	if d.cfg.Logger != nil {
 		cc.Logger = d.cfg.Logger.With("component", "control")
 	}
-	d.cfg.Transports.attachRaft(&cc, d.cfg)
+	d.cfg.Network.attachRaft(&cc, d.cfg)
 	if err := controlSecurity(&cc, d.cfg, d.fsm, cc.Logger); err != nil {
 		return nil, err
 	}

@@ -130,7 +130,7 @@ func TestStartDamagedDataDir(t *testing.T) {
 // and the same node under a new id joins.
 func TestStartWipedDataDirReusingID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTransports(7)
+		tr := seededNetwork(7)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		nodes := make([]*Node, 3)
@@ -145,7 +145,7 @@ func TestStartWipedDataDirReusingID(t *testing.T) {
 		}()
 		var wg sync.WaitGroup
 		for i := range nodes {
-			wg.Go(func() { nodes[i], errs[i] = Start(ctx, transportsConfig(tr, i, 3)) })
+			wg.Go(func() { nodes[i], errs[i] = Start(ctx, memNetConfig(tr, i, 3)) })
 		}
 		wg.Wait()
 		started = append(started, nodes...)
@@ -156,7 +156,7 @@ func TestStartWipedDataDirReusingID(t *testing.T) {
 		}
 		// A restart registers n3 at incarnation 2.
 		tr.Crash(nodes[2])
-		n3, err := Start(ctx, transportsConfig(tr, 2, 3))
+		n3, err := Start(ctx, memNetConfig(tr, 2, 3))
 		started = append(started, n3)
 		if err != nil {
 			t.Fatalf("restart n3: %v", err)
@@ -169,7 +169,7 @@ func TestStartWipedDataDirReusingID(t *testing.T) {
 		tr.Forget("n3")
 		startCtx, stop := context.WithTimeout(ctx, 5*time.Minute)
 		defer stop()
-		_, err = Start(startCtx, transportsConfig(tr, 2, 3))
+		_, err = Start(startCtx, memNetConfig(tr, 2, 3))
 		if !errors.Is(err, ErrIdentityConflict) {
 			t.Fatalf("start of the wiped n3: %v, want ErrIdentityConflict", err)
 		}
@@ -183,7 +183,7 @@ func TestStartWipedDataDirReusingID(t *testing.T) {
 		}
 		tr.Forget("n3")
 		// The same machine under a new id joins.
-		cfg := transportsConfig(tr, 2, 3)
+		cfg := memNetConfig(tr, 2, 3)
 		cfg.NodeID = "n3b"
 		n3b, err := Start(ctx, cfg)
 		started = append(started, n3b)

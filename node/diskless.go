@@ -29,7 +29,7 @@ func (c Config) diskless() bool {
 	if c.Diskless {
 		return true
 	}
-	return c.Network == nil && c.Transports == nil && c.DataDir == "" && c.Voter == VoterNever
+	return c.Network == nil && c.DataDir == "" && c.Voter == VoterNever
 }
 
 // validateDiskless reports what is wrong with a disk-less configuration.
@@ -42,9 +42,6 @@ func (c Config) validateDiskless(bad func(string, ...any)) {
 	}
 	if c.DataDir != "" {
 		bad("Diskless with DataDir %q: a disk-less member keeps no data dir; unset one of them", c.DataDir)
-	}
-	if c.Network != nil {
-		bad("Diskless with Network: the in-memory network keeps no storage anyway; use Transports or a real network")
 	}
 	if len(c.Seeds) == 0 {
 		bad("Seeds empty for a disk-less member: it joins a running cluster (its voters keep the state) and cannot start one")

@@ -14,8 +14,8 @@ import (
 
 // disklessConfig is node i of an n-node cluster on tr, as a disk-less
 // member.
-func disklessConfig(tr *Transports, i, n int) Config {
-	cfg := transportsConfig(tr, i, n)
+func disklessConfig(tr *MemNetwork, i, n int) Config {
+	cfg := memNetConfig(tr, i, n)
 	cfg.Voter, cfg.Diskless = VoterNever, true
 	return cfg
 }
@@ -43,10 +43,10 @@ func startAll(t *testing.T, ctx context.Context, cfgs []Config) []*Node {
 // member's id is refused and the first keeps its incarnation.
 func TestDisklessMembers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTransports(7)
+		tr := seededNetwork(7)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		cfgs := []Config{transportsConfig(tr, 0, 5), transportsConfig(tr, 1, 5), transportsConfig(tr, 2, 5),
+		cfgs := []Config{memNetConfig(tr, 0, 5), memNetConfig(tr, 1, 5), memNetConfig(tr, 2, 5),
 			disklessConfig(tr, 3, 5), disklessConfig(tr, 4, 5)}
 		for i := range cfgs {
 			cfgs[i].BootstrapExpect = 3
@@ -144,7 +144,7 @@ func TestDisklessMembers(t *testing.T) {
 // ErrDisklessUnsupported, and nothing reaches the log.
 func TestDisklessNeedsVersion3(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTransports(8)
+		tr := seededNetwork(8)
 		var mu sync.Mutex
 		claims := 0
 		tr.OnApply = func(_ string, _ uint64, _ uint64, c ledger.Command, _ ledger.Result) {
@@ -156,7 +156,7 @@ func TestDisklessNeedsVersion3(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		v := transportsConfig(tr, 0, 2)
+		v := memNetConfig(tr, 0, 2)
 		v.BootstrapExpect, v.speakMax = 1, ledger.VersionDisklessMembers-1
 		voter := startAll(t, ctx, []Config{v})[0]
 		if err := voter.WaitSettled(ctx); err != nil {

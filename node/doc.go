@@ -23,8 +23,8 @@
 // Config.Validate reports every bad value by name. Three timing profiles
 // (ProfileFast, ProfileDefault, ProfileSafe) set the lease length, renewal
 // period, clock drift margin and drain timeout (docs/protocol.md).
-// Config.Network runs nodes in one process over a MemNetwork, for tests
-// and examples.
+// Config.Network runs nodes in one process over a MemNetwork — the real
+// product over in-memory transports and storage — for tests and examples.
 //
 // # Shards, owners and fencing tokens
 //

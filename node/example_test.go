@@ -13,12 +13,16 @@ import (
 	"github.com/tenurehq/tenure/node"
 )
 
-// startNode starts a node on an in-process network. Real deployments use
-// node.DefaultConfig() with Seeds, DataDir and addresses instead of Network.
+// startNode starts a node on an in-process network: the real product
+// (gossip, Raft control group, ledger, placement) over in-memory
+// transports, which assign the node its addresses and seeds. Real
+// deployments use node.DefaultConfig() with Seeds, DataDir and addresses
+// instead of Network.
 func startNode(ctx context.Context, net *node.MemNetwork, id, group string, sms map[string]node.StateMachine) *node.Node {
 	cfg := node.DefaultConfig()
 	cfg.NodeID, cfg.Group = id, group
 	cfg.Network = net
+	cfg.Profile = node.ProfileFast // 1 s leases: a test's timing
 	cfg.Partitions = 16
 	cfg.StateMachines = sms
 	n, err := node.Start(ctx, cfg)
@@ -26,6 +30,17 @@ func startNode(ctx context.Context, net *node.MemNetwork, id, group string, sms 
 		log.Fatal(err)
 	}
 	return n
+}
+
+// closeAll stops a whole cluster at once, as a fleet shutdown does: nodes
+// closed one by one would each wait for a quorum the earlier ones took
+// away.
+func closeAll(ctx context.Context, nodes ...*node.Node) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() { _ = n.Close(ctx) })
+	}
+	wg.Wait()
 }
 
 // ticks is an application state machine: how many coordination decisions
@@ -100,9 +115,7 @@ func Example_leaderOwnedWorkerPerTenant() {
 			fmt.Println("decisions committed for", tenant+":", states[i].get(tenant))
 		}
 	}
-	for _, n := range nodes {
-		_ = n.Close(ctx)
-	}
+	closeAll(ctx, nodes...)
 	// Output:
 	// coordinator runs on the owner: true
 	// taken over by another node: true
@@ -130,6 +143,9 @@ func Example_idempotentJobs() {
 	defer cancel()
 	n := startNode(ctx, node.NewMemNetwork(), "node-a", "default", nil)
 	defer n.Close(ctx)
+	if err := n.WaitSettled(ctx); err != nil { // the node owns every shard
+		log.Fatal(err)
+	}
 	provider := &paymentProvider{seen: make(map[string]bool)}
 
 	spec := node.JobSpec{Key: "charge/order-123/payment-1", ShardKey: "customer-7", Payload: []byte("1999")}
@@ -171,8 +187,7 @@ func Example_singletonCron() {
 	net := node.NewMemNetwork()
 	a := startNode(ctx, net, "node-a", "default", nil)
 	b := startNode(ctx, net, "node-b", "default", nil)
-	defer a.Close(ctx)
-	defer b.Close(ctx)
+	defer closeAll(ctx, a, b)
 
 	ran := make(chan string, 10)
 	cron := func(n *node.Node) node.WorkFunc {
@@ -220,10 +235,9 @@ func Example_perGroupSingleton() {
 	for _, spec := range []struct{ id, group string }{
 		{"eu-1", "eu"}, {"eu-2", "eu"}, {"us-1", "us"}, {"us-2", "us"},
 	} {
-		n := startNode(ctx, net, spec.id, spec.group, nil)
-		defer n.Close(ctx)
-		nodes = append(nodes, n)
+		nodes = append(nodes, startNode(ctx, net, spec.id, spec.group, nil))
 	}
+	defer closeAll(ctx, nodes...)
 	for _, n := range nodes {
 		e, err := n.GroupElection(ctx, "indexer")
 		if err != nil {
@@ -307,6 +321,7 @@ func Example_perShardWorker() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n := startNode(ctx, node.NewMemNetwork(), "node-a", "default", nil)
+	defer n.Close(ctx)
 
 	var mu sync.Mutex
 	var handled []int
@@ -330,7 +345,6 @@ func Example_perShardWorker() {
 	fmt.Println("RunPerShard returned:", <-done)
 	sort.Ints(handled)
 	fmt.Println("shards handled:", len(handled), "first:", handled[0], "last:", handled[len(handled)-1])
-	_ = n.Close(ctx)
 	// Output:
 	// RunPerShard returned: context canceled
 	// shards handled: 16 first: 0 last: 15
@@ -362,6 +376,7 @@ func ExampleNode_Subscribe() {
 	defer cancel()
 	cfg := node.DefaultConfig()
 	cfg.NodeID, cfg.Network, cfg.Partitions = "node-a", node.NewMemNetwork(), 1
+	cfg.Profile = node.ProfileFast
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
@@ -371,7 +386,9 @@ func ExampleNode_Subscribe() {
 	}
 	sub := n.Subscribe(16)
 	defer sub.Close()
-	_ = n.Close(ctx) // drains: every shard is lost and released
+	// Close drains: the node stops acting on every shard (lost). Alone in
+	// its cluster it has nobody to hand shards to, so no new owner follows.
+	_ = n.Close(ctx)
 	for ev := range sub.C() {
 		fmt.Printf("%s shard=%d owner=%q\n", ev.Kind, ev.Shard, ev.Owner)
 	}
@@ -380,7 +397,6 @@ func ExampleNode_Subscribe() {
 	// owner-changed shard=0 owner="node-a"
 	// acquired shard=0 owner="node-a"
 	// lost shard=0 owner="node-a"
-	// owner-changed shard=0 owner=""
 	// dropped: 0
 }
 
@@ -392,15 +408,19 @@ func ExampleNode_SetHealth() {
 	net := node.NewMemNetwork()
 	a := startNode(ctx, net, "node-a", "default", nil)
 	b := startNode(ctx, net, "node-b", "default", nil)
-	defer a.Close(ctx)
-	defer b.Close(ctx)
+	defer closeAll(ctx, a, b)
 
+	events := a.Subscribe(64)
+	defer events.Close()
 	_ = a.SetHealth(0.2, map[string]string{"queue_depth": "12000"})
+	for len(a.Owned()) > 0 { // the control group moves node-a's shards away
+		<-events.C()
+	}
 	_ = b.WaitSettled(ctx)
 	fmt.Println("node-a owns", len(a.Owned()), "shards; node-b owns", len(b.Owned()))
 	r := a.Health()
 	fmt.Println(r.Status, r.Reasons)
-	for _, c := range b.Candidates() {
+	for _, c := range a.Candidates() {
 		fmt.Printf("%s health=%.1f eligible=%v metadata=%v\n", c.ID, c.Health, c.Eligible, c.Metadata)
 	}
 	// Output:

@@ -2,608 +2,376 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"maps"
-	"sort"
-	"strconv"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
-	"time"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // MemNetwork is an in-process cluster for tests and examples: nodes started
-// with the same MemNetwork in Config.Network form one cluster without
-// sockets or files.
+// with the same MemNetwork in Config.Network run the real product — real
+// memberlist gossip, the real Raft control group, the real ledger FSM,
+// placement, planner and node agent — over in-process networks and
+// in-memory storage instead of sockets and a data dir. Nothing is
+// modelled: every commit goes through Raft and every membership change
+// through gossip, with the delays, losses and partitions the two networks
+// are told to inject. A MemNetwork opens no sockets, does no DNS and
+// blocks only on channels and timers, so its nodes also run inside a
+// testing/synctest bubble on the bubble's virtual clock. It is what the
+// examples, the node tests, the tier-2 simulator (simulation/tier2) and
+// scale benchmarks run on.
 //
-// A MemNetwork commits instantly and never loses a message: ownership
-// moves as soon as membership changes (a revoked owner still drains and
-// hands over, as on a real cluster), and leases never expire while a node
-// runs. It shows the API's behaviour, not its timing; use a real cluster
-// (or the simulator) for failure timing.
+// Addresses: a node whose GossipAddr or RaftAddr is empty or a wildcard
+// (DefaultConfig's "0.0.0.0:7946") gets a distinct IP literal of its own,
+// the same one at every start of its NodeID. A node that gets its gossip
+// address this way and has no Seeds is seeded with the gossip addresses
+// of every other node started on the network before it; the first such
+// node forms the cluster alone (BootstrapExpect 1) and the later ones join
+// it (BootstrapExpect DefaultBootstrapExpect, so they never form a cluster
+// of their own). Start the first node before the others (Start returns
+// once the node is registered with the control group), as the examples
+// do. An empty Profile is ProfileFast. Set the
+// addresses, Seeds and BootstrapExpect yourself to start several voters
+// at once; explicit addresses must be distinct IP literals with a port
+// ("10.0.0.1:7946"), and the advertise addresses must be empty.
+//
+// Storage: DataDir is ignored. A node's Raft log, stable store, snapshots
+// and incarnation counter live in the MemNetwork under its NodeID and
+// survive Close and Crash, so starting the same NodeID again is a restart
+// (same log, next incarnation). Forget drops them, as a lost disk would.
 type MemNetwork struct {
-	mu          sync.Mutex
-	partitions  int
-	minHealth   float64
-	index       uint64
-	nodes       map[string]*memNode
-	shards      map[uint32]*ShardInfo
-	elections   map[string]uint32 // group + "\x00" + name -> shard
-	electionOf  map[uint32]memElection
-	excluded    map[uint32]string // shard -> node that resigned it
-	jobs        map[uint64]*Job
-	jobKeys     map[memJobKey]uint64
-	nextJob     uint64
-	appLog      []memEntry
-	requests    map[RequestID]memRequest // Propose outcomes by request id
-	requestLog  []RequestID              // insertion order, for the bound
-	incarnation map[string]uint64
-	// wrap, when set (tests), wraps every backend the network hands out.
+	// Gossip carries memberlist traffic.
+	Gossip *cluster.MemNetwork
+	// Raft carries Raft and the control group's RPCs.
+	Raft *cluster.RaftMemNetwork
+	// OnApply, if set, is called on every node's apply goroutine after
+	// each command its replica applies (ledger.FSM.OnApply, so each
+	// command of a batch separately and log replays after a restart too),
+	// with the node's id and incarnation. It must not block. Set it before
+	// starting nodes; checkers use it to see every replica's log.
+	OnApply func(node string, incarnation uint64, index uint64, cmd ledger.Command, res ledger.Result)
+
+	mu     sync.Mutex
+	stores map[string]*memStorage
+	hosts  map[string]int // NodeID -> host number of its assigned addresses
+	// wrap, when set (tests), wraps every backend started on the network.
 	wrap func(backend) backend
 }
 
-type memElection struct{ group, name string }
-
-type memJobKey struct {
-	shard uint32
-	key   string
+// memStorage is one node id's storage in a MemNetwork.
+type memStorage struct {
+	inc     uint64
+	log     *raft.InmemStore
+	snaps   *raft.InmemSnapshotStore
+	running bool
 }
 
-type memEntry struct {
-	index   uint64
-	shard   uint32
-	epoch   uint64
-	typ     string
-	payload []byte
-}
-
-type memNode struct {
-	id, group, httpAddr string
-	inc                 uint64
-	health              float64
-	meta, tags          map[string]string
-	draining            bool
-	alive               bool
-	updatedAt           time.Time
-	sms                 map[string]StateMachine
-	applied             uint64
-	notify              func()
-	resigned            map[uint32]uint64 // shard -> epoch the application gave up
-}
-
-// NewMemNetwork returns an empty in-process cluster.
+// NewMemNetwork returns an empty in-process cluster. Its networks inject
+// no faults until told to; their loss and jitter decisions are seeded by
+// 1 (set Gossip and Raft yourself, as simulation/tier2 does, for another
+// seed).
 func NewMemNetwork() *MemNetwork {
-	return &MemNetwork{
-		nodes:       make(map[string]*memNode),
-		shards:      make(map[uint32]*ShardInfo),
-		elections:   make(map[string]uint32),
-		electionOf:  make(map[uint32]memElection),
-		excluded:    make(map[uint32]string),
-		jobs:        make(map[uint64]*Job),
-		jobKeys:     make(map[memJobKey]uint64),
-		incarnation: make(map[string]uint64),
-	}
+	return &MemNetwork{Gossip: cluster.NewMemNetwork(1), Raft: cluster.NewRaftMemNetwork(1)}
 }
 
-func (m *MemNetwork) backend(_ context.Context, cfg Config, notify func()) (backend, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.partitions == 0 {
-		m.partitions, m.minHealth = cfg.Partitions, cfg.MinHealth
-	} else if m.partitions != cfg.Partitions {
-		return nil, fmt.Errorf("node: Partitions %d differs from the cluster's %d", cfg.Partitions, m.partitions)
+// Ports of the addresses a MemNetwork assigns.
+const (
+	memGossipPort = 7946
+	memRaftPort   = 7947
+)
+
+// autoAddr reports whether addr is for the MemNetwork to choose: empty,
+// or a wildcard IP.
+func autoAddr(addr string) bool {
+	if addr == "" {
+		return true
 	}
-	if old, ok := m.nodes[cfg.NodeID]; ok && old.alive {
-		return nil, fmt.Errorf("node: id %q is already running on this network", cfg.NodeID)
-	}
-	m.incarnation[cfg.NodeID]++
-	mn := &memNode{
-		id: cfg.NodeID, group: cfg.Group, httpAddr: cfg.HTTPAddr,
-		inc: m.incarnation[cfg.NodeID], health: 1, tags: maps.Clone(cfg.Tags),
-		alive: true, updatedAt: time.Now(), sms: cfg.StateMachines, notify: notify,
-	}
-	// A restarted node rebuilds its application state from the log.
-	for _, e := range m.appLog {
-		if sm := mn.sms[e.typ]; sm != nil {
-			_, _ = sm.Apply(e.shard, e.epoch, e.index, e.payload)
-		}
-	}
-	mn.applied = m.index
-	m.nodes[cfg.NodeID] = mn
-	m.rebalance()
-	var be backend = &memBackend{net: m, self: mn}
-	if m.wrap != nil {
-		be = m.wrap(be)
-	}
-	return be, nil
+	ap, err := netip.ParseAddrPort(addr)
+	return err == nil && ap.Addr().IsUnspecified()
 }
 
-// eligible reports whether n may be given shards.
-func (m *MemNetwork) eligible(n *memNode) bool {
-	return n != nil && n.alive && !n.draining && n.health >= m.minHealth
+// hostAddr is the address of host number k (1, 2, ...) at port:
+// 10.128.0.0/9, out of the way of tests that pick 10.0.0.x themselves.
+func hostAddr(k int, port uint16) string {
+	ip := netip.AddrFrom4([4]byte{10, 128 | byte(k>>16&0x7f), byte(k >> 8), byte(k)})
+	return netip.AddrPortFrom(ip, port).String()
 }
 
-// target picks a shard's owner by rendezvous hashing over the eligible
-// nodes (of the election's group for a group election's shard).
-func (m *MemNetwork) target(s uint32) string {
-	group := ""
-	if e, ok := m.electionOf[s]; ok {
-		group = e.group
+// place fills what the network chooses in cfg (see MemNetwork): addresses,
+// seeds, BootstrapExpect and the profile.
+func (t *MemNetwork) place(cfg Config) Config {
+	if cfg.Profile == "" {
+		cfg.Profile = ProfileFast
 	}
-	ids := sortedKeys(m.nodes)
-	pick := func(skip string) string {
-		best, bestH := "", uint64(0)
-		for _, id := range ids {
-			n := m.nodes[id]
-			if !m.eligible(n) || (group != "" && n.group != group) || id == skip {
-				continue
-			}
-			if h := xxhash.Sum64String(id + "/" + strconv.FormatUint(uint64(s), 10)); best == "" || h > bestH {
-				best, bestH = id, h
-			}
-		}
-		return best
+	autoGossip := autoAddr(cfg.GossipAddr)
+	if !autoGossip && !autoAddr(cfg.RaftAddr) {
+		return cfg
 	}
-	if t := pick(m.excluded[s]); t != "" {
-		return t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.hosts == nil {
+		t.hosts = make(map[string]int)
 	}
-	return pick("")
-}
-
-func (m *MemNetwork) shardIDs() []uint32 {
-	ids := make([]uint32, 0, m.partitions+len(m.electionOf))
-	for s := 0; s < m.partitions; s++ {
-		ids = append(ids, uint32(s))
-	}
-	return append(ids, sortedShards(m.electionOf)...)
-}
-
-// rebalance moves shards toward their targets; m.mu held.
-func (m *MemNetwork) rebalance() {
-	now := time.Now()
-	for _, s := range m.shardIDs() {
-		rec := m.shards[s]
-		if rec == nil {
-			rec = &ShardInfo{Shard: s}
-			m.shards[s] = rec
-		}
-		if e, ok := m.electionOf[s]; ok {
-			rec.Election = e.name
-		}
-		t := m.target(s)
-		owner := m.nodes[rec.Owner]
-		valid := rec.State != ShardUnowned && owner != nil && owner.alive
-		switch {
-		case !valid && t != "":
-			m.index++
-			*rec = ShardInfo{Shard: s, Epoch: rec.Epoch + 1, Owner: t, State: ShardOwned, Valid: true,
-				Election: rec.Election, ChangedAt: now, Reason: "grant"}
-			delete(m.excluded, s)
-		case !valid:
-			rec.State, rec.Valid = ShardUnowned, false
-		case rec.State == ShardOwned && t != rec.Owner && (t != "" || !m.eligible(owner)):
-			m.index++
-			rec.State, rec.Target, rec.ChangedAt, rec.Reason = ShardRevoking, t, now, "rebalance"
-		}
-	}
-	m.notifyAll()
-}
-
-func (m *MemNetwork) notifyAll() {
-	for _, id := range sortedKeys(m.nodes) {
-		if n := m.nodes[id]; n.alive {
-			n.applied = m.index
-			n.notify()
-		}
-	}
-}
-
-// memBackend is one node's view of a MemNetwork.
-type memBackend struct {
-	net  *MemNetwork
-	self *memNode
-}
-
-var _ backend = (*memBackend)(nil)
-
-func (b *memBackend) lock() func() {
-	b.net.mu.Lock()
-	return b.net.mu.Unlock
-}
-
-func (b *memBackend) incarnation() uint64 { return b.self.inc }
-
-func (b *memBackend) appliedIndex() uint64 {
-	defer b.lock()()
-	return b.self.applied
-}
-
-func (b *memBackend) shard(s uint32) (ShardInfo, bool) {
-	defer b.lock()()
-	rec, ok := b.net.shards[s]
+	k, ok := t.hosts[cfg.NodeID]
 	if !ok {
-		return ShardInfo{}, false
+		k = len(t.hosts) + 1
+		t.hosts[cfg.NodeID] = k
 	}
-	return *rec, true
-}
-
-func (b *memBackend) shards() []ShardInfo {
-	defer b.lock()()
-	out := make([]ShardInfo, 0, len(b.net.shards))
-	for _, s := range sortedShards(b.net.shards) {
-		out = append(out, *b.net.shards[s])
+	if autoAddr(cfg.RaftAddr) {
+		cfg.RaftAddr = hostAddr(k, memRaftPort)
 	}
-	return out
-}
-
-func (b *memBackend) acting(s uint32, now time.Time) (actingState, bool) {
-	defer b.lock()()
-	rec, ok := b.net.shards[s]
-	if !ok || !b.self.alive || rec.Owner != b.self.id || rec.State == ShardUnowned {
-		return actingState{}, false
+	if !autoGossip {
+		return cfg
 	}
-	if e, ok := b.self.resigned[s]; ok && e == rec.Epoch {
-		return actingState{}, false
-	}
-	return actingState{epoch: rec.Epoch, until: now.Add(time.Hour), revoking: rec.State == ShardRevoking}, true
-}
-
-func (b *memBackend) resigned(s uint32, epoch uint64) {
-	defer b.lock()()
-	if b.self.resigned == nil {
-		b.self.resigned = make(map[uint32]uint64)
-	}
-	b.self.resigned[s] = epoch
-}
-
-func (b *memBackend) members() []Member {
-	defer b.lock()()
-	leader := b.leaderLocked()
-	var out []Member
-	for _, id := range sortedKeys(b.net.nodes) {
-		n := b.net.nodes[id]
-		st := MemberAlive
-		if !n.alive {
-			st = MemberLeft
+	cfg.GossipAddr = hostAddr(k, memGossipPort)
+	if len(cfg.Seeds) == 0 {
+		others := make([]int, 0, len(t.hosts))
+		for id, h := range t.hosts {
+			if id != cfg.NodeID {
+				others = append(others, h)
+			}
 		}
-		out = append(out, Member{
-			ID: n.id, Group: n.group, Incarnation: n.inc, Addr: "mem:" + n.id, HTTPAddr: n.httpAddr,
-			State: st, Health: n.health, Metadata: maps.Clone(n.meta), Tags: maps.Clone(n.tags),
-			Draining: n.draining, Live: n.alive, Voter: n.alive, Leader: n.id == leader, UpdatedAt: n.updatedAt,
-		})
-	}
-	return out
-}
-
-func (b *memBackend) leaderLocked() string {
-	for _, id := range sortedKeys(b.net.nodes) {
-		if b.net.nodes[id].alive {
-			return id
+		slices.Sort(others)
+		for _, h := range others {
+			cfg.Seeds = append(cfg.Seeds, hostAddr(h, memGossipPort))
+		}
+		// The first node forms the cluster alone; the others join it and
+		// must never form one of their own: the control group starts
+		// before gossip has joined the seeds, and a node expecting 1 voter
+		// would bootstrap alone in that gap. Expecting
+		// DefaultBootstrapExpect, a joining node bootstraps only if it sees
+		// that many members none of which has Raft state — never while
+		// the first node runs.
+		cfg.BootstrapExpect = 1
+		if len(others) > 0 {
+			cfg.BootstrapExpect = DefaultBootstrapExpect
 		}
 	}
-	return ""
+	return cfg
 }
 
-func (b *memBackend) liveNodes() []string {
-	defer b.lock()()
-	var out []string
-	for _, id := range sortedKeys(b.net.nodes) {
-		if b.net.nodes[id].alive {
-			out = append(out, id)
-		}
-	}
-	return out
+// Crash stops n as a crash would: its network endpoints vanish first, then
+// the node stops without draining, leaving the cluster or removing itself
+// from the control group. Its storage stays, so starting its NodeID again
+// is a restart. n must have been started with t.
+func (t *MemNetwork) Crash(n *Node) {
+	t.Gossip.Close(n.cfg.GossipAddr)
+	t.Raft.Transport(n.cfg.RaftAddr).Close()
+	_ = t.Raft.StreamLayer(n.cfg.RaftAddr).Close()
+	n.kill()
 }
 
-func (b *memBackend) control() controlInfo {
-	defer b.lock()()
-	c := controlInfo{leader: b.leaderLocked(), quorum: b.self.alive}
-	c.isLeader = c.leader == b.self.id
-	for _, id := range sortedKeys(b.net.nodes) {
-		if b.net.nodes[id].alive {
-			c.voters = append(c.voters, id)
-		}
+// Forget drops the storage of node id (it must not be running): its next
+// start is a new node with an empty log and incarnation 1.
+func (t *MemNetwork) Forget(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.stores[id]; s != nil && !s.running {
+		delete(t.stores, id)
 	}
-	return c
 }
 
-func (b *memBackend) lease() leaseInfo {
-	defer b.lock()()
-	now := time.Now()
-	if !b.self.alive {
-		return leaseInfo{registered: true}
+// validate reports what Config.Validate finds wrong for a node on t.
+// Empty and wildcard addresses are fine: Start assigns them (place).
+func (t *MemNetwork) validate(c Config) []error {
+	var errs []error
+	if t.Gossip == nil || t.Raft == nil {
+		errs = append(errs, fmt.Errorf("Network: Gossip and Raft networks are both required (see NewMemNetwork)"))
 	}
-	return leaseInfo{registered: true, leaseEnd: now.Add(time.Hour), lastAck: now}
-}
-
-// setLoad: a MemNetwork places by rendezvous alone and ignores loads.
-func (b *memBackend) setLoad(string) error { return nil }
-
-func (b *memBackend) setHealth(score float64, meta map[string]string) error {
-	defer b.lock()()
-	b.self.health, b.self.meta, b.self.updatedAt = score, meta, time.Now()
-	b.net.rebalance()
-	return nil
-}
-
-func (b *memBackend) setDraining(_ context.Context, draining bool) error {
-	defer b.lock()()
-	if !b.self.alive {
-		return ErrClosed
-	}
-	b.self.draining = draining
-	b.net.index++
-	b.net.rebalance()
-	return nil
-}
-
-func (b *memBackend) handoff(_ context.Context, s uint32, epoch uint64) error {
-	defer b.lock()()
-	rec := b.net.shards[s]
-	if rec == nil || rec.Epoch != epoch || rec.Owner != b.self.id || rec.State != ShardRevoking {
-		return ErrStaleToken
-	}
-	b.net.index++
-	if t := b.net.nodes[rec.Target]; b.net.eligible(t) {
-		*rec = ShardInfo{Shard: s, Epoch: epoch + 1, Owner: t.id, State: ShardOwned, Valid: true,
-			Election: rec.Election, ChangedAt: time.Now(), Reason: "transfer from " + b.self.id}
-	} else {
-		rec.State, rec.Valid, rec.Target, rec.Reason = ShardUnowned, false, "", "release"
-	}
-	b.net.rebalance()
-	return nil
-}
-
-func (b *memBackend) resign(_ context.Context, s uint32, epoch uint64) error {
-	defer b.lock()()
-	rec := b.net.shards[s]
-	if rec == nil || rec.Epoch != epoch || rec.Owner != b.self.id || rec.State == ShardUnowned {
-		return ErrStaleToken
-	}
-	b.net.index++
-	rec.State, rec.Valid, rec.Reason = ShardUnowned, false, "resign"
-	b.net.excluded[s] = b.self.id
-	b.net.rebalance()
-	return nil
-}
-
-func (b *memBackend) electionShard(_ context.Context, group, name string) (uint32, error) {
-	defer b.lock()()
-	key := group + "\x00" + name
-	if s, ok := b.net.elections[key]; ok {
-		return s, nil
-	}
-	s := uint32(b.net.partitions + len(b.net.elections))
-	b.net.elections[key] = s
-	b.net.electionOf[s] = memElection{group: group, name: group + "/" + name}
-	b.net.index++
-	b.net.rebalance()
-	return s, nil
-}
-
-// fenced checks tok against the committed table; m.mu held.
-func (b *memBackend) fenced(tok Token) error {
-	rec := b.net.shards[tok.Shard]
-	if rec == nil || rec.Epoch != tok.Epoch || rec.State == ShardUnowned || !b.net.nodes[rec.Owner].alive {
-		return ErrStaleToken
-	}
-	return nil
-}
-
-func (b *memBackend) propose(_ context.Context, tok Token, typ string, payload []byte, id RequestID) (Applied, error) {
-	defer b.lock()()
-	if !b.self.alive {
-		return Applied{}, ErrClosed
-	}
-	if id.IsZero() {
-		return b.proposeLocked(tok, typ, payload)
-	}
-	// The in-memory network never loses an outcome, but a caller's own
-	// retry with a request id is answered as the ledger would: the first
-	// application's outcome, applied once.
-	if r, ok := b.net.requests[id]; ok {
-		b.net.index++
-		a := r.a
-		a.Index, a.Replayed = b.net.index, true
-		return a, r.err
-	}
-	before := b.net.index
-	a, err := b.proposeLocked(tok, typ, payload)
-	a.RequestID = id
-	if b.net.index != before { // applied (fenced refusals are not remembered here)
-		if b.net.requests == nil {
-			b.net.requests = map[RequestID]memRequest{}
-		}
-		b.net.requests[id] = memRequest{a, err}
-		b.net.requestLog = append(b.net.requestLog, id)
-		if len(b.net.requestLog) > maxMemRequests {
-			delete(b.net.requests, b.net.requestLog[0])
-			b.net.requestLog = b.net.requestLog[1:]
-		}
-	}
-	return a, err
-}
-
-type memRequest struct {
-	a   Applied
-	err error
-}
-
-func (b *memBackend) proposeLocked(tok Token, typ string, payload []byte) (Applied, error) {
-	if err := b.fenced(tok); err != nil {
-		return Applied{}, err
-	}
-	b.net.index++
-	e := memEntry{index: b.net.index, shard: tok.Shard, epoch: tok.Epoch, typ: typ, payload: append([]byte(nil), payload...)}
-	b.net.appLog = append(b.net.appLog, e)
-	var res []byte
-	var resErr error
-	for _, id := range sortedKeys(b.net.nodes) {
-		n := b.net.nodes[id]
-		if !n.alive || n.sms[typ] == nil {
+	for _, a := range []struct{ field, v string }{{"GossipAddr", c.GossipAddr}, {"RaftAddr", c.RaftAddr}} {
+		if autoAddr(a.v) {
 			continue
 		}
-		r, err := n.sms[typ].Apply(e.shard, e.epoch, e.index, e.payload)
-		if n == b.self {
-			res, resErr = r, err
+		if _, err := netip.ParseAddrPort(a.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: with Network, want an IP literal with a port (or empty: the network assigns one): %v", a.field, a.v, err))
 		}
 	}
-	b.net.notifyAll()
-	if resErr != nil {
-		return Applied{Index: e.index}, resErr
+	if c.GossipAdvertise != "" || c.RaftAdvertise != "" {
+		errs = append(errs, fmt.Errorf("GossipAdvertise %q, RaftAdvertise %q: must be empty with Network", c.GossipAdvertise, c.RaftAdvertise))
 	}
-	return Applied{Index: e.index, Result: res}, nil
+	if c.GossipAddr == c.RaftAddr && !autoAddr(c.GossipAddr) {
+		errs = append(errs, fmt.Errorf("GossipAddr and RaftAddr are both %q: want two addresses", c.GossipAddr))
+	}
+	return errs
 }
 
-func (b *memBackend) pendingJobs(shard uint32, limit int) int {
-	defer b.lock()()
-	n := 0
-	for _, j := range b.net.jobs {
-		if j.Shard == shard && j.State == JobPending {
-			n++
-			if limit > 0 && n == limit {
-				break
-			}
-		}
+// open takes node id's storage (creating it) and bumps its incarnation.
+func (t *MemNetwork) open(id string) (*ledger.Store, uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stores == nil {
+		t.stores = make(map[string]*memStorage)
 	}
-	return n
+	s := t.stores[id]
+	if s == nil {
+		s = &memStorage{log: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()}
+		t.stores[id] = s
+	}
+	if s.running {
+		return nil, 0, fmt.Errorf("node: %q is already running on this network", id)
+	}
+	s.running = true
+	s.inc++
+	return &ledger.Store{Log: s.log, Stable: s.log, Snapshots: s.snaps}, s.inc, nil
 }
 
-func (b *memBackend) enqueueJob(_ context.Context, shard uint32, spec JobSpec) (Job, bool, error) {
-	defer b.lock()()
-	key := memJobKey{shard, spec.Key}
-	if id, ok := b.net.jobKeys[key]; ok && spec.Key != "" {
-		return cloneJob(*b.net.jobs[id]), false, nil
+func (t *MemNetwork) release(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.stores[id]; s != nil {
+		s.running = false
 	}
-	b.net.index++
-	b.net.nextJob++
-	if spec.MaxAttempts == 0 {
-		spec.MaxAttempts = 5
-	}
-	j := &Job{
-		ID: b.net.nextJob, Shard: shard, Key: spec.Key, Type: spec.Type, Payload: append([]byte(nil), spec.Payload...),
-		State: JobPending, MaxAttempts: uint32(spec.MaxAttempts), EnqueuedAt: time.Now(),
-	}
-	b.net.jobs[j.ID] = j
-	if spec.Key != "" {
-		b.net.jobKeys[key] = j.ID
-	}
-	b.net.notifyAll()
-	return cloneJob(*j), true, nil
 }
 
-func (b *memBackend) startJob(_ context.Context, tok Token, id uint64, attempt uint32, timeout time.Duration) (Job, error) {
-	defer b.lock()()
-	j, ok := b.net.jobs[id]
-	if !ok || j.Shard != tok.Shard {
-		return Job{}, ErrJobNotFound
+// openStore opens the Raft stores: the data dir, or the MemNetwork' memory.
+func (b *netBackend) openStore() (*ledger.Store, error) {
+	if b.cfg.diskless() {
+		// Nothing shared with earlier processes of the id, on MemNetwork
+		// too; the incarnation is claimed from the control group.
+		return disklessStore(), nil
 	}
-	if err := b.fenced(tok); err != nil {
-		return cloneJob(*j), err
+	if t := b.cfg.Network; t != nil {
+		st, inc, err := t.open(b.cfg.NodeID)
+		b.inc = inc
+		return st, err
 	}
-	if b.net.shards[tok.Shard].State != ShardOwned || b.net.shards[tok.Shard].Owner != b.self.id {
-		return cloneJob(*j), ErrNotOwner
+	if err := checkStoreBesideIdentity(b.cfg.DataDir); err != nil {
+		return nil, err
 	}
-	now := time.Now()
-	if j.State.Finished() || j.Attempt != attempt || !runnableAt(*j, b.net.shards[tok.Shard].Epoch, now) {
-		return cloneJob(*j), fmt.Errorf("job %d is %s (attempt %d, asked %d): %w", j.ID, j.State, j.Attempt, attempt, ErrJobState)
+	st, err := ledger.OpenStore(filepath.Join(b.cfg.DataDir, "raft"), ledger.StoreOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node: open data dir: %w", err)
 	}
-	b.net.index++
-	if j.State == JobStarted && j.Attempt >= j.MaxAttempts {
-		j.State, j.FinishedAt, j.Error = JobDead, now, "attempts exhausted"
-		b.net.notifyAll()
-		return cloneJob(*j), fmt.Errorf("job %d dead-lettered: %w", j.ID, ErrJobState)
-	}
-	j.Attempt++
-	j.State, j.Owner, j.Epoch, j.StartedAt, j.Timeout = JobStarted, b.self.id, tok.Epoch, now, timeout
-	b.net.notifyAll()
-	return cloneJob(*j), nil
+	return st, nil
 }
 
-func (b *memBackend) finishJob(_ context.Context, tok Token, id uint64, attempt uint32, out jobOutcome) (Job, error) {
-	defer b.lock()()
-	j, ok := b.net.jobs[id]
-	if !ok || j.Shard != tok.Shard {
-		return Job{}, ErrJobNotFound
+// checkStoreBesideIdentity refuses a data dir whose identity files exist
+// but whose raft.db is missing or empty. The store is created before the
+// identity on a node's first start, so this is damage: bbolt would create
+// a blank store and the node would come back without its Raft term and
+// vote — free to vote twice in a term it already voted in, which breaks
+// Raft's one-leader-per-term guarantee — and with an empty log.
+func checkStoreBesideIdentity(dataDir string) error {
+	has, err := cluster.HasIdentity(dataDir)
+	if err != nil || !has {
+		return err
 	}
-	if j.State.Finished() {
-		return cloneJob(*j), fmt.Errorf("job %d is %s: %w", j.ID, j.State, ErrJobState)
-	}
-	if err := b.fenced(tok); err != nil {
-		return cloneJob(*j), err
-	}
-	if j.State != JobStarted || j.Attempt != attempt || j.Epoch != tok.Epoch {
-		return cloneJob(*j), fmt.Errorf("job %d is %s (attempt %d at epoch %d): %w", j.ID, j.State, j.Attempt, j.Epoch, ErrJobState)
-	}
-	b.net.index++
-	now := time.Now()
+	path := filepath.Join(dataDir, "raft", "raft.db")
+	fi, err := os.Stat(path)
 	switch {
-	case out.ok:
-		j.State, j.Result, j.FinishedAt = JobCompleted, append([]byte(nil), out.result...), now
-	case j.Attempt < j.MaxAttempts:
-		j.State, j.Error, j.NotBefore = JobPending, out.reason, now.Add(out.backoff)
-	default:
-		j.State, j.Error, j.FinishedAt = JobDead, out.reason, now
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("node: open data dir: %w: %s is missing next to this node's identity in %s: starting would lose the node's Raft term, vote and log; %s",
+			ledger.ErrStoreCorrupt, path, dataDir, dataDirAdvice)
+	case err != nil:
+		return fmt.Errorf("node: open data dir: %w", err)
+	case fi.Mode().IsRegular() && fi.Size() == 0:
+		return fmt.Errorf("node: open data dir: %w: %s is empty (0 bytes) next to this node's identity in %s: starting would lose the node's Raft term, vote and log; %s",
+			ledger.ErrStoreCorrupt, path, dataDir, dataDirAdvice)
 	}
-	b.net.notifyAll()
-	return cloneJob(*j), nil
-}
-
-func (b *memBackend) job(id uint64) (Job, bool) {
-	defer b.lock()()
-	j, ok := b.net.jobs[id]
-	if !ok {
-		return Job{}, false
-	}
-	return cloneJob(*j), true
-}
-
-func (b *memBackend) jobByKey(shard uint32, key string) (Job, bool) {
-	defer b.lock()()
-	id, ok := b.net.jobKeys[memJobKey{shard, key}]
-	if !ok {
-		return Job{}, false
-	}
-	return cloneJob(*b.net.jobs[id]), true
-}
-
-func (b *memBackend) jobs(q JobQuery) []Job {
-	defer b.lock()()
-	var out []Job
-	for _, j := range b.net.jobs {
-		if q.match(*j) {
-			out = append(out, cloneJob(*j))
-		}
-	}
-	sort.Slice(out, func(i, k int) bool {
-		if out[i].Shard != out[k].Shard {
-			return out[i].Shard < out[k].Shard
-		}
-		return out[i].ID < out[k].ID
-	})
-	if q.Limit > 0 && len(out) > q.Limit {
-		out = out[:q.Limit]
-	}
-	return out
-}
-
-func (b *memBackend) close(context.Context) error {
-	defer b.lock()()
-	if !b.self.alive {
-		return nil
-	}
-	b.self.alive = false
-	b.net.index++
-	b.net.rebalance()
 	return nil
 }
 
-func cloneJob(j Job) Job {
-	j.Payload = append([]byte(nil), j.Payload...)
-	j.Result = append([]byte(nil), j.Result...)
-	return j
+// dataDirAdvice ends the node's damaged-data-dir errors.
+const dataDirAdvice = "restore the data dir from a backup, or remove the whole data dir and rejoin as a new member under a new node id (docs/operations.md, \"Damaged storage\")"
+
+// closeStore closes the data dir's store, or hands the in-memory one back.
+func (b *netBackend) closeStore() error {
+	if b.cfg.diskless() {
+		return nil
+	}
+	if t := b.cfg.Network; t != nil {
+		t.release(b.cfg.NodeID)
+		return nil
+	}
+	return b.store.Close()
 }
 
-// maxMemRequests bounds the in-memory network's request table, as
-// ledger.DefaultMaxSessions bounds the ledger's.
-const maxMemRequests = 65_536
+// loadIdentity returns the node id and incarnation: from the data dir, or
+// the one openStore took from the MemNetwork.
+func (b *netBackend) loadIdentity() (string, uint64, error) {
+	if b.cfg.Network != nil || b.cfg.diskless() {
+		return b.cfg.NodeID, b.inc, nil
+	}
+	return loadIdentity(b.cfg.DataDir, b.cfg.NodeID)
+}
+
+// attachGossip puts the in-memory gossip transport into mc; nil t: no-op.
+func (t *MemNetwork) attachGossip(mc *cluster.Config, cfg Config, cleanup *[]func()) error {
+	if t == nil {
+		return nil
+	}
+	tr, err := t.Gossip.NewTransport(cfg.GossipAddr)
+	if err != nil {
+		return fmt.Errorf("node: gossip: %w", err)
+	}
+	mc.Transport = tr
+	*cleanup = append(*cleanup, func() { _ = tr.Shutdown() })
+	return nil
+}
+
+// attachRaft puts the in-memory Raft transport and RPC stream layer into
+// cc; nil t: no-op.
+func (t *MemNetwork) attachRaft(cc *cluster.ControlConfig, cfg Config) {
+	if t == nil {
+		return
+	}
+	cc.Transport = t.Raft.Transport(cfg.RaftAddr)
+	cc.StreamLayer = t.Raft.StreamLayer(cfg.RaftAddr)
+}
+
+// hook registers the MemNetwork' OnApply on the node's FSM; nil t: no-op.
+func (t *MemNetwork) hook(f *ledger.FSM, id string, inc uint64) {
+	if t == nil || t.OnApply == nil {
+		return
+	}
+	f.OnApply(func(index uint64, c ledger.Command, r ledger.Result) { t.OnApply(id, inc, index, c, r) })
+}
+
+// stopControl stops the control group: leaving its configuration on a
+// graceful close, as a crash would (no leave) otherwise.
+func (b *netBackend) stopControl(ctx context.Context, leave bool) error {
+	if c, ok := b.ctl.(*clusterControl); ok && (!leave || slices.Contains(b.ctl.Voters(), b.id)) {
+		// A voter stopped gracefully keeps its place in the Raft
+		// configuration: a rolling restart must not shrink or reshuffle
+		// the voter set. If it never comes back, the leader replaces it
+		// after DeadVoterTimeout (docs/control-group.md). A leader hands
+		// leadership to a live voter first, so its planned stop costs a
+		// TimeoutNow round instead of an election with every renewal
+		// stalled; it skips the handover when no other voter is alive in
+		// gossip (a whole-cluster stop), and gives up after one lease.
+		if leave {
+			hctx, cancel := context.WithTimeout(ctx, b.timing.Lease)
+			to, err := c.g.HandOverLeadership(hctx)
+			cancel()
+			if b.cfg.Logger != nil {
+				switch {
+				case err != nil:
+					b.cfg.Logger.Warn("node: leadership handover before stopping failed; the group elects a new leader", "to", to, "err", err)
+				case to != "":
+					b.cfg.Logger.Info("node: handed control-group leadership over before stopping", "to", to)
+				}
+			}
+		}
+		return c.close(ctx)
+	}
+	return b.ctl.Shutdown(ctx)
+}
+
+// close stops the control group without leaving its configuration.
+func (c *clusterControl) close(ctx context.Context) error {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	return c.g.Close(ctx)
+}

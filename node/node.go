@@ -226,6 +226,9 @@ type jobVersion struct {
 // concurrently (as separate processes do). ctx bounds only the start;
 // cancel it to give up joining.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Network != nil {
+		cfg = cfg.Network.place(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -251,13 +254,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.log = n.log.With("node", cfg.NodeID)
 	n.elections = make(map[string]*Election)
-	factory := realBackend
-	if cfg.Network != nil {
-		factory = cfg.Network.backend
-	}
-	be, err := factory(ctx, cfg, n.notify)
+	be, err := realBackend(ctx, cfg, n.notify)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Network != nil && cfg.Network.wrap != nil {
+		be = cfg.Network.wrap(be)
 	}
 	n.be = be
 	if err := n.waitRegistered(ctx); err != nil {
@@ -744,7 +746,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		return fmt.Errorf("node: drain %s: %w", n.cfg.NodeID, err)
 	}
 	return n.waitFor(ctx, func() bool {
-		return (!n.protocolActing() && !n.ownsCommitted()) || (!n.othersEligible() && !n.handingOver())
+		return (!n.protocolActing() && !n.ownsCommitted()) || n.nowhereToGo()
 	})
 }
 
@@ -774,7 +776,7 @@ func (n *Node) drainForClose(ctx context.Context) error {
 	}
 	var lostAt time.Time
 	return n.waitFor(ctx, func() bool {
-		if (!n.protocolActing() && !n.ownsCommitted()) || (!n.othersEligible() && !n.handingOver()) {
+		if (!n.protocolActing() && !n.ownsCommitted()) || n.nowhereToGo() {
 			return true
 		}
 		if n.be.control().quorum {
@@ -799,25 +801,36 @@ func (n *Node) ownsCommitted() bool {
 	return false
 }
 
-// handingOver reports whether a shard of this node is being revoked.
-func (n *Node) handingOver() bool {
-	for _, rec := range n.be.shards() {
-		if rec.Owner == n.cfg.NodeID && rec.State == ShardRevoking && rec.Valid {
-			return true
-		}
-	}
-	return false
-}
-
-// othersEligible reports whether another node could take shards over; a
-// drain with nowhere to go returns at once instead of waiting for ctx.
-func (n *Node) othersEligible() bool {
+// nowhereToGo reports whether no shard of this node can move on: none is
+// being handed over, and no other eligible node is in the scope of any
+// shard it owns (any node for a partition; a node of this node's group
+// for a group election's shard). A drain with nowhere to go returns at
+// once instead of waiting for ctx.
+func (n *Node) nowhereToGo() bool {
+	anyOther, groupOther := false, false
 	for _, c := range n.candidates(func(Member) bool { return false }, "") {
 		if c.ID != n.cfg.NodeID && c.Eligible {
-			return true
+			anyOther = true
+			groupOther = groupOther || c.Group == n.cfg.Group
 		}
 	}
-	return false
+	for _, rec := range n.be.shards() {
+		if rec.Owner != n.cfg.NodeID || rec.State == ShardUnowned || !rec.Valid {
+			continue
+		}
+		if rec.State == ShardRevoking {
+			return false
+		}
+		// Group elections live on the shards past the partitions.
+		other := anyOther
+		if rec.Shard >= uint32(n.cfg.Partitions) {
+			other = groupOther
+		}
+		if other {
+			return false
+		}
+	}
+	return true
 }
 
 // protocolActing reports whether this node may still act on any shard by

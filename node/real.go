@@ -176,9 +176,7 @@ func ownershipConfig(cfg Config) ownership.Config {
 	oc := row.ownership()
 	oc.Ring.Partitions = cfg.Partitions
 	oc.MinHealth = cfg.MinHealth
-	if cfg.Network == nil { // the in-memory twin has no cluster config
-		oc.ClusterName = cfg.Cluster
-	}
+	oc.ClusterName = cfg.Cluster
 	oc.ManualFinalize = cfg.ManualFinalize
 	oc.MaxVersion = cfg.speakMax
 	switch {
@@ -218,7 +216,7 @@ func membershipConfig(cfg Config) (cluster.Config, error) {
 	if len(cfg.EncryptionKey) > 0 {
 		mc.SecretKeys = [][]byte{slices.Clone(cfg.EncryptionKey)}
 	}
-	if cfg.DataDir != "" && cfg.Transports == nil && cfg.Network == nil {
+	if cfg.DataDir != "" && cfg.Network == nil {
 		mc.KeyringFile = filepath.Join(cfg.DataDir, keyringFileName)
 	}
 	mc.CheckPeer = checkPartitions(cfg.Partitions)
@@ -287,7 +285,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Transports.attachGossip(&mc, cfg, &cleanup); err != nil {
+	if err := cfg.Network.attachGossip(&mc, cfg, &cleanup); err != nil {
 		return nil, err
 	}
 	meta := cluster.Meta{
@@ -385,7 +383,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		}
 	}
 	// After the claim: a disk-less member's incarnation is the claimed one.
-	cfg.Transports.hook(b.fsm, b.id, b.inc)
+	cfg.Network.hook(b.fsm, b.id, b.inc)
 	b.agent, err = ownership.NewAgent(b.ocfg, b.id, b.inc)
 	if err != nil {
 		return nil, err
@@ -590,7 +588,7 @@ func (b *netBackend) judgeHeartbeat(in ownership.HeartbeatOutcome, rd ownership.
 					"another process claimed the id after this one (two processes run as %q; only the newest may act)",
 					ErrIdentityConflict, b.id, rd.Record.Incarnation, b.inc, b.id)
 			} else {
-				b.conflict = identityConflict(b.id, b.inc, rd.Record.Incarnation, b.cfg.DataDir, b.cfg.Transports != nil)
+				b.conflict = identityConflict(b.id, b.inc, rd.Record.Incarnation, b.cfg.DataDir, b.cfg.Network != nil)
 			}
 		}
 	case ownership.VerdictVersion:

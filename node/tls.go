@@ -48,7 +48,7 @@ func (c Config) gossipLoopback() bool {
 // validateGossipKey adds to bad a gossip port open off loopback without a
 // key (and without Insecure).
 func (c Config) validateGossipKey(bad func(format string, args ...any)) {
-	if c.Network != nil || c.Transports != nil || c.Insecure || len(c.EncryptionKey) > 0 || c.gossipLoopback() {
+	if c.Network != nil || c.Insecure || len(c.EncryptionKey) > 0 || c.gossipLoopback() {
 		return
 	}
 	if c.DataDir != "" && keyringFileExists(c.DataDir) {
@@ -61,7 +61,7 @@ func (c Config) validateGossipKey(bad func(format string, args ...any)) {
 
 // validateTLS adds the TLS problems of c to bad.
 func (c Config) validateTLS(bad func(format string, args ...any)) {
-	if c.Network != nil || c.Transports != nil {
+	if c.Network != nil {
 		return
 	}
 	if c.tlsConfigured() {

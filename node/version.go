@@ -50,7 +50,7 @@ func (b *netBackend) persistVersion(v uint32) error {
 }
 
 func (b *netBackend) versionDir() string {
-	if b.cfg.DataDir == "" || b.cfg.Transports != nil || b.cfg.Network != nil {
+	if b.cfg.DataDir == "" || b.cfg.Network != nil {
 		return ""
 	}
 	return b.cfg.DataDir

@@ -101,7 +101,7 @@ type Member struct {
 	Version     string            `json:"version"`
 	Tags        map[string]string `json:"tags,omitempty"`
 	// LastHeartbeat is the member's last committed heartbeat, by its own
-	// clock (absent when unknown, and on an in-process MemNetwork).
+	// clock (absent when unknown).
 	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
 	// LeaseRemainingMS is how long that heartbeat lets the member act,
 	// as the serving node reads it (0 once it has run out).

@@ -1,7 +1,7 @@
 // Package tier2 runs the real components of tenure — real memberlist
 // gossip, the real Raft control group, the real ledger state machine,
 // planner, leader loop, tracker and node API — over in-memory networks
-// (node.Transports) inside testing/synctest bubbles, injects faults from a
+// (node.MemNetwork) inside testing/synctest bubbles, injects faults from a
 // seeded source and checks the guarantees S1–S4 and L1 from what the
 // components do.
 //

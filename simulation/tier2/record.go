@@ -43,7 +43,7 @@ type Term struct {
 // unexported and read the simulator's own model of Raft (a single
 // reference log), so tier 2 checks the same guarantees from what it can
 // observe of real components: every replica's apply stream
-// (node.Transports.OnApply), the workers' lifetimes and the clients'
+// (node.MemNetwork.OnApply), the workers' lifetimes and the clients'
 // acknowledgements.
 
 type replicaKey struct {
@@ -138,7 +138,7 @@ func digest(parts ...[]byte) uint64 {
 
 func appDigest(typ string, payload []byte) uint64 { return digest([]byte(typ), payload) }
 
-// apply is node.Transports.OnApply: one command applied by one replica.
+// apply is node.MemNetwork.OnApply: one command applied by one replica.
 func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, res ledger.Result) {
 	enc, err := ledger.Encode(c)
 	if err != nil {

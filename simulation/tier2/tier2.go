@@ -209,7 +209,7 @@ type slot struct {
 
 type harness struct {
 	sc  Scenario
-	tr  *node.Transports
+	tr  *node.MemNetwork
 	rec *recorder
 
 	rngMu sync.Mutex
@@ -228,7 +228,7 @@ type harness struct {
 
 func newHarness(sc Scenario) *harness {
 	h := &harness{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x7469_6572_32))}
-	h.tr = node.NewTransports(sc.Seed)
+	h.tr = &node.MemNetwork{Gossip: cluster.NewMemNetwork(sc.Seed), Raft: cluster.NewRaftMemNetwork(sc.Seed)}
 	for i := range sc.Nodes {
 		h.slots = append(h.slots, &slot{i: i, id: fmt.Sprintf("n%d", i+1),
 			gossip: fmt.Sprintf("10.0.%d.%d:7946", i/250, i%250+1), raft: fmt.Sprintf("10.0.%d.%d:7947", i/250, i%250+1)})
@@ -275,7 +275,7 @@ func (h *harness) config(s *slot) node.Config {
 	for _, o := range h.slots {
 		cfg.Seeds = append(cfg.Seeds, o.gossip)
 	}
-	cfg.Transports = h.tr
+	cfg.Network = h.tr
 	cfg.StateMachines = map[string]node.StateMachine{probeType: probeSM{}}
 	if f := h.sc.App.StateMachines; f != nil {
 		for typ, sm := range f(s.id) {
