@@ -185,7 +185,7 @@ func (t *MemNetwork) Forget(id string) {
 func (t *MemNetwork) validate(c Config) []error {
 	var errs []error
 	if t.Gossip == nil || t.Raft == nil {
-		errs = append(errs, fmt.Errorf("Network: Gossip and Raft networks are both required (see NewMemNetwork)"))
+		errs = append(errs, errors.New("the Network needs both its Gossip and Raft networks (see NewMemNetwork)"))
 	}
 	for _, a := range []struct{ field, v string }{{"GossipAddr", c.GossipAddr}, {"RaftAddr", c.RaftAddr}} {
 		if autoAddr(a.v) {
