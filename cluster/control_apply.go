@@ -106,6 +106,24 @@ func (g *ControlGroup) mapRaftErr(err error) error {
 	return err
 }
 
+// applyStopped is why an Apply retry loop must stop, nil while it may go
+// on: the group closed (ErrControlClosed), or ctx ended (ErrNoLeader
+// wrapping ctx's error and, if any, the last attempt's).
+func (g *ControlGroup) applyStopped(ctx context.Context, lastErr error) error {
+	select {
+	case <-g.closing:
+		return ErrControlClosed
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		if lastErr != nil {
+			return fmt.Errorf("%w: %w (last: %v)", ErrNoLeader, err, lastErr)
+		}
+		return fmt.Errorf("%w: %w", ErrNoLeader, err)
+	}
+	return nil
+}
+
 // Apply commits cmd through Raft and returns its index and the FSM's
 // marshalled response. On a follower the command is forwarded over RPC to the
 // leader. It retries only where the command certainly was not submitted (no
@@ -117,16 +135,8 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 	backoff := 5 * time.Millisecond
 	var lastErr error
 	for {
-		select {
-		case <-g.closing:
-			return Applied{}, ErrControlClosed
-		default:
-		}
-		if err := ctx.Err(); err != nil {
-			if lastErr != nil {
-				return Applied{}, fmt.Errorf("%w: %w (last: %v)", ErrNoLeader, err, lastErr)
-			}
-			return Applied{}, fmt.Errorf("%w: %w", ErrNoLeader, err)
+		if err := g.applyStopped(ctx, lastErr); err != nil {
+			return Applied{}, err
 		}
 		var (
 			res Applied

@@ -29,16 +29,8 @@ func (g *ControlGroup) ApplyViaPeers(ctx context.Context, cmd []byte) (Applied, 
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
-		select {
-		case <-g.closing:
-			return Applied{}, ErrControlClosed
-		default:
-		}
-		if err := ctx.Err(); err != nil {
-			if lastErr != nil {
-				return Applied{}, fmt.Errorf("%w: %w (last: %v)", ErrNoLeader, err, lastErr)
-			}
-			return Applied{}, fmt.Errorf("%w: %w", ErrNoLeader, err)
+		if err := g.applyStopped(ctx, lastErr); err != nil {
+			return Applied{}, err
 		}
 		if _, addr := g.Leader(); addr != "" {
 			return g.Apply(ctx, cmd)

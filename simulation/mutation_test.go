@@ -13,13 +13,20 @@ const mutationSeeds = 60
 // TestSimLeaderChangeClean is leaderChangeConfig's control: with every
 // rule on, repeated leader changes break nothing.
 func TestSimLeaderChangeClean(t *testing.T) {
+	runClean(t, "leader changes", leaderChangeConfig)
+}
+
+// runClean runs 40 seeds of a mutation scenario with every rule on and
+// fails at the first violation: the scenario's control.
+func runClean(t *testing.T, what string, mk func(seed uint64) Config) {
+	t.Helper()
 	for seed := uint64(1); seed <= 40; seed++ {
-		res, err := Run(leaderChangeConfig(seed))
+		res, err := Run(mk(seed))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Failed() {
-			t.Fatalf("leader changes, seed %d: %v\n%s", seed, res.Violations, replayHint(seed, false))
+			t.Fatalf("%s, seed %d: %v\n%s", what, seed, res.Violations, replayHint(seed, false))
 		}
 	}
 }
@@ -106,15 +113,7 @@ func TestSimDrift(t *testing.T) {
 // TestSimRevokeRestartClean is revokeRestartConfig's control: with every
 // rule on, owners restarted in the middle of their drain break nothing.
 func TestSimRevokeRestartClean(t *testing.T) {
-	for seed := uint64(1); seed <= 40; seed++ {
-		res, err := Run(revokeRestartConfig(seed))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Failed() {
-			t.Fatalf("restarts mid-drain, seed %d: %v\n%s", seed, res.Violations, replayHint(seed, false))
-		}
-	}
+	runClean(t, "restarts mid-drain", revokeRestartConfig)
 }
 
 // revokeRestartConfig drains a node and, 0.6–1 s later while its shards

@@ -125,28 +125,42 @@ type failoverSummary struct {
 	SamplesMs         []float64 `json:"samples_ms"`
 }
 
+// agentWorkspace resolves what a benchmark that starts agent processes
+// runs: the agent binary (bin, else this executable) and its working
+// directory (dir, created if missing; else a new temporary directory named
+// after prefix, which cleanup removes).
+func agentWorkspace(bin, dir, prefix string) (string, string, func(), error) {
+	cleanup := func() {}
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", "", cleanup, err
+		}
+		bin = exe
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", prefix)
+		if err != nil {
+			return "", "", cleanup, err
+		}
+		return bin, d, func() { _ = os.RemoveAll(d) }, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", cleanup, err
+	}
+	return bin, dir, cleanup, nil
+}
+
 func runBenchFailover(ctx context.Context, m *Main, args []string) error {
 	o, err := parseFailoverFlags(args, m.Stderr)
 	if err != nil {
 		return err
 	}
-	bin := o.agentBin
-	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return err
-		}
-	}
-	parent := o.dir
-	if parent == "" {
-		d, err := os.MkdirTemp("", "tenure-bench-failover-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		parent = d
-	} else if err := os.MkdirAll(parent, 0o755); err != nil {
+	bin, parent, cleanup, err := agentWorkspace(o.agentBin, o.dir, "tenure-bench-failover-")
+	if err != nil {
 		return err
 	}
+	defer cleanup()
 	progress := func(format string, a ...any) { fmt.Fprintf(m.Stderr, format+"\n", a...) }
 	rec := newFoRecorder()
 	wl, err := net.Listen("tcp", "127.0.0.1:0")

@@ -362,24 +362,11 @@ func runBenchScaleReal(ctx context.Context, m *Main, o realScaleOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	bin := o.agentBin
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return err
-		}
-	}
-	dir := o.dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "tenure-bench-scale-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	bin, dir, cleanup, err := agentWorkspace(o.agentBin, o.dir, "tenure-bench-scale-")
+	if err != nil {
 		return err
 	}
+	defer cleanup()
 	progress := func(format string, a ...any) { fmt.Fprintf(m.Stderr, format+"\n", a...) }
 	c := &realCluster{bin: bin, dir: dir, o: o, client: http.Client{Timeout: 10 * time.Second}, log: progress}
 	defer c.stopAll()
