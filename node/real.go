@@ -423,10 +423,16 @@ func (b *netBackend) kick() {
 // identityConflict explains a first heartbeat rejected because the control
 // group knows this id at incarnation registered, above ours: a newer
 // process of this id, which this one can never be — the data dir was wiped
-// or replaced (the counter started again) or another process uses the id.
-func identityConflict(id string, inc, registered uint64, dataDir string, inMemory bool) error {
-	where := "its data dir " + dataDir
-	if inMemory {
+// or replaced (the counter started again) or another process uses the id;
+// for a disk-less member, another process claimed the id after this one.
+func identityConflict(cfg Config, id string, inc, registered uint64) error {
+	if cfg.diskless() {
+		return fmt.Errorf("%w: the control group has disk-less member %q registered at incarnation %d, above this process's %d: "+
+			"another process claimed the id after this one (two processes run as %q; only the newest may act)",
+			ErrIdentityConflict, id, registered, inc, id)
+	}
+	where := "its data dir " + cfg.DataDir
+	if cfg.Network != nil {
 		where = "its storage"
 	}
 	return fmt.Errorf("%w: the control group has node %q registered at incarnation %d, but this process is incarnation %d: "+
@@ -583,13 +589,7 @@ func (b *netBackend) judgeHeartbeat(in ownership.HeartbeatOutcome, rd ownership.
 	switch rd.Verdict {
 	case ownership.VerdictFenced:
 		if !b.registered && rd.Record.ID == b.id && rd.Record.Incarnation > b.inc && b.conflict == nil {
-			if b.cfg.diskless() {
-				b.conflict = fmt.Errorf("%w: the control group has disk-less member %q registered at incarnation %d, above this process's %d: "+
-					"another process claimed the id after this one (two processes run as %q; only the newest may act)",
-					ErrIdentityConflict, b.id, rd.Record.Incarnation, b.inc, b.id)
-			} else {
-				b.conflict = identityConflict(b.id, b.inc, rd.Record.Incarnation, b.cfg.DataDir, b.cfg.Network != nil)
-			}
+			b.conflict = identityConflict(b.cfg, b.id, b.inc, rd.Record.Incarnation)
 		}
 	case ownership.VerdictVersion:
 		// This binary cannot run at the cluster's version: it must not act.
