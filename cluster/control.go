@@ -131,6 +131,7 @@ type ControlGroup struct {
 	sub   EventStream
 	raft  *raft.Raft
 	trans raft.Transport
+	waitT *waitingTransport // under g.trans: replication waits for unreachable peers
 	mux   *mux
 	pool  *rpcPool
 	addr  string
@@ -239,6 +240,10 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			Logger:  hlog,
 		})
 	}
+	// Log replication to an unreachable peer waits for it (raftwait.go), so
+	// a voter back from an outage is not left to raft's growing backoff.
+	wt := newWaitingTransport(g.trans, log, waitProbe, waitMax)
+	g.trans, g.waitT = wt.raftTransport(), wt
 
 	hasState, err := raft.HasExistingState(cfg.LogStore, cfg.StableStore, cfg.SnapshotStore)
 	if err != nil {
@@ -266,6 +271,17 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft = r
+	wt.setWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
+		if r.State() != raft.Leader || r.CurrentTerm() != term {
+			return false
+		}
+		for _, s := range r.GetConfiguration().Configuration().Servers {
+			if s.ID == id {
+				return s.Address == addr
+			}
+		}
+		return false
+	})
 	g.leaderChange = make(chan struct{})
 	obs := make(chan raft.Observation, 16)
 	g.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
