@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -59,16 +60,16 @@ func TestWaitingTransport(t *testing.T) {
 			n := NewRaftMemNetwork(1)
 			w := newWaitingTransport(n.Transport(a), log, waitProbe, waitMax)
 			defer w.Close()
-			wanted := true
+			var unwanted atomic.Bool
 			w.setWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
 				if id != "b" || addr != b || term != 3 {
 					t.Errorf("wanted(%q, %q, %d): want b, %s, 3", id, addr, term, b)
 				}
-				return wanted
+				return !unwanted.Load()
 			})
 			go func() {
 				time.Sleep(time.Second)
-				wanted = false // read by the waiting call after its next sleep
+				unwanted.Store(true)
 			}()
 			if d, _, err := call(w, replicationReq()); err == nil || d > time.Second+waitProbe {
 				t.Fatalf("got %v after %v, want the error within %v of wanted turning false at 1s", err, d, waitProbe)
