@@ -42,6 +42,7 @@ type failoverOptions struct {
 	dir        string
 	agentBin   string
 	lease      time.Duration
+	down       time.Duration
 }
 
 func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error) {
@@ -58,6 +59,7 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for shard choice and kill phase (0: random)")
 	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
+	fs.DurationVar(&o.down, "down", 0, "restart mode: how long the killed agent stays down before it restarts (0: at once); then restart→acting is measured")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -80,6 +82,10 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 		return o, fmt.Errorf("bench failover: -partitions %d: want %d (nodes)..%d", o.partitions, o.nodes, 1<<16)
 	case o.tick < time.Millisecond || o.tick > time.Second:
 		return o, fmt.Errorf("bench failover: -tick %v: want 1ms..1s", o.tick)
+	case o.down < 0 || o.down > 10*time.Minute:
+		return o, fmt.Errorf("bench failover: -down %v: want 0..10m", o.down)
+	case o.down > 0 && o.mode != "restart":
+		return o, fmt.Errorf("bench failover: -down %v needs -mode restart", o.down)
 	}
 	if o.seed == 0 {
 		o.seed = rand.Uint64()
@@ -98,16 +104,19 @@ type failoverSummary struct {
 	P99Ms    float64 `json:"p99_ms"`
 	MaxMs    float64 `json:"max_ms"`
 	Overlaps int     `json:"overlaps"`
-	// Measured is what min..max describe: "kill→acting" (crash, restart)
-	// or "handoff gap" (drain: last tick of the old owner → first tick of
+	// Measured is what min..max describe: "kill→acting" (crash, restart),
+	// "restart→acting" (restart with -down: the restarted agent's first
+	// tick on any shard) or "handoff gap" (drain: last tick of the old owner → first tick of
 	// the new one, every shard the drained node held).
 	Measured    string  `json:"measured"`
 	Samples     int     `json:"samples"`
 	CommitP50Ms float64 `json:"commit_p50_ms,omitempty"`
 	CommitP99Ms float64 `json:"commit_p99_ms,omitempty"`
-	// RestartP50Ms (restart mode): kill → the restarted agent answering
-	// /healthz.
+	// RestartP50Ms (restart mode): kill (with -down: restart) → the
+	// restarted agent answering /healthz.
 	RestartP50Ms float64 `json:"restart_p50_ms,omitempty"`
+	// DownMs (restart mode): how long the killed agent stayed down.
+	DownMs int64 `json:"down_ms,omitempty"`
 	// DrainCallP50Ms (drain mode): how long POST /v1/drain took.
 	DrainCallP50Ms float64 `json:"drain_call_p50_ms,omitempty"`
 	// Crash/restart: the victim's control-group role; a killed leader adds
@@ -189,8 +198,11 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	s := failoverSummary{Mode: o.mode, Profile: o.profile, Runs: o.runs, Nodes: o.nodes, Partitions: o.partitions,
 		LeaseMs: o.lease.Milliseconds(), TickMs: float64(o.tick.Microseconds()) / 1000, AgentRSSMB: rss, AgentCPUPct: cpu, Seed: o.seed}
 	s.Measured = "kill→acting"
-	if o.mode == "drain" {
+	switch {
+	case o.mode == "drain":
 		s.Measured = "handoff gap"
+	case o.down > 0:
+		s.Measured, s.DownMs = "restart→acting", o.down.Milliseconds()
 	}
 	var commits, restarts, drainCalls, leaderMs, otherMs []float64
 	for i := range o.runs {
@@ -255,7 +267,9 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	if o.mode != "drain" {
 		fmt.Fprintf(m.Stdout, "  victim was the control-group leader in %d runs: p50 %.1f ms then, %.1f ms otherwise\n", s.LeaderKills, s.LeaderP50Ms, s.NonLeaderP50Ms)
 	}
-	if len(restarts) > 0 {
+	if len(restarts) > 0 && o.down > 0 {
+		fmt.Fprintf(m.Stdout, "  down %v, then restart→agent answering /healthz: p50 %.1f ms\n", o.down, s.RestartP50Ms)
+	} else if len(restarts) > 0 {
 		fmt.Fprintf(m.Stdout, "  kill→restarted agent answering /healthz: p50 %.1f ms\n", s.RestartP50Ms)
 	}
 	if len(drainCalls) > 0 {
@@ -324,6 +338,20 @@ func (r *foRecorder) add(batch []foTick) {
 		r.ticks[t.Shard] = append(r.ticks[t.Shard], t)
 		r.total++
 	}
+}
+
+// firstBy returns node's earliest tick after the given time, on any shard.
+func (r *foRecorder) firstBy(node string, after int64) (first foTick, found bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ts := range r.ticks {
+		for _, t := range ts {
+			if t.Node == node && t.UnixNano > after && (!found || t.UnixNano < first.UnixNano) {
+				first, found = t, true
+			}
+		}
+	}
+	return first, found
 }
 
 // shard returns a copy of one shard's ticks, sorted by time.
@@ -781,11 +809,6 @@ func (c *foCluster) oneRun(ctx context.Context, rec *foRecorder, rng *rand.Rand)
 	res.role = c.role(ctx, owner.id)
 	killedAt := time.Now()
 	c.kill(owner)
-	if c.opts.mode == "restart" {
-		if err := c.spawn(owner); err != nil {
-			return res, err
-		}
-	}
 	// Commit: poll a survivor's API for the new epoch.
 	// The poller owns commit and commitErr until it closes commitDone.
 	var commit time.Duration
@@ -810,22 +833,38 @@ func (c *foCluster) oneRun(ctx context.Context, rec *foRecorder, rng *rand.Rand)
 		}
 		commitErr = fmt.Errorf("shard %d: no epoch above %d committed within 2m", target.Shard, target.Epoch)
 	}()
+	restartAt := killedAt
 	if c.opts.mode == "restart" {
-		for time.Since(killedAt) < time.Minute {
+		if c.opts.down > 0 {
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(c.opts.down):
+			}
+			restartAt = time.Now()
+		}
+		if err := c.spawn(owner); err != nil {
+			return res, err
+		}
+		for time.Since(restartAt) < time.Minute {
 			if err := c.get(ctx, owner, "/healthz", nil); err == nil {
-				res.restart = time.Since(killedAt)
+				res.restart = time.Since(restartAt)
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	// Acting: the first witness tick at a higher epoch (ticks arrive in
-	// batches, so wait for it; its timestamp is when it happened).
+	// batches, so wait for it; its timestamp is when it happened). After
+	// -down, the restarted agent's first tick on any shard.
 	var first foTick
 	var found bool
 	deadline := time.Now().Add(2 * time.Minute)
 	for !found {
 		if time.Now().After(deadline) {
+			if c.opts.down > 0 {
+				return res, fmt.Errorf("restarted %s: no tick within 2m (agent logs in %s)", owner.id, c.dir)
+			}
 			return res, fmt.Errorf("shard %d: no tick above epoch %d within 2m of the kill (agent logs in %s)", target.Shard, target.Epoch, c.dir)
 		}
 		select {
@@ -833,7 +872,11 @@ func (c *foCluster) oneRun(ctx context.Context, rec *foRecorder, rng *rand.Rand)
 			return res, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		first, _, found, _ = handoff(rec.shard(target.Shard), owner.id, target.Epoch)
+		if c.opts.down > 0 {
+			first, found = rec.firstBy(owner.id, restartAt.UnixNano())
+		} else {
+			first, _, found, _ = handoff(rec.shard(target.Shard), owner.id, target.Epoch)
+		}
 	}
 	<-commitDone
 	if commitErr != nil {
@@ -842,11 +885,16 @@ func (c *foCluster) oneRun(ctx context.Context, rec *foRecorder, rng *rand.Rand)
 	res.commit = commit
 	_, last, _, overlap := handoff(rec.shard(target.Shard), owner.id, target.Epoch)
 	res.overlap = overlap
-	acting := time.Duration(first.UnixNano - killedAt.UnixNano())
+	acting := time.Duration(first.UnixNano - restartAt.UnixNano())
 	res.samples = []float64{ms(acting)}
-	res.line = fmt.Sprintf("shard %3d  %s@e%d (%-6s)  phase %5.0f ms  kill -9 → commit %7.1f ms, → %s acting @e%d %7.1f ms",
-		target.Shard, owner.id, target.Epoch, res.role, ms(phase), ms(res.commit), first.Node, first.Epoch, ms(acting))
-	if c.opts.mode == "restart" {
+	if c.opts.down > 0 {
+		res.line = fmt.Sprintf("shard %3d  %s@e%d (%-6s)  kill -9 → commit %7.1f ms; down %v, restart → acting (shard %d @e%d) %7.1f ms  (agent up after %.0f ms)",
+			target.Shard, owner.id, target.Epoch, res.role, ms(res.commit), c.opts.down, first.Shard, first.Epoch, ms(acting), ms(res.restart))
+	} else {
+		res.line = fmt.Sprintf("shard %3d  %s@e%d (%-6s)  phase %5.0f ms  kill -9 → commit %7.1f ms, → %s acting @e%d %7.1f ms",
+			target.Shard, owner.id, target.Epoch, res.role, ms(phase), ms(res.commit), first.Node, first.Epoch, ms(acting))
+	}
+	if c.opts.mode == "restart" && c.opts.down == 0 {
 		res.line += fmt.Sprintf("  (restarted agent up after %.0f ms)", ms(res.restart))
 	}
 	if overlap {

@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBenchFailoverBadFlags(t *testing.T) {
@@ -34,6 +35,29 @@ func TestParseFailoverFlagsDefaults(t *testing.T) {
 	}
 	if o.nodes != 5 || o.runs != 20 || o.mode != "drain" || o.lease.Seconds() != 1 || o.seed != 3 {
 		t.Errorf("options = %+v", o)
+	}
+}
+
+func TestParseFailoverFlagsDown(t *testing.T) {
+	o, err := parseFailoverFlags([]string{"-mode", "restart", "-down", "30s"}, &strings.Builder{})
+	if err != nil || o.down != 30*time.Second {
+		t.Fatalf("-mode restart -down 30s: %+v, %v", o, err)
+	}
+	for _, args := range [][]string{{"-down", "30s"}, {"-mode", "restart", "-down", "-1s"}, {"-mode", "restart", "-down", "11m"}} {
+		if _, err := parseFailoverFlags(args, &strings.Builder{}); err == nil || !strings.Contains(err.Error(), "-down") {
+			t.Errorf("%q: err %v, want a -down error", args, err)
+		}
+	}
+}
+
+func TestFirstTickBy(t *testing.T) {
+	r := newFoRecorder()
+	r.add([]foTick{{Shard: 1, Node: "a", UnixNano: 5}, {Shard: 2, Node: "a", UnixNano: 30}, {Shard: 3, Node: "b", UnixNano: 12}, {Shard: 4, Node: "a", UnixNano: 20}})
+	if first, ok := r.firstBy("a", 10); !ok || first.Shard != 4 {
+		t.Errorf("firstBy(a, 10) = %+v, %v; want shard 4", first, ok)
+	}
+	if _, ok := r.firstBy("a", 30); ok {
+		t.Error("firstBy(a, 30) found a tick; want none after 30")
 	}
 }
 
