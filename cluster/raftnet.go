@@ -347,9 +347,11 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 		}
 	}()
 
+	// Until the peer takes the request, a failure is a *errDial (it never
+	// reached the peer), as a failed dial is on a real network.
 	d, err := t.net.route(t.addr, target)
 	if err != nil {
-		return nil, err
+		return nil, &errDial{err}
 	}
 	if err := sleepCtx(ctx, d); err != nil {
 		return nil, err
@@ -359,7 +361,7 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 	timeout := t.net.timeout * time.Duration(timeoutScale)
 	t.net.mu.Unlock()
 	if peer == nil {
-		return nil, fmt.Errorf("memnet: no transport at %s", target)
+		return nil, &errDial{fmt.Errorf("memnet: no transport at %s", target)}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -367,11 +369,11 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 	select {
 	case peer.consumer <- raft.RPC{Command: args, Reader: data, RespChan: respCh}:
 	case <-peer.closed:
-		return nil, fmt.Errorf("memnet: transport %s closed", target)
+		return nil, &errDial{fmt.Errorf("memnet: transport %s closed", target)}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-timer.C:
-		return nil, fmt.Errorf("memnet: send to %s timed out", target)
+		return nil, &errDial{fmt.Errorf("memnet: send to %s timed out", target)}
 	}
 	var resp raft.RPCResponse
 	select {

@@ -24,9 +24,13 @@ import (
 // AppendEntries.
 //
 // So log replication (not heartbeats) to an unreachable peer waits here for
-// the peer instead of failing at once: after a failed send the same request
+// the peer instead of failing at once: after a send that could not reach
+// the peer (a *errDial: the connection could not be made) the same request
 // is sent again every waitProbe until it gets an answer, which reaches raft
-// as the one outcome of its single call. Raft's failure count then grows by
+// as the one outcome of its single call. Any other error (the peer was
+// reached, or may have been) goes to raft at once, as before: a peer that
+// answers with errors is left to raft's backoff, not probed 40 times a
+// second. Raft's failure count then grows by
 // at most one per waitMax of outage, and replication resumes within
 // waitProbe (plus a round trip) of the peer answering again.
 //
@@ -132,6 +136,10 @@ func (t *waitingTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	if err == nil || isHeartbeat(args) {
 		return err
 	}
+	if !isDialErr(err) {
+		t.failures.Add(1)
+		return err
+	}
 	if err = t.wait(id, target, args, resp, err); err != nil {
 		t.failures.Add(1)
 	}
@@ -159,9 +167,10 @@ func (t *waitingTransport) wait(id raft.ServerID, target raft.ServerAddress, arg
 			return err
 		}
 		*resp = raft.AppendEntriesResponse{}
-		if err = t.Transport.AppendEntries(id, target, args, resp); err == nil {
-			t.log.Info("cluster: raft peer reachable again", "peer", id, "waited", time.Since(start).Round(time.Millisecond), "tries", tries)
-			return nil
+		err = t.Transport.AppendEntries(id, target, args, resp)
+		if err == nil || !isDialErr(err) {
+			t.log.Info("cluster: raft peer reachable again", "peer", id, "waited", time.Since(start).Round(time.Millisecond), "tries", tries, "error", err)
+			return err
 		}
 		timer.Reset(t.probe)
 	}

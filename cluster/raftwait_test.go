@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -51,6 +53,33 @@ func TestWaitingTransport(t *testing.T) {
 			}
 			if got := w.waiting.Load(); got != 0 {
 				t.Fatalf("%d calls still waiting", got)
+			}
+		})
+	})
+
+	t.Run("an error from a reached peer goes to raft at once", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := NewRaftMemNetwork(1)
+			w := newWaitingTransport(n.Transport(a), log, waitProbe, waitMax)
+			defer w.Close()
+			peer := n.Transport(b)
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				for {
+					select {
+					case rpc := <-peer.Consumer():
+						rpc.Respond(nil, errors.New("rejected"))
+					case <-stop:
+						return
+					}
+				}
+			}()
+			if d, _, err := call(w, replicationReq()); err == nil || !strings.Contains(err.Error(), "rejected") || d != 0 {
+				t.Fatalf("got %v after %v, want the peer's error at once", err, d)
+			}
+			if got := w.failures.Load(); got != 1 {
+				t.Fatalf("failures = %d, want 1", got)
 			}
 		})
 	})
@@ -169,6 +198,59 @@ func TestControlVoterReturnsAfterOutage(t *testing.T) {
 			t.Errorf("%d replication calls still waiting after the voter returned", got)
 		}
 	})
+}
+
+// The same over loopback TCP (raft's NetworkTransport, bolt stores): a
+// voter down for 3 s and restarted on its address is caught up at once.
+// Raft may count a failure per stale pooled connection to the killed
+// process (the peer may have been reached: not waited on), then none;
+// without the wait it counts one per backoff step, about ten in 3 s, and
+// sleeps up to 2.56 s after the voter is back (measured: 10, caught up
+// after 2.1 s; with the wait: 0, 35 ms).
+func TestControlVoterReturnsAfterOutageTCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real network")
+	}
+	h := newTCPHarness(t)
+	h.cfg = func(c *ControlConfig) {
+		if n := h.nodes[c.NodeID]; n != nil && n.addr != "" {
+			c.BindAddr = n.addr // restart on the same address
+		}
+	}
+	defer h.closeAll()
+	for i := 1; i <= 3; i++ {
+		h.start(fmt.Sprintf("n%d", i))
+	}
+	h.waitConfig(20*time.Second, "n1:V n2:V n3:V")
+	leader := h.waitLeader(20 * time.Second)
+	victim := "n1"
+	if leader.id == victim {
+		victim = "n2"
+	}
+	want := []string{"before"}
+	h.apply(leader, "before", 10*time.Second)
+	h.waitApplied(10*time.Second, want)
+
+	h.stop(victim)
+	downAt := time.Now()
+	for i := 0; time.Since(downAt) < 3*time.Second; i++ {
+		cmd := fmt.Sprintf("down%d", i)
+		h.apply(leader, cmd, 10*time.Second)
+		want = append(want, cmd)
+		time.Sleep(200 * time.Millisecond) // pacing entries through the outage, not waiting for a state
+	}
+	failures := leader.g.waitT.failures.Load()
+	back := time.Now()
+	h.start(victim)
+	h.waitApplied(10*time.Second, want)
+	d := time.Since(back)
+	t.Logf("caught up %v after restart; raft counted %d replication failures during the outage", d, failures)
+	if failures > 4 {
+		t.Errorf("raft counted %d failed replication calls over a 3s outage, want ≤ 4 (stale pooled connections)", failures)
+	}
+	if d > time.Second {
+		t.Errorf("returning voter caught up %v after its restart, want ≤ 1s", d)
+	}
 }
 
 // A wait for a down peer ends when the peer is removed from the

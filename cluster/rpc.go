@@ -335,7 +335,7 @@ func (r *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	defer cancel()
 	c, err := r.stream.Dial(ctx, string(addr))
 	if err != nil {
-		return nil, err
+		return nil, &errDial{err} // the peer is unreachable: raftwait.go waits on it
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := c.Write([]byte{protoRaft}); err != nil {
