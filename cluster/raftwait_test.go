@@ -253,6 +253,47 @@ func TestControlVoterReturnsAfterOutageTCP(t *testing.T) {
 	}
 }
 
+// A call blocked waiting for a dead follower is no contact: with both
+// followers of three voters down, the leader's replication waits for both,
+// yet VerifyLeader fails and the leader steps down within its leader lease,
+// as it did when those calls failed at once.
+func TestControlWaitIsNoContact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 17)
+		defer h.closeAll()
+		for i := 1; i <= 3; i++ {
+			h.start(fmt.Sprintf("n%d", i))
+		}
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		leader := h.waitLeader(10 * time.Second)
+		for _, n := range h.running() {
+			if n != leader {
+				h.stop(n.id)
+			}
+		}
+		start := time.Now()
+		waitFor(t, 100*time.Millisecond, "replication waiting for both followers", func() bool {
+			return leader.g.waitT.waiting.Load() == 2
+		})
+		if err := leader.g.raft.VerifyLeader().Error(); err == nil {
+			t.Fatal("VerifyLeader succeeded with both followers down")
+		}
+		waitFor(t, 5*time.Second, "the leader to step down", func() bool {
+			return !leader.g.IsLeader()
+		})
+		// LeaderLeaseTimeout is 150 ms here; the lease check runs at most
+		// that often.
+		d := time.Since(start)
+		t.Logf("leader stepped down %v after losing both followers", d)
+		if d > time.Second {
+			t.Errorf("leader stepped down %v after losing both followers, want within 1s", d)
+		}
+		waitFor(t, time.Second, "the waits to end with leadership", func() bool {
+			return leader.g.waitT.waiting.Load() == 0
+		})
+	})
+}
+
 // A wait for a down peer ends when the peer is removed from the
 // configuration, and when the leader closes: Close does not hang on it, and
 // no goroutine outlives the group (synctest fails the test if one does).
