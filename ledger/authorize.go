@@ -43,7 +43,7 @@ func (p Proposer) String() string {
 //     forwarded one is always refused, as is every kind this function does
 //     not know (a newer release's command must be added here to be
 //     forwardable);
-//   - operators may drain any node and change Settings;
+//   - operators may drain any node and change Settings and LogSettings;
 //   - any member (or operator) may propose PinShard and ExcludeNode: they
 //     reach the leader through a member's HTTP API, which demands an
 //     operator's write-scope token (like finalizing an upgrade);
@@ -107,7 +107,7 @@ func Authorize(st *State, p Proposer, c Command) error {
 		return fenced(c.Shard, c.Epoch)
 	case App:
 		return fenced(c.Shard, c.Epoch)
-	case Settings:
+	case Settings, LogSettings:
 		if !p.Operator {
 			return deny("operator only")
 		}

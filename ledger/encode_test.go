@@ -41,6 +41,8 @@ func sampleCommands() []Command {
 		Batch{Commands: []Command{Heartbeat{Node: "a", Incarnation: 1}, Session{ID: RequestID{4}, Command: App{Shard: 9, Epoch: 1, Type: "kv", Payload: []byte("x"), Now: 12}}}},
 		ClaimIncarnation{Node: "member-7f9c", Now: 13, MinVersion: 1, MaxVersion: 3},
 		Session{ID: RequestID{5}, Command: ClaimIncarnation{Node: "m", Now: -1}},
+		LogSettings{MaxPayload: 1 << 20, JobRetention: 3600e9, MaxFinishedJobs: 1000, DefaultMaxAttempts: 3, SessionWindow: 600e9, MaxSessions: 65536, Now: 17},
+		Session{ID: RequestID{6}, Command: LogSettings{MaxPayload: 1, JobRetention: 1, MaxFinishedJobs: 1, DefaultMaxAttempts: 1, SessionWindow: 1, MaxSessions: 1}},
 	}
 }
 

@@ -386,6 +386,9 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	case Settings:
 		r = f.settings(c)
 		f.prune(f.jobNow(c.Now))
+	case LogSettings:
+		r = f.logSettings(c)
+		f.prune(f.jobNow(c.Now))
 	case ClusterConfig:
 		r = f.clusterConfig(c)
 	case ClaimIncarnation:
@@ -602,8 +605,8 @@ func (f *FSM) putJob(old *JobRecord, j *JobRecord) {
 }
 
 func (f *FSM) jobEnqueue(c JobEnqueue) Result {
-	if len(c.Payload) > f.cfg.MaxPayload {
-		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
+	if max := f.st.settings.MaxPayload; len(c.Payload) > int(max) {
+		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), max)}
 	}
 	if c.Key != "" && !mutation.On(mutation.EnqueueDuplicateKey) {
 		if id, ok := f.st.jobIDByKey(c.Shard, c.Key); ok {
@@ -746,8 +749,8 @@ func (f *FSM) checkFinish(shard uint32, epoch, id uint64, attempt uint32) (*JobR
 }
 
 func (f *FSM) jobComplete(c JobComplete) Result {
-	if len(c.Result) > f.cfg.MaxPayload {
-		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), f.cfg.MaxPayload)}
+	if max := f.st.settings.MaxPayload; len(c.Result) > int(max) {
+		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), max)}
 	}
 	j, r, ok := f.checkFinish(c.Shard, c.Epoch, c.Job, c.Attempt)
 	if !ok {
@@ -816,8 +819,8 @@ func (f *FSM) app(index uint64, c App) Result {
 	if !ok {
 		return Result{Err: errf(ErrUnknownType, "%q", c.Type)}
 	}
-	if len(c.Payload) > f.cfg.MaxPayload {
-		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
+	if max := f.st.settings.MaxPayload; len(c.Payload) > int(max) {
+		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), max)}
 	}
 	rec := f.shard(c.Shard)
 	if rec.Epoch != c.Epoch && !mutation.On(mutation.AppStaleEpoch) {

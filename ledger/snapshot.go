@@ -17,12 +17,14 @@ import (
 // snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
 // version 3 the cluster config and NodeRecord's version range; version 4
 // the session table; version 5 the operator's pins and exclusions and the
-// log's clock (cluster version 3: VersionPlacementRules, VersionLogTime).
+// log's clock (cluster version 3: VersionPlacementRules, VersionLogTime);
+// version 6 the logged settings (cluster version 4, VersionLogSettings).
 // A snapshot is written as version 5 only once the cluster runs version 3
-// (or holds a pin or exclusion, which needs it), so a binary of the
-// previous release can install the snapshots of a cluster that has not
-// finalized 3. Versions 1 to 4 are still read.
-const snapshotVersion byte = 5
+// (or holds a pin or exclusion, which needs it), and as version 6 only once
+// LogSettings is committed, so a binary of the previous release can install
+// the snapshots of a cluster that has not finalized the newer version.
+// Versions 1 to 5 are still read.
+const snapshotVersion byte = 6
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -71,8 +73,13 @@ func (s *fsmSnapshot) Release() {}
 func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
-	ver := snapshotVersion
-	if !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {
+	var ver byte
+	switch {
+	case st.settings.Logged:
+		ver = snapshotLogSettings
+	case st.VersionActive(VersionLogTime) || st.pins.Len() > 0 || st.excluded.Len() > 0:
+		ver = 5
+	default:
 		ver = 4
 	}
 	w := &writer{ver: ver}
@@ -127,6 +134,9 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		st.excluded.Ascend(func(e ExcludeRecord) bool { encodeExclude(w, e); flush(); return err == nil })
 		w.i(st.logTime)
 	}
+	if ver >= snapshotLogSettings {
+		writeSnapshotSettings(w, st.settings)
+	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
 		w.str(a.typ)
@@ -160,6 +170,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	st.settings = st.settings.localLimits(f.cfg)
 	for _, a := range apps {
 		if _, ok := f.apps[a.typ]; !ok {
 			return fmt.Errorf("%w: snapshot holds application type %q, not registered here", ErrUnknownType, a.typ)
@@ -261,6 +272,9 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 			st.excluded.ReplaceOrInsert(e)
 		}
 		st.logTime = r.i()
+	}
+	if r.ver >= snapshotLogSettings {
+		readSnapshotSettings(r, &st.settings)
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

@@ -171,6 +171,9 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	if c, ok := p.clusterConfig(now, in.Cluster, t); ok {
 		return []ledger.Command{c}, nil
 	}
+	if c, ok := logSettings(now, in); ok {
+		return []ledger.Command{c}, nil
+	}
 	p.updateRing(now, t, sortedMembers(in.Members))
 	if err := p.buildRing(t); err != nil {
 		return nil, err

@@ -83,6 +83,10 @@ type Input struct {
 	// the ring at once (a hard signal, like a drain).
 	Pins     []ledger.PinRecord
 	Excluded []ledger.ExcludeRecord
+	// Settings are the settings the leader's replica applies with
+	// (ledger.State.Settings): the planner commits them (LogSettings) once
+	// the cluster runs ledger.VersionLogSettings and none are logged.
+	Settings ledger.LedgerSettings
 }
 
 // table is a sorted, indexed copy of the committed records.
