@@ -238,6 +238,11 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 		if cmd.DefaultMaxAttempts != 0 {
 			c.settings.DefaultMaxAttempts = cmd.DefaultMaxAttempts
 		}
+	case ledger.LogSettings:
+		if res.Err != nil {
+			return
+		}
+		c.settings.JobRetention, c.settings.MaxFinishedJobs, c.settings.DefaultMaxAttempts = cmd.JobRetention, cmd.MaxFinishedJobs, cmd.DefaultMaxAttempts
 	}
 }
 
