@@ -86,9 +86,9 @@ func (c Config) maxSessions() int {
 	return c.MaxSessions
 }
 
-// settings are the settings a replica with this Config starts with (and
+// Settings are the settings a replica with this Config starts with (and
 // applies with until LogSettings is committed).
-func (c Config) settings() LedgerSettings {
+func (c Config) Settings() LedgerSettings {
 	return LedgerSettings{
 		JobRetention:       int64(c.JobRetention),
 		MaxFinishedJobs:    uint32(c.MaxFinishedJobs),

@@ -66,7 +66,7 @@ func NewFSM(cfg Config) (*FSM, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, st: newState(cfg.settings()), apps: map[string]StateMachine{}, waitCh: make(chan struct{})}
+	f := &FSM{cfg: cfg, st: newState(cfg.Settings()), apps: map[string]StateMachine{}, waitCh: make(chan struct{})}
 	f.publish()
 	return f, nil
 }

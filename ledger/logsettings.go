@@ -77,7 +77,7 @@ func (f *FSM) logSettings(c LogSettings) Result {
 // carry from this replica's Config (as before VersionLogSettings).
 func (s LedgerSettings) localLimits(c Config) LedgerSettings {
 	if !s.Logged {
-		l := c.settings()
+		l := c.Settings()
 		s.MaxPayload, s.SessionWindow, s.MaxSessions = l.MaxPayload, l.SessionWindow, l.MaxSessions
 	}
 	return s

@@ -101,7 +101,7 @@ func TestLogSettingsBeforeVersion4(t *testing.T) {
 	f, _ := newTestFSM(t, cfg)
 	f.ApplyCommand(1, Heartbeat{Node: "n1", Incarnation: 1, MinVersion: 1, MaxVersion: MaxClusterVersion})
 	f.ApplyCommand(2, ClusterConfig{Name: "c", Partitions: 4, Version: VersionLogSettings - 1})
-	ls := LogSettingsOf(DefaultConfig().settings(), 3)
+	ls := LogSettingsOf(DefaultConfig().Settings(), 3)
 	if r := f.ApplyCommand(3, ls); !errors.Is(r.Err, ErrVersion) {
 		t.Fatalf("LogSettings at version %d: %v, want ErrVersion", VersionLogSettings-1, r.Err)
 	}
@@ -122,7 +122,7 @@ func TestLogSettingsBeforeVersion4(t *testing.T) {
 func TestLogSettingsInvalid(t *testing.T) {
 	f, _ := newTestFSM(t, DefaultConfig())
 	f.ApplyCommand(1, ClusterConfig{Name: "c", Partitions: 4, Version: VersionLogSettings})
-	good := LogSettingsOf(DefaultConfig().settings(), 1)
+	good := LogSettingsOf(DefaultConfig().Settings(), 1)
 	for i, mut := range []func(*LogSettings){
 		func(c *LogSettings) { c.MaxPayload = 0 },
 		func(c *LogSettings) { c.MaxPayload = MaxCommandSize },
@@ -149,7 +149,7 @@ func TestLogSettingsInvalid(t *testing.T) {
 func TestLogSettingsOperatorOnly(t *testing.T) {
 	f, _ := newTestFSM(t, DefaultConfig())
 	st := f.State()
-	c := LogSettingsOf(DefaultConfig().settings(), 1)
+	c := LogSettingsOf(DefaultConfig().Settings(), 1)
 	if err := Authorize(st, Proposer{ID: "n1"}, c); !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "LogSettings") {
 		t.Fatalf("member: %v", err)
 	}
