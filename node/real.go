@@ -692,9 +692,31 @@ func (b *netBackend) shards() []ShardInfo {
 }
 
 func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
-	// The agent must have seen what the replica applied, so a shard moved
-	// away is never reported acting at its old epoch: feed it the latest
-	// state first when the replica is ahead (an input, like any other).
+	if !b.lockFreshAgent(now) {
+		return actingState{}, false
+	}
+	defer b.mu.Unlock()
+	a, ok := b.agent.Acting(now, s)
+	if !ok {
+		return actingState{}, false
+	}
+	return actingState{epoch: a.Epoch, until: a.Until, revoking: a.Revoking}, true
+}
+
+func (b *netBackend) token(s uint32, now time.Time) (uint64, time.Time, bool) {
+	if !b.lockFreshAgent(now) {
+		return 0, time.Time{}, false
+	}
+	defer b.mu.Unlock()
+	return b.agent.Token(now, s)
+}
+
+// lockFreshAgent locks b.mu with the agent up to date, and reports false
+// (unlocked) once b is closed. The agent must have seen what the replica
+// applied, so a shard moved away is never reported acting at its old
+// epoch: feed it the latest state first when the replica is ahead (an
+// input, like any other).
+func (b *netBackend) lockFreshAgent(now time.Time) bool {
 	b.mu.Lock()
 	stale := !b.closed && b.agent.Status().Applied < b.fsm.State().AppliedIndex()
 	b.mu.Unlock()
@@ -702,15 +724,11 @@ func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
 		b.step(now, b.observed())
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
-		return actingState{}, false
+		b.mu.Unlock()
+		return false
 	}
-	a, ok := b.agent.Acting(now, s)
-	if !ok {
-		return actingState{}, false
-	}
-	return actingState{epoch: a.Epoch, until: a.Until, revoking: a.Revoking}, true
+	return true
 }
 
 func (b *netBackend) resigned(s uint32, epoch uint64) {
