@@ -170,10 +170,11 @@ func (s ShardInfo) Token() Token { return Token{Shard: s.Shard, Epoch: s.Epoch} 
 // Node is a running member of a tenure cluster. All methods are safe for
 // concurrent use. Create one with Start and stop it with Close.
 type Node struct {
-	cfg       Config
-	timing    Timing
-	log       *slog.Logger
-	be        backend
+	cfg    Config
+	timing Timing
+	log    *slog.Logger
+	be     backend
+
 	events    hub[Event]
 	jobEvents hub[JobEvent]
 
