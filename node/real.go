@@ -179,16 +179,18 @@ func ownershipConfig(cfg Config) ownership.Config {
 	oc.ClusterName = cfg.Cluster
 	oc.ManualFinalize = cfg.ManualFinalize
 	oc.MaxVersion = cfg.speakMax
+	// Non-zero values replace the profile's (ownership.Config.Validate
+	// judges them); a negative LoadThreshold turns load balancing off.
 	switch {
 	case cfg.LoadThreshold < 0:
 		oc.Load.Threshold = 0
-	case cfg.LoadThreshold > 0:
+	case cfg.LoadThreshold != 0:
 		oc.Load.Threshold = cfg.LoadThreshold
 	}
-	if cfg.LoadSwapsPerMinute > 0 {
+	if cfg.LoadSwapsPerMinute != 0 {
 		oc.Load.SwapsPerMinute = cfg.LoadSwapsPerMinute
 	}
-	if cfg.LoadSettle > 0 {
+	if cfg.LoadSettle != 0 {
 		oc.Load.Settle = cfg.LoadSettle
 	}
 	return oc

@@ -148,8 +148,16 @@ func TestConfig() Config {
 	return c
 }
 
+// Bounds of the load-balancing settings (LoadConfig).
+const (
+	MaxLoadThreshold      = 100
+	MaxLoadSwapsPerMinute = 1000
+)
+
 // Validate checks every field and the cross-field rules; errors wrap
-// ErrInvalidConfig and name the bad values.
+// ErrInvalidConfig and name the bad values. It is the one place the
+// ownership settings are checked: node.Config.Validate calls it on the
+// configuration the node derives.
 func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
@@ -171,10 +179,12 @@ func (c Config) Validate() error {
 		return bad("StableFor = %v, want ≥ 0", c.StableFor)
 	case math.IsNaN(c.MinHealth) || c.MinHealth < 0 || c.MinHealth > 1:
 		return bad("MinHealth = %v, want in [0, 1]", c.MinHealth)
-	case math.IsNaN(c.Load.Threshold) || math.IsInf(c.Load.Threshold, 0) || c.Load.Threshold < 0:
-		return bad("Load.Threshold = %v, want ≥ 0 (0: off)", c.Load.Threshold)
+	case math.IsNaN(c.Load.Threshold) || c.Load.Threshold < 0 || c.Load.Threshold > MaxLoadThreshold:
+		return bad("Load.Threshold = %v, want in [0, %d] (0: off)", c.Load.Threshold, MaxLoadThreshold)
 	case math.IsNaN(c.Load.MinGain) || c.Load.MinGain < 0 || c.Load.MinGain >= 1:
 		return bad("Load.MinGain = %v, want in [0, 1)", c.Load.MinGain)
+	case c.Load.SwapsPerMinute < 0 || c.Load.SwapsPerMinute > MaxLoadSwapsPerMinute:
+		return bad("Load.SwapsPerMinute = %d, want in [0, %d]", c.Load.SwapsPerMinute, MaxLoadSwapsPerMinute)
 	case c.Load.Threshold > 0 && c.Load.SwapsPerMinute < 1:
 		return bad("Load.SwapsPerMinute = %d, want ≥ 1 with Load.Threshold %v", c.Load.SwapsPerMinute, c.Load.Threshold)
 	case c.Load.Settle < 0:
