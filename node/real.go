@@ -753,9 +753,7 @@ func (b *netBackend) members() []Member {
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
 		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
 		mm.Excluded = st.IsExcluded(m.ID)
-		if lr := parseLoad(m.Tags[loadTag]); lr != nil {
-			mm.Load = &LoadSummary{Total: lr.Total, Hot: lr.Hot}
-		}
+		mm.Load = parseLoad(m.Tags[loadTag])
 		if known && rec.HeartbeatAt != 0 {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
