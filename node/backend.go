@@ -79,6 +79,10 @@ type backend interface {
 	finishJob(ctx context.Context, tok Token, id uint64, attempt uint32, out jobOutcome) (Job, error)
 	job(id uint64) (Job, bool)
 	jobByKey(shard uint32, key string) (Job, bool)
+	// maxPayload is the job payload limit this node's replica applies
+	// with (ledger.LedgerSettings.MaxPayload: the logged one once the
+	// cluster committed LogSettings).
+	maxPayload() int
 	// pendingJobs counts the shard's pending jobs in this node's replica,
 	// stopping at limit when limit > 0.
 	pendingJobs(shard uint32, limit int) int
