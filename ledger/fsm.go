@@ -605,8 +605,8 @@ func (f *FSM) putJob(old *JobRecord, j *JobRecord) {
 }
 
 func (f *FSM) jobEnqueue(c JobEnqueue) Result {
-	if max := f.st.settings.MaxPayload; len(c.Payload) > int(max) {
-		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), max)}
+	if limit := f.st.settings.MaxPayload; len(c.Payload) > int(limit) {
+		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), limit)}
 	}
 	if c.Key != "" && !mutation.On(mutation.EnqueueDuplicateKey) {
 		if id, ok := f.st.jobIDByKey(c.Shard, c.Key); ok {
@@ -749,8 +749,8 @@ func (f *FSM) checkFinish(shard uint32, epoch, id uint64, attempt uint32) (*JobR
 }
 
 func (f *FSM) jobComplete(c JobComplete) Result {
-	if max := f.st.settings.MaxPayload; len(c.Result) > int(max) {
-		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), max)}
+	if limit := f.st.settings.MaxPayload; len(c.Result) > int(limit) {
+		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), limit)}
 	}
 	j, r, ok := f.checkFinish(c.Shard, c.Epoch, c.Job, c.Attempt)
 	if !ok {
@@ -819,8 +819,8 @@ func (f *FSM) app(index uint64, c App) Result {
 	if !ok {
 		return Result{Err: errf(ErrUnknownType, "%q", c.Type)}
 	}
-	if max := f.st.settings.MaxPayload; len(c.Payload) > int(max) {
-		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), max)}
+	if limit := f.st.settings.MaxPayload; len(c.Payload) > int(limit) {
+		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), limit)}
 	}
 	rec := f.shard(c.Shard)
 	if rec.Epoch != c.Epoch && !mutation.On(mutation.AppStaleEpoch) {
