@@ -267,6 +267,8 @@ func (k Kind) String() string {
 		return "ExcludeNode"
 	case KindClaimIncarnation:
 		return "ClaimIncarnation"
+	case KindSetTakeoverPolicy:
+		return "SetTakeoverPolicy"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }
