@@ -83,12 +83,16 @@ type Input struct {
 	// the ring at once (a hard signal, like a drain).
 	Pins     []ledger.PinRecord
 	Excluded []ledger.ExcludeRecord
+	// Fenced are the shards under fenced takeover
+	// (ledger.State.FencedRanges; fenced.go).
+	Fenced []ledger.ShardRange
 }
 
 // table is a sorted, indexed copy of the committed records.
 type table struct {
 	pins     map[uint32]string // operator pins: shard -> node
 	excluded map[string]bool   // operator exclusions
+	fenced   fencedView        // fenced-takeover policy (fenced.go)
 	shards   map[uint32]ledger.ShardRecord
 	nodes    map[string]ledger.NodeRecord
 	ids      []string // node ids, sorted
