@@ -103,10 +103,13 @@ func (s *Sim) probe() {
 	case 0: // heartbeats from an older incarnation, or at another liveness
 		if len(nodes) > 0 {
 			n := nodes[s.rng.IntN(len(nodes))]
+			// The versions the node speaks (its record's), so a cluster
+			// past version 1 refuses the probe for what it breaks.
+			lo, hi := n.MinVersion, n.MaxVersion
 			if s.chance(0.5) {
-				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation - 1, Liveness: n.Liveness, Now: now}, ledger.ErrStaleIncarnation)
+				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation - 1, Liveness: n.Liveness, Now: now, MinVersion: lo, MaxVersion: hi}, ledger.ErrStaleIncarnation)
 			} else {
-				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation, Liveness: n.Liveness + 1, Now: now}, ledger.ErrStaleLiveness)
+				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation, Liveness: n.Liveness + 1, Now: now, MinVersion: lo, MaxVersion: hi}, ledger.ErrStaleLiveness)
 			}
 		}
 	case 1: // an expiry racing a heartbeat; a drain from another incarnation
