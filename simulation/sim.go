@@ -235,7 +235,7 @@ type Result struct {
 	// under fenced takeover while another still acted on it (S4 is waived
 	// there; Config.Fenced).
 	FencedOverlaps int
-	MaxHandoffGap                                time.Duration
+	MaxHandoffGap  time.Duration
 	// ZoneShards counts the committed owners' partitions per zone at the
 	// end (Config.Zones); LoadMaxOverAvg is the most loaded node's load
 	// over its weighted share at the end (Config.ShardLoads).
