@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 )
 
 func init() {
@@ -56,7 +58,7 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for shard choice and kill phase (0: random)")
 	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -151,7 +153,7 @@ func agentWorkspace(bin, dir, prefix string) (string, string, func(), error) {
 	return bin, dir, cleanup, nil
 }
 
-func runBenchFailover(ctx context.Context, m *Main, args []string) error {
+func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	o, err := parseFailoverFlags(args, m.Stderr)
 	if err != nil {
 		return err
