@@ -90,3 +90,16 @@ func (c *foCluster) postJSON(ctx context.Context, a *foAgent, path string, body 
 	}
 	return nil
 }
+
+// splitEarly returns the samples ≥ 0 and how many were negative: a
+// successor that acted before the kill took over from a live owner (a
+// fenced takeover on a false suspicion), which is no failover time.
+func splitEarly(samples []float64) ([]float64, int) {
+	kept := make([]float64, 0, len(samples))
+	for _, v := range samples {
+		if v >= 0 {
+			kept = append(kept, v)
+		}
+	}
+	return kept, len(samples) - len(kept)
+}

@@ -31,3 +31,10 @@ func TestParseFailoverFencedFlags(t *testing.T) {
 		t.Errorf("agent args %q lack --fenced-after", args)
 	}
 }
+
+func TestSplitEarly(t *testing.T) {
+	kept, early := splitEarly([]float64{300, -40, 0, 250, -1})
+	if early != 2 || len(kept) != 3 || kept[0] != 300 || kept[1] != 0 || kept[2] != 250 {
+		t.Errorf("splitEarly = %v, %d", kept, early)
+	}
+}
