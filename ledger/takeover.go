@@ -3,6 +3,8 @@ package ledger
 import (
 	"fmt"
 	"slices"
+
+	"github.com/tenurehq/tenure/internal/mutation"
 )
 
 // Fenced takeover (cluster version 4, VersionFencedTakeover): shards whose
@@ -158,7 +160,7 @@ func (f *FSM) setTakeoverPolicy(c SetTakeoverPolicy) Result {
 // fencedTakeover reports whether a Grant may replace rec's still-valid
 // owner: a takeover of a shard under the fenced policy.
 func (f *FSM) fencedTakeover(c Grant, rec ShardRecord) bool {
-	return c.Takeover && rec.State == ShardOwned && f.st.Fenced(c.Shard)
+	return c.Takeover && rec.State == ShardOwned && (f.st.Fenced(c.Shard) || mutation.On(mutation.FencedTakeoverUnfenced))
 }
 
 func encodeTakeoverPolicy(w *writer, c SetTakeoverPolicy) error {

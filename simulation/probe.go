@@ -121,11 +121,12 @@ func (s *Sim) probe() {
 				commit(ledger.SetDraining{Node: n.ID, Incarnation: n.Incarnation + 1, Draining: !n.Draining, Now: now}, ledger.ErrStaleIncarnation)
 			}
 		}
-	case 2: // a grant over a valid owner
+	case 2: // a grant over a valid owner (a takeover when Owned and not fenced)
 		if sh, ok := pickShard(valid); ok {
 			if n, ok := other(sh.Owner); ok {
+				takeover := sh.State == ledger.ShardOwned && !st.Fenced(sh.Shard) && sh.Epoch%2 == 1
 				commit(ledger.Grant{Shard: sh.Shard, ExpectedEpoch: sh.Epoch, Owner: n.ID, OwnerIncarnation: n.Incarnation,
-					OwnerLiveness: n.Liveness, Now: now}, ledger.ErrShardOwned)
+					OwnerLiveness: n.Liveness, Takeover: takeover, Now: now}, ledger.ErrShardOwned)
 			}
 		}
 	case 3: // grants of the unowned probe shard: stale epoch, empty owner, stale grantee
