@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -103,7 +104,7 @@ func withRange(rs []ShardRange, r ShardRange, fenced bool) []ShardRange {
 	if fenced {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b ShardRange) int { return int(int64(a.First) - int64(b.First)) })
+	slices.SortFunc(out, func(a, b ShardRange) int { return cmp.Compare(a.First, b.First) })
 	// Merge adjacent ranges so one set of shards has one form.
 	merged := out[:0]
 	for _, x := range out {
