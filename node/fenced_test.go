@@ -66,7 +66,6 @@ func TestFencedTakeover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, _ := st().Node(leaderID)
 		start := time.Now()
 		old.be.(*netBackend).dropHeartbeats.Store(true)
 		var next *Node
@@ -87,13 +86,11 @@ func TestFencedTakeover(t *testing.T) {
 		if want := "fenced takeover from " + leaderID; !strings.HasPrefix(r.Reason, want) {
 			t.Fatalf("shard %d granted with reason %q, want %q", e.Shard(), r.Reason, want)
 		}
-		// The takeover did not expire the old leader: the grant came
-		// before its lease ended, while it may still act (S4 waived).
+		// A fenced takeover (the reason above), not an expiry: the grant
+		// bumped the epoch once, while the old leader's lease may still
+		// run (S4 waived).
 		if r.Epoch != tok.Epoch+1 {
 			t.Fatalf("epoch %d after the takeover, want %d", r.Epoch, tok.Epoch+1)
-		}
-		if n, _ := st().Node(leaderID); n.Liveness == rec.Liveness && !strings.Contains(r.Reason, "expired") {
-			t.Logf("%s still at liveness %d: not expired", leaderID, n.Liveness)
 		}
 		if _, err := old.Propose(ctx, tok, "sum", u64(1000)); !errors.Is(err, ErrStaleToken) {
 			t.Fatalf("stale leader's propose = %v, want ErrStaleToken", err)
