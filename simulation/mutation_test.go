@@ -141,3 +141,81 @@ func revokeRestartConfig(seed uint64) Config {
 	}
 	return cfg
 }
+
+// TestSimRenewalScenariosClean runs the controls of the lease-renewal
+// scenarios (cluster version 4) with every rule on.
+func TestSimRenewalScenariosClean(t *testing.T) {
+	runClean(t, "deposed leaders", depositionConfig)
+	runClean(t, "slow replicas through a drain", slowRevokeConfig)
+	runClean(t, "owners paused through their expiry", expiringConfig)
+}
+
+// depositionConfig cuts the control-group leader and one non-voter off the
+// other voters, again and again: the non-voter keeps renewing with the old
+// leader, which keeps receiving renewals while the others elect a new one
+// (renew-without-confirm: a deposed leader must not ack without a
+// quorum).
+func depositionConfig(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.RandomFaults = false
+	cfg.StopAtFirstViolation = true
+	cfg.FaultsUntil = 12 * time.Second
+	cfg.Duration = 20 * time.Second
+	r := rand.New(rand.NewPCG(seed, 17))
+	for i := range 4 {
+		at := time.Duration(i)*2500*time.Millisecond + 2*time.Second + time.Duration(r.Int64N(int64(400*time.Millisecond)))
+		dur := 1500*time.Millisecond + time.Duration(r.Int64N(int64(time.Second)))
+		cfg.Faults = append(cfg.Faults,
+			Fault{At: at, Kind: CutVoters, Node: LeaderNode, Dur: dur},
+			Fault{At: at, Kind: CutVoters, Node: cfg.Voters + r.IntN(cfg.Nodes-cfg.Voters), Dur: dur})
+	}
+	return cfg
+}
+
+// slowRevokeConfig drains a non-voter and stalls its replica for longer
+// than the takeover wait right after: it keeps renewing with the leader
+// but must not extend its lease past entries (the Revokes) it has not
+// applied (renew-without-apply-wait).
+func slowRevokeConfig(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.RandomFaults = false
+	cfg.StopAtFirstViolation = true
+	cfg.FaultsUntil = 14 * time.Second
+	cfg.Duration = 20 * time.Second
+	r := rand.New(rand.NewPCG(seed, 19))
+	stall := 3*(cfg.Ownership.Lease+cfg.Ownership.DrainTimeout)/2 + time.Duration(r.Int64N(int64(time.Second)))
+	for i := range 3 {
+		at := time.Duration(i)*4*time.Second + 2*time.Second + time.Duration(r.Int64N(int64(300*time.Millisecond)))
+		node := cfg.Voters + r.IntN(cfg.Nodes-cfg.Voters)
+		cfg.Faults = append(cfg.Faults,
+			Fault{At: at, Kind: SlowApply, Node: node, Dur: stall},
+			Fault{At: at + time.Duration(r.Int64N(int64(20*time.Millisecond))), Kind: Drain, Node: node, Dur: stall})
+	}
+	return cfg
+}
+
+// expiringConfig pauses a non-voter for about as long as the leader waits
+// before expiring it, its replica stalled meanwhile and a while after, with
+// the job workload off (a quiet log): its first renewal after the pause
+// can reach the leader between the decision to expire it and the expiry's
+// apply (renew-while-expiring).
+func expiringConfig(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.RandomFaults = false
+	cfg.StopAtFirstViolation = true
+	cfg.Workload = false
+	cfg.Probes = false
+	cfg.FaultsUntil = 16 * time.Second
+	cfg.Duration = 20 * time.Second
+	r := rand.New(rand.NewPCG(seed, 23))
+	wait := time.Duration(float64(cfg.Ownership.Lease) * (1 + cfg.Ownership.MaxDrift))
+	for i := range 6 {
+		at := time.Duration(i)*2*time.Second + 2*time.Second + time.Duration(r.Int64N(int64(300*time.Millisecond)))
+		pause := wait - cfg.Ownership.RenewEvery/2 + time.Duration(r.Int64N(int64(cfg.Ownership.RenewEvery)))
+		node := cfg.Voters + r.IntN(cfg.Nodes-cfg.Voters)
+		cfg.Faults = append(cfg.Faults,
+			Fault{At: at, Kind: Pause, Node: node, Dur: pause},
+			Fault{At: at, Kind: SlowApply, Node: node, Dur: pause + 500*time.Millisecond})
+	}
+	return cfg
+}
