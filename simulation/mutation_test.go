@@ -2,6 +2,7 @@ package simulation
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -218,4 +219,82 @@ func expiringConfig(seed uint64) Config {
 			Fault{At: at, Kind: SlowApply, Node: node, Dur: pause + 500*time.Millisecond})
 	}
 	return cfg
+}
+
+// TestSimLeaderKillFailover kills the control-group leader while it owns
+// shards: under cluster version 4 its shards are granted elsewhere about
+// Lease·(1+δ) after the kill (the new leader's bound is the voters' last
+// confirm, just before the kill) — an election, not a second lease; under
+// version 3 the new leader waits Lease·(1+δ) from establishing, after the
+// election.
+func TestSimLeaderKillFailover(t *testing.T) {
+	const seeds = 12
+	run := func(version uint32) (worst, sum time.Duration, n int) {
+		for seed := uint64(1); seed <= seeds; seed++ {
+			cfg := DefaultConfig(seed)
+			cfg.RandomFaults = false
+			cfg.ClusterVersion = version
+			kill := 3*time.Second + time.Duration(rand.New(rand.NewPCG(seed, 29)).Int64N(int64(cfg.Ownership.RenewEvery)))
+			cfg.Faults = []Fault{{At: kill, Kind: Crash, Node: LeaderNode, Dur: 8 * time.Second}}
+			for s := range uint32(cfg.Ownership.Ring.Partitions) {
+				cfg.Watch = append(cfg.Watch, s)
+			}
+			res, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Failed() {
+				t.Fatalf("version %d seed %d: %v", version, seed, res.Violations)
+			}
+			d, ok := failover(t, res.Timeline, kill)
+			if !ok {
+				continue // the leader owned no shard
+			}
+			worst, sum, n = max(worst, d), sum+d, n+1
+		}
+		return worst, sum, n
+	}
+	cfg := DefaultConfig(1).Ownership
+	wait := time.Duration(float64(cfg.Lease) * (1 + cfg.MaxDrift))
+	w4, s4, n4 := run(4)
+	w3, s3, n3 := run(3)
+	if n4 == 0 || n3 == 0 {
+		t.Fatalf("the killed leader owned no shard in any seed (%d, %d)", n4, n3)
+	}
+	t.Logf("leader kill → shards act again: version 4 mean %v max %v (%d seeds); version 3 mean %v max %v (%d seeds); Lease·(1+δ) = %v",
+		s4/time.Duration(n4), w4, n4, s3/time.Duration(n3), w3, n3, wait)
+	// Slack: the last confirm precedes the kill by up to a confirm round,
+	// a planner round is every 100 ms, then a grant commits and applies.
+	if limit := wait + 250*time.Millisecond; w4 > limit {
+		t.Fatalf("version 4: a killed leader's shards acted again %v after the kill, want ≤ %v (Lease·(1+δ) + rounds)", w4, limit)
+	}
+	if s4/time.Duration(n4) >= s3/time.Duration(n3) {
+		t.Fatalf("version 4 failover (mean %v) not faster than version 3 (mean %v)", s4/time.Duration(n4), s3/time.Duration(n3))
+	}
+}
+
+// failover reads, from a timeline of every shard, how long after kill the
+// last shard the killed process held acts again on another node.
+func failover(t *testing.T, timeline []string, kill time.Duration) (time.Duration, bool) {
+	t.Helper()
+	crashed := map[string]bool{}
+	var last time.Duration
+	for _, l := range timeline {
+		f := strings.Fields(l) // "3.5s s0 n2 acts e2" or "3s s0 n1 stops e1 (crash)"
+		if len(f) < 5 {
+			continue
+		}
+		at, err := time.ParseDuration(f[0])
+		if err != nil {
+			t.Fatalf("timeline %q: %v", l, err)
+		}
+		switch {
+		case len(f) == 6 && f[5] == "(crash)" && at >= kill && at < kill+time.Millisecond:
+			crashed[f[1]] = true
+		case f[3] == "acts" && crashed[f[1]] && at > kill:
+			delete(crashed, f[1])
+			last = max(last, at-kill)
+		}
+	}
+	return last, last > 0 && len(crashed) == 0
 }

@@ -32,20 +32,32 @@ type renewReq struct {
 	// record of the node.
 	index uint64
 	rec   ledger.NodeRecord
+	// answered: the node got its answer or gave up waiting (the first of
+	// the two counts).
+	answered bool
 }
 
 // renew sends the renewal the agent of n asked for to the leader.
 func (s *Sim) renew(n *node, ask ownership.RenewAsk) {
 	r := s.raft
 	req := &renewReq{from: n, gen: n.gen, agent: n.agent, ask: ask}
+	s.tracef("%s renews (token %d, liveness %d) with leader %d", n.id, ask.Token, ask.Liveness, r.leader)
 	if r.leader < 0 || !r.link(n.idx, r.leader) {
 		s.renewAnswer(req, s.jitter(5*time.Millisecond, 100*time.Millisecond), ownership.RenewOutcome{Token: ask.Token, Err: ownership.ErrNotLeader})
 		return
 	}
 	l := s.nodes[r.leader]
+	if !l.up {
+		// A dead leader's port refuses the connection.
+		s.renewAnswer(req, s.jitter(time.Millisecond, 5*time.Millisecond), ownership.RenewOutcome{Token: ask.Token, Err: ownership.ErrNotLeader})
+		return
+	}
 	// A renewal to a process that dies or is paused on the way is lost or
-	// waits; the agent stops counting it after a Lease.
+	// waits; the node's request times out after RenewEvery (its clock),
+	// so lost renewals do not hold the in-flight slots until the agent
+	// stops counting them (a Lease).
 	s.onNode(l, s.jitter(100*time.Microsecond, time.Millisecond), evRenew, func() { s.receiveRenew(l, req) })
+	s.renewAnswer(req, n.trueAfter(s.cfg.Ownership.RenewEvery), ownership.RenewOutcome{Token: ask.Token, Err: ownership.ErrLeadershipLost})
 	s.pauseInFlight(n)
 }
 
@@ -58,6 +70,7 @@ func (s *Sim) receiveRenew(l *node, req *renewReq) {
 	}
 	rec, _ := s.replica(l).Node(req.ask.Node)
 	if err := l.planner.Renew(l.localTime(s.now), rec, req.ask.Incarnation, req.ask.Liveness); err != nil {
+		s.tracef("%s refuses %s's renewal: %v", l.id, req.from.id, err)
 		s.renewReply(l, req, ownership.RenewOutcome{Token: req.ask.Token, Record: rec, Err: err})
 		return
 	}
@@ -133,7 +146,7 @@ func (s *Sim) renewReply(l *node, req *renewReq, out ownership.RenewOutcome) {
 		back += s.jitter(10*time.Millisecond, 200*time.Millisecond) // a slow response
 	}
 	if out.Err == nil {
-		s.res.Renewals++
+		s.res.Renewals++ // acked by the leader (the node may have given up)
 	}
 	s.renewAnswer(req, back, out)
 }
@@ -142,9 +155,10 @@ func (s *Sim) renewReply(l *node, req *renewReq, out ownership.RenewOutcome) {
 func (s *Sim) renewAnswer(req *renewReq, d time.Duration, out ownership.RenewOutcome) {
 	n := req.from
 	s.onNodeGen(n, req.gen, d, evDeliver, func() {
-		if n.agent != req.agent {
+		if n.agent != req.agent || req.answered {
 			return
 		}
+		req.answered = true
 		s.step(n, out)
 	})
 }
