@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tenurehq/tenure/internal/mutation"
+	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -62,6 +63,13 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		cfg = DefaultConfig(seed) // every other seed: a full-length run
 		cfg.Stress = true
 		cfg.Ownership.DrainTimeout = drain
+	}
+	if m == mutation.SkipApplyWait {
+		// The rule is the heartbeat's: from cluster version 4 on a
+		// heartbeat's ack extends no lease (renew-without-apply-wait is
+		// the renewal's), so its sweep runs clusters of version-3
+		// binaries.
+		cfg.ClusterVersion = ledger.VersionLeaseRenewals - 1
 	}
 	cfg.StopAtFirstViolation = true
 	return cfg
