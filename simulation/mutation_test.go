@@ -149,6 +149,30 @@ func TestSimRenewalScenariosClean(t *testing.T) {
 	runClean(t, "deposed leaders", depositionConfig)
 	runClean(t, "slow replicas through a drain", slowRevokeConfig)
 	runClean(t, "owners paused through their expiry", expiringConfig)
+	runClean(t, "owners cut off while draining", drainCutConfig)
+}
+
+// drainCutConfig drains a non-voter and, once it has seen its Revokes,
+// isolates it for longer than the leader's expiry wait, with a drain
+// window twice the lease: its lease ends while it drains, the leader
+// expires it and grants its shards at once (drain-ignores-lease: the
+// drain must end with the lease).
+func drainCutConfig(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.RandomFaults = false
+	cfg.StopAtFirstViolation = true
+	cfg.Ownership.DrainTimeout = 2 * cfg.Ownership.Lease
+	cfg.FaultsUntil = 14 * time.Second
+	cfg.Duration = 20 * time.Second
+	r := rand.New(rand.NewPCG(seed, 31))
+	for i := range 3 {
+		at := time.Duration(i)*4*time.Second + 2*time.Second + time.Duration(r.Int64N(int64(300*time.Millisecond)))
+		node := cfg.Voters + r.IntN(cfg.Nodes-cfg.Voters)
+		cfg.Faults = append(cfg.Faults,
+			Fault{At: at, Kind: Drain, Node: node, Dur: 3 * time.Second},
+			Fault{At: at + 50*time.Millisecond + time.Duration(r.Int64N(int64(150*time.Millisecond))), Kind: Isolate, Node: node, Dur: 2 * time.Second})
+	}
+	return cfg
 }
 
 // depositionConfig cuts the control-group leader and one non-voter off the

@@ -50,6 +50,8 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		cfg = slowRevokeConfig(seed)
 	case mutation.RenewWhileExpiring:
 		cfg = expiringConfig(seed)
+	case mutation.DrainIgnoresLease:
+		cfg = drainCutConfig(seed)
 	case mutation.SkipApplyWait:
 		// A lease extended before the replica applied the heartbeat lets a
 		// node act past a Revoke it has not applied yet; with a drain as
@@ -80,7 +82,7 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 var scenarioOnly = map[mutation.Switch]bool{
 	mutation.NoDriftMargin: true, mutation.IgnoreEstablish: true, mutation.ActOnRevoking: true,
 	mutation.RenewWithoutConfirm: true, mutation.EstablishIgnoresBound: true,
-	mutation.RenewWithoutApplyWait: true, mutation.RenewWhileExpiring: true,
+	mutation.RenewWithoutApplyWait: true, mutation.RenewWhileExpiring: true, mutation.DrainIgnoresLease: true,
 }
 
 // sweepMutation runs up to seeds seeds under m and returns the first catch.
