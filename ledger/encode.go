@@ -18,9 +18,10 @@ import (
 // Version 2 added Release.Avoid and DeclareElection; version 3
 // Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
 // command with a request id); version 5 PinShard, ExcludeNode and
-// ClaimIncarnation; version 6 LogSettings. Encode writes the oldest version
-// that can express the command (version 1 for everything else), so nodes of
-// the previous release keep reading it; Decode reads versions 1 to 6.
+// ClaimIncarnation; version 6 SetTakeoverPolicy and LogSettings. Encode
+// writes the oldest version that can express the command (version 1 for
+// everything else), so nodes of the previous release keep reading it;
+// Decode reads versions 1 to 6.
 const Version byte = 6
 
 // minVersion is the oldest version Decode reads.
@@ -45,6 +46,8 @@ func versionFor(c Command) byte {
 		return max(4, versionFor(c.Command))
 	case PinShard, ExcludeNode, ClaimIncarnation:
 		return 5
+	case SetTakeoverPolicy:
+		return encodingFencedTakeover
 	case LogSettings:
 		return encodingLogSettings
 	case Batch:
@@ -437,6 +440,8 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.i(c.Now)
 		w.u(uint64(c.MinVersion))
 		w.u(uint64(c.MaxVersion))
+	case SetTakeoverPolicy:
+		return encodeTakeoverPolicy(w, c)
 	case DeclareElection:
 		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
 			return err
@@ -575,6 +580,8 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return ClaimIncarnation{Node: r.str(), Now: r.i(), MinVersion: r.u32(), MaxVersion: r.u32()}
+	case KindSetTakeoverPolicy:
+		return decodeTakeoverPolicy(r)
 	case KindSession:
 		if r.ver < 4 {
 			r.fail(fmt.Errorf("%w: Session in a version %d entry", ErrMalformed, r.ver))

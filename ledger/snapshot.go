@@ -17,12 +17,13 @@ import (
 // snapshotVersion 2 added ShardRecord.AvoidOwner and the elections table;
 // version 3 the cluster config and NodeRecord's version range; version 4
 // the session table; version 5 the operator's pins and exclusions and the
-// log's clock (cluster version 3: VersionPlacementRules, VersionLogTime);
-// version 6 the logged settings (cluster version 4, VersionLogSettings).
+// log's clock (cluster version 3: VersionPlacementRules, VersionLogTime).
 // A snapshot is written as version 5 only once the cluster runs version 3
-// (or holds a pin or exclusion, which needs it), and as version 6 only once
-// LogSettings is committed, so a binary of the previous release can install
-// the snapshots of a cluster that has not finalized the newer version.
+// (or holds a pin or exclusion, which needs it), so a binary of the
+// previous release can install the snapshots of a cluster that has not
+// finalized 3. Version 6 adds the fenced-takeover policy (takeover.go) and
+// the logged settings (logsettings.go), written only once the cluster runs
+// version 4 or a policy exists.
 // Versions 1 to 5 are still read.
 const snapshotVersion byte = 6
 
@@ -73,13 +74,11 @@ func (s *fsmSnapshot) Release() {}
 func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
-	var ver byte
-	switch {
-	case st.settings.Logged:
-		ver = snapshotLogSettings
-	case st.VersionActive(VersionLogTime) || st.pins.Len() > 0 || st.excluded.Len() > 0:
+	ver := snapshotVersion
+	if !st.VersionActive(VersionFencedTakeover) && len(st.fenced) == 0 && !st.settings.Logged {
 		ver = 5
-	default:
+	}
+	if ver == 5 && !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {
 		ver = 4
 	}
 	w := &writer{ver: ver}
@@ -133,6 +132,10 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		w.u(uint64(st.excluded.Len()))
 		st.excluded.Ascend(func(e ExcludeRecord) bool { encodeExclude(w, e); flush(); return err == nil })
 		w.i(st.logTime)
+	}
+	if ver >= snapshotFencedTakeover {
+		encodeFencedSection(w, st)
+		flush()
 	}
 	if ver >= snapshotLogSettings {
 		writeSnapshotSettings(w, st.settings)
@@ -272,6 +275,9 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 			st.excluded.ReplaceOrInsert(e)
 		}
 		st.logTime = r.i()
+	}
+	if r.ver >= snapshotFencedTakeover {
+		decodeFencedSection(r, st, count)
 	}
 	if r.ver >= snapshotLogSettings {
 		readSnapshotSettings(r, &st.settings)

@@ -179,6 +179,7 @@ func ownershipConfig(cfg Config) ownership.Config {
 	oc.ClusterName = cfg.Cluster
 	oc.ManualFinalize = cfg.ManualFinalize
 	oc.MaxVersion = cfg.speakMax
+	oc.FencedAfter = cfg.FencedAfter
 	// Non-zero values replace the profile's (ownership.Config.Validate
 	// judges them); a negative LoadThreshold turns load balancing off.
 	switch {
@@ -480,7 +481,7 @@ type loopSource struct{ b *netBackend }
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.Excluded(), Settings: st.Settings()}
+		Pins: st.Pins(), Excluded: st.Excluded(), Fenced: st.FencedRanges(), Settings: st.Settings()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()

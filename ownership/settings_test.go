@@ -19,7 +19,7 @@ func TestPlannerLogsSettings(t *testing.T) {
 	in := func(version uint32, s ledger.LedgerSettings) Input {
 		return Input{Cluster: ledger.ClusterInfo{Name: "c", Partitions: 4, Version: version}, Settings: s}
 	}
-	p.Establish(t0, in(3, local))
+	p.Establish(t0, in(3, local), time.Time{})
 	isLogSettings := func(cmds []ledger.Command) (ledger.LogSettings, bool) {
 		for _, c := range cmds {
 			if ls, ok := c.(ledger.LogSettings); ok {

@@ -114,6 +114,9 @@ type Input struct {
 	// the ring at once (a hard signal, like a drain).
 	Pins     []ledger.PinRecord
 	Excluded []ledger.ExcludeRecord
+	// Fenced are the shards under fenced takeover
+	// (ledger.State.FencedRanges; fenced.go).
+	Fenced []ledger.ShardRange
 	// Settings are the settings the leader's replica applies with
 	// (ledger.State.Settings): the planner commits them (LogSettings) once
 	// the cluster runs ledger.VersionLogSettings and none are logged.
@@ -124,6 +127,7 @@ type Input struct {
 type table struct {
 	pins     map[uint32]string // operator pins: shard -> node
 	excluded map[string]bool   // operator exclusions
+	fenced   fencedView        // fenced-takeover policy (fenced.go)
 	shards   map[uint32]ledger.ShardRecord
 	nodes    map[string]ledger.NodeRecord
 	ids      []string // node ids, sorted
