@@ -267,6 +267,10 @@ func (k Kind) String() string {
 		return "ExcludeNode"
 	case KindClaimIncarnation:
 		return "ClaimIncarnation"
+	case KindSetTakeoverPolicy:
+		return "SetTakeoverPolicy"
+	case KindLogSettings:
+		return "LogSettings"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

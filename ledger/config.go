@@ -5,9 +5,12 @@ import (
 	"time"
 )
 
-// Config configures an FSM. Every replica of one ledger must use the same
-// Config: the values take part in Apply (payload limits) or seed the
-// replicated settings (which a Settings command changes afterwards).
+// Config configures an FSM. Until the cluster commits LogSettings (cluster
+// version 4, VersionLogSettings) every replica of one ledger must use the
+// same Config: the values take part in Apply (payload limits, the session
+// window) or seed the replicated settings (which a Settings command changes
+// afterwards). Once LogSettings is committed, the log's values replace all
+// of them on every replica.
 type Config struct {
 	// MaxPayload bounds job payloads, job results and application command
 	// payloads; Apply rejects larger ones with ErrTooLarge.
@@ -63,8 +66,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ledger: DefaultMaxAttempts %d must be in (0, %d]", c.DefaultMaxAttempts, uint32(1<<32-1))
 	case c.SessionWindow < 0:
 		return fmt.Errorf("ledger: SessionWindow %v must not be negative", c.SessionWindow)
-	case c.MaxSessions < 0:
-		return fmt.Errorf("ledger: MaxSessions %d must not be negative", c.MaxSessions)
+	case c.MaxSessions < 0 || c.MaxSessions > 1<<32-1:
+		return fmt.Errorf("ledger: MaxSessions %d must be in [0, %d]", c.MaxSessions, uint32(1<<32-1))
 	}
 	return nil
 }
@@ -83,10 +86,15 @@ func (c Config) maxSessions() int {
 	return c.MaxSessions
 }
 
-func (c Config) settings() LedgerSettings {
+// Settings are the settings a replica with this Config starts with (and
+// applies with until LogSettings is committed).
+func (c Config) Settings() LedgerSettings {
 	return LedgerSettings{
 		JobRetention:       int64(c.JobRetention),
 		MaxFinishedJobs:    uint32(c.MaxFinishedJobs),
 		DefaultMaxAttempts: uint32(c.DefaultMaxAttempts),
+		MaxPayload:         uint32(c.MaxPayload),
+		SessionWindow:      c.sessionWindow(),
+		MaxSessions:        uint32(c.maxSessions()),
 	}
 }

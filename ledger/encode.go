@@ -18,10 +18,11 @@ import (
 // Version 2 added Release.Avoid and DeclareElection; version 3
 // Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
 // command with a request id); version 5 PinShard, ExcludeNode and
-// ClaimIncarnation. Encode writes the oldest version that can express the
-// command (version 1 for everything else), so nodes of the previous release
-// keep reading it; Decode reads versions 1 to 5.
-const Version byte = 5
+// ClaimIncarnation; version 6 SetTakeoverPolicy and LogSettings. Encode
+// writes the oldest version that can express the command (version 1 for
+// everything else), so nodes of the previous release keep reading it;
+// Decode reads versions 1 to 6.
+const Version byte = 6
 
 // minVersion is the oldest version Decode reads.
 const minVersion byte = 1
@@ -45,6 +46,10 @@ func versionFor(c Command) byte {
 		return max(4, versionFor(c.Command))
 	case PinShard, ExcludeNode, ClaimIncarnation:
 		return 5
+	case SetTakeoverPolicy:
+		return encodingFencedTakeover
+	case LogSettings:
+		return encodingLogSettings
 	case Batch:
 		v := minVersion
 		for _, sc := range c.Commands {
@@ -371,6 +376,8 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.u(uint64(c.MaxFinishedJobs))
 		w.u(uint64(c.DefaultMaxAttempts))
 		w.i(c.Now)
+	case LogSettings:
+		return encodeLogSettings(w, c)
 	case ClusterConfig:
 		if err := checkStrs("name", c.Name); err != nil {
 			return err
@@ -433,6 +440,8 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.i(c.Now)
 		w.u(uint64(c.MinVersion))
 		w.u(uint64(c.MaxVersion))
+	case SetTakeoverPolicy:
+		return encodeTakeoverPolicy(w, c)
 	case DeclareElection:
 		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
 			return err
@@ -539,6 +548,8 @@ func decodeBody(r *reader, inBatch bool) Command {
 		return App{Shard: r.u32(), Epoch: r.u(), Type: r.str(), Payload: r.bytes(), Now: r.i()}
 	case KindSettings:
 		return Settings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(), Now: r.i()}
+	case KindLogSettings:
+		return decodeLogSettings(r)
 	case KindDeclareElection:
 		if r.ver < 2 {
 			r.fail(fmt.Errorf("%w: DeclareElection in a version %d entry", ErrMalformed, r.ver))
@@ -569,6 +580,8 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return ClaimIncarnation{Node: r.str(), Now: r.i(), MinVersion: r.u32(), MaxVersion: r.u32()}
+	case KindSetTakeoverPolicy:
+		return decodeTakeoverPolicy(r)
 	case KindSession:
 		if r.ver < 4 {
 			r.fail(fmt.Errorf("%w: Session in a version %d entry", ErrMalformed, r.ver))

@@ -34,6 +34,9 @@ func sampleCommands() []Command {
 		PinShard{Shard: 7, Now: 14},
 		ExcludeNode{Node: "n3", Exclude: true, Reason: "bad disk", Now: 15},
 		ExcludeNode{Node: "n3", Now: 16},
+		SetTakeoverPolicy{First: 2, Last: 1<<32 - 1, Fenced: true, Now: 17},
+		SetTakeoverPolicy{First: 0, Last: 0, Now: 18},
+		Session{ID: RequestID{8}, Command: SetTakeoverPolicy{First: 3, Last: 4, Fenced: true}},
 		Session{ID: RequestID{7}, Command: PinShard{Shard: 1, Node: "n1"}},
 		Batch{Commands: []Command{Release{Shard: 1, Epoch: 1, Owner: "a", Avoid: true}, DeclareElection{Group: "us", Name: "x", Partitions: 8}}},
 		Session{ID: RequestID{1, 2, 3}, Command: JobEnqueue{Shard: 2, Key: "order-18", Type: "email", Payload: []byte("hi"), Now: 11}},
@@ -41,6 +44,8 @@ func sampleCommands() []Command {
 		Batch{Commands: []Command{Heartbeat{Node: "a", Incarnation: 1}, Session{ID: RequestID{4}, Command: App{Shard: 9, Epoch: 1, Type: "kv", Payload: []byte("x"), Now: 12}}}},
 		ClaimIncarnation{Node: "member-7f9c", Now: 13, MinVersion: 1, MaxVersion: 3},
 		Session{ID: RequestID{5}, Command: ClaimIncarnation{Node: "m", Now: -1}},
+		LogSettings{MaxPayload: 1 << 20, JobRetention: 3600e9, MaxFinishedJobs: 1000, DefaultMaxAttempts: 3, SessionWindow: 600e9, MaxSessions: 65536, Now: 17},
+		Session{ID: RequestID{6}, Command: LogSettings{MaxPayload: 1, JobRetention: 1, MaxFinishedJobs: 1, DefaultMaxAttempts: 1, SessionWindow: 1, MaxSessions: 1}},
 	}
 }
 

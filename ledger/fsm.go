@@ -66,7 +66,7 @@ func NewFSM(cfg Config) (*FSM, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FSM{cfg: cfg, st: newState(cfg.settings()), apps: map[string]StateMachine{}, waitCh: make(chan struct{})}
+	f := &FSM{cfg: cfg, st: newState(cfg.Settings()), apps: map[string]StateMachine{}, waitCh: make(chan struct{})}
 	f.publish()
 	return f, nil
 }
@@ -386,6 +386,9 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	case Settings:
 		r = f.settings(c)
 		f.prune(f.jobNow(c.Now))
+	case LogSettings:
+		r = f.logSettings(c)
+		f.prune(f.jobNow(c.Now))
 	case ClusterConfig:
 		r = f.clusterConfig(c)
 	case ClaimIncarnation:
@@ -396,6 +399,8 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 		r = f.pinShard(c)
 	case ExcludeNode:
 		r = f.excludeNode(c)
+	case SetTakeoverPolicy:
+		r = f.setTakeoverPolicy(c)
 	case Session:
 		r = f.session(index, c)
 	case nil:
@@ -499,7 +504,7 @@ func (f *FSM) grant(c Grant) Result {
 		return Result{Shard: rec, Err: errf(ErrInvalid, "grant of shard %d to empty owner", c.Shard)}
 	}
 	valid := f.st.OwnershipValid(rec)
-	if valid && !(c.Takeover && rec.State == ShardRevoking) && !mutation.On(mutation.GrantOverValidOwner) {
+	if valid && !(c.Takeover && rec.State == ShardRevoking) && !f.fencedTakeover(c, rec) && !mutation.On(mutation.GrantOverValidOwner) {
 		return Result{Shard: rec, Err: errf(ErrShardOwned, "shard %d is %s by %q at epoch %d (takeover %v)", c.Shard, rec.State, rec.Owner, rec.Epoch, c.Takeover)}
 	}
 	if err := f.checkNewOwner(c.Owner, c.OwnerIncarnation, c.OwnerLiveness); err != nil {
@@ -602,8 +607,8 @@ func (f *FSM) putJob(old *JobRecord, j *JobRecord) {
 }
 
 func (f *FSM) jobEnqueue(c JobEnqueue) Result {
-	if len(c.Payload) > f.cfg.MaxPayload {
-		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
+	if limit := f.st.settings.MaxPayload; len(c.Payload) > int(limit) {
+		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), limit)}
 	}
 	if c.Key != "" && !mutation.On(mutation.EnqueueDuplicateKey) {
 		if id, ok := f.st.jobIDByKey(c.Shard, c.Key); ok {
@@ -746,8 +751,8 @@ func (f *FSM) checkFinish(shard uint32, epoch, id uint64, attempt uint32) (*JobR
 }
 
 func (f *FSM) jobComplete(c JobComplete) Result {
-	if len(c.Result) > f.cfg.MaxPayload {
-		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), f.cfg.MaxPayload)}
+	if limit := f.st.settings.MaxPayload; len(c.Result) > int(limit) {
+		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), limit)}
 	}
 	j, r, ok := f.checkFinish(c.Shard, c.Epoch, c.Job, c.Attempt)
 	if !ok {
@@ -816,8 +821,8 @@ func (f *FSM) app(index uint64, c App) Result {
 	if !ok {
 		return Result{Err: errf(ErrUnknownType, "%q", c.Type)}
 	}
-	if len(c.Payload) > f.cfg.MaxPayload {
-		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), f.cfg.MaxPayload)}
+	if limit := f.st.settings.MaxPayload; len(c.Payload) > int(limit) {
+		return Result{Err: errf(ErrTooLarge, "application payload of %d bytes exceeds %d", len(c.Payload), limit)}
 	}
 	rec := f.shard(c.Shard)
 	if rec.Epoch != c.Epoch && !mutation.On(mutation.AppStaleEpoch) {

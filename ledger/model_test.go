@@ -23,7 +23,7 @@ type model struct {
 
 func newModel(cfg Config) *model {
 	return &model{nodes: map[string]NodeRecord{}, shards: map[uint32]ShardRecord{}, jobs: map[uint64]JobRecord{},
-		settings: cfg.settings(), maxPay: cfg.MaxPayload, appLog: map[uint32][]string{}}
+		settings: cfg.Settings(), maxPay: cfg.MaxPayload, appLog: map[uint32][]string{}}
 }
 
 func (m *model) valid(r ShardRecord) bool {

@@ -152,6 +152,8 @@ func commandNow(c Command) int64 {
 		return c.Now
 	case Settings:
 		return c.Now
+	case LogSettings:
+		return c.Now
 	case ClusterConfig:
 		return c.Now
 	case DeclareElection:
@@ -243,7 +245,7 @@ func (f *FSM) remember(id RequestID, now int64, kind Kind, shard uint32, r Resul
 // behind may live a little longer: the window is measured with proposers'
 // clocks, like job retention).
 func (f *FSM) evictSessions(now int64, room int) {
-	window, limit := f.cfg.sessionWindow(), f.cfg.maxSessions()
+	window, limit := f.st.settings.SessionWindow, int(f.st.settings.MaxSessions)
 	for {
 		o, ok := f.st.sessionOrder.Min()
 		if !ok {

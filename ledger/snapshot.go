@@ -21,8 +21,11 @@ import (
 // A snapshot is written as version 5 only once the cluster runs version 3
 // (or holds a pin or exclusion, which needs it), so a binary of the
 // previous release can install the snapshots of a cluster that has not
-// finalized 3. Versions 1 to 4 are still read.
-const snapshotVersion byte = 5
+// finalized 3. Version 6 adds the fenced-takeover policy (takeover.go) and
+// the logged settings (logsettings.go), written only once the cluster runs
+// version 4 or a policy exists.
+// Versions 1 to 5 are still read.
+const snapshotVersion byte = 6
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -72,7 +75,10 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
 	ver := snapshotVersion
-	if !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {
+	if !st.VersionActive(VersionFencedTakeover) && len(st.fenced) == 0 && !st.settings.Logged {
+		ver = 5
+	}
+	if ver == 5 && !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {
 		ver = 4
 	}
 	w := &writer{ver: ver}
@@ -127,6 +133,13 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		st.excluded.Ascend(func(e ExcludeRecord) bool { encodeExclude(w, e); flush(); return err == nil })
 		w.i(st.logTime)
 	}
+	if ver >= snapshotFencedTakeover {
+		encodeFencedSection(w, st)
+		flush()
+	}
+	if ver >= snapshotLogSettings {
+		writeSnapshotSettings(w, st.settings)
+	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
 		w.str(a.typ)
@@ -160,6 +173,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	st.settings = st.settings.localLimits(f.cfg)
 	for _, a := range apps {
 		if _, ok := f.apps[a.typ]; !ok {
 			return fmt.Errorf("%w: snapshot holds application type %q, not registered here", ErrUnknownType, a.typ)
@@ -261,6 +275,12 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 			st.excluded.ReplaceOrInsert(e)
 		}
 		st.logTime = r.i()
+	}
+	if r.ver >= snapshotFencedTakeover {
+		decodeFencedSection(r, st, count)
+	}
+	if r.ver >= snapshotLogSettings {
+		readSnapshotSettings(r, &st.settings)
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

@@ -151,9 +151,18 @@ type JobRecord struct {
 // side effects keyed by it happen at most once per attempt.
 func (j JobRecord) Token() string { return itoa(j.ID) + "/" + itoa(uint64(j.Attempt)) }
 
-// LedgerSettings are the replicated settings changed by the Settings command.
+// LedgerSettings are the settings Apply judges with. The job fields are
+// replicated (the Settings command changes them; a replica starts from its
+// Config). MaxPayload, SessionWindow (ns) and MaxSessions are this
+// replica's Config until LogSettings is committed (cluster version 4,
+// VersionLogSettings); from then on Logged is set and all of them come
+// from the log, the same on every replica.
 type LedgerSettings struct {
 	JobRetention       int64
 	MaxFinishedJobs    uint32
 	DefaultMaxAttempts uint32
+	MaxPayload         uint32
+	SessionWindow      int64
+	MaxSessions        uint32
+	Logged             bool
 }

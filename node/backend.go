@@ -31,6 +31,11 @@ type backend interface {
 	// when (by this node's clock) unless renewed, and whether the shard is
 	// being revoked (the node may then act only to drain it).
 	acting(s uint32, now time.Time) (a actingState, ok bool)
+	// token reports the fencing epoch of s if this node may start work on
+	// it at now, and the local time it stops being handed out: the agent's
+	// rule (ownership.Agent.Token: acting, not revoking, and at least
+	// Agent.Guard before the lease ends).
+	token(s uint32, now time.Time) (epoch uint64, until time.Time, ok bool)
 	// resigned records that the application gave s up at epoch
 	// (Election.Resign): acting reports it stopped at once, and this node
 	// never acts on s at that epoch again.
@@ -74,6 +79,10 @@ type backend interface {
 	finishJob(ctx context.Context, tok Token, id uint64, attempt uint32, out jobOutcome) (Job, error)
 	job(id uint64) (Job, bool)
 	jobByKey(shard uint32, key string) (Job, bool)
+	// maxPayload is the job payload limit this node's replica applies
+	// with (ledger.LedgerSettings.MaxPayload: the logged one once the
+	// cluster committed LogSettings).
+	maxPayload() int
 	// pendingJobs counts the shard's pending jobs in this node's replica,
 	// stopping at limit when limit > 0.
 	pendingJobs(shard uint32, limit int) int

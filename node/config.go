@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // VoterPreference is a node's place in the control group; see Config.Voter.
@@ -259,6 +260,16 @@ type Config struct {
 	// version. Finalizing is irreversible (docs/upgrades.md).
 	ManualFinalize bool
 
+	// FencedAfter is how long the control-group leader waits without a
+	// heartbeat from the owner of a shard under fenced takeover
+	// (Node.SetFencedTakeover) before granting it to a successor; gossip
+	// reporting the owner dead ends the wait sooner. 0 is 3 heartbeat
+	// periods of the profile; otherwise it must exceed one heartbeat
+	// period and stay below the lease's expiry wait. Shorter fails over
+	// faster and moves fenced shards off an owner that is only slow more
+	// often. Only the leader's value is used.
+	FencedAfter time.Duration
+
 	// speakMax, if non-zero, caps the cluster versions this node
 	// advertises (tests: a node standing in for an older release).
 	speakMax uint32
@@ -339,14 +350,20 @@ func (c Config) Validate() error {
 	if err := validName(c.Cluster); err != nil {
 		bad("Cluster %q: %v", c.Cluster, err)
 	}
-	if _, ok := c.Profile.Timing(); !ok {
+	_, profileOK := c.Profile.Timing()
+	if !profileOK {
 		bad("Profile %q: want %q, %q or %q", c.Profile, ProfileFast, ProfileDefault, ProfileSafe)
 	}
-	if c.Partitions < 1 || c.Partitions > 1<<16 {
+	partitionsOK := c.Partitions >= 1 && c.Partitions <= 1<<16
+	if !partitionsOK {
 		bad("Partitions %d: want 1..65536", c.Partitions)
 	}
-	if c.MinHealth < 0 || c.MinHealth > 1 || c.MinHealth != c.MinHealth {
-		bad("MinHealth %v: want 0..1", c.MinHealth)
+	if profileOK && partitionsOK {
+		// MinHealth and the load-balancing settings: the ownership layer's
+		// rule, on the configuration this node runs with.
+		if err := ownershipConfig(c).Validate(); err != nil {
+			bad("%s", strings.TrimPrefix(err.Error(), ownership.ErrInvalidConfig.Error()+": "))
+		}
 	}
 	if c.BootstrapExpect < 1 || c.BootstrapExpect > 7 {
 		bad("BootstrapExpect %d: want 1..7 (3 or 5 in production)", c.BootstrapExpect)
@@ -358,15 +375,6 @@ func (c Config) Validate() error {
 		if err := validName(c.Zone); err != nil {
 			bad("Zone %q: %v", c.Zone, err)
 		}
-	}
-	if c.LoadThreshold != c.LoadThreshold || c.LoadThreshold > 100 {
-		bad("LoadThreshold %v: want ≤ 100 (0: the profile's, < 0: off)", c.LoadThreshold)
-	}
-	if c.LoadSwapsPerMinute < 0 || c.LoadSwapsPerMinute > 1000 {
-		bad("LoadSwapsPerMinute %d: want 0..1000 (0: the profile's)", c.LoadSwapsPerMinute)
-	}
-	if c.LoadSettle < 0 {
-		bad("LoadSettle %v: want ≥ 0 (0: the profile's)", c.LoadSettle)
 	}
 	if c.JobTimeout < 0 {
 		bad("JobTimeout %v: want > 0", c.JobTimeout)

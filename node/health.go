@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/member"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // MemberState is gossip's view of a member (the one definition is
@@ -26,47 +27,12 @@ const (
 )
 
 // Member is one node as this node sees it: gossip's view (a hint) joined
-// with the control group's committed view (Live, Voter).
-type Member struct {
-	ID          string
-	Group       string
-	Incarnation uint64
-	// Addr is the gossip address; RaftAddr and HTTPAddr as advertised.
-	Addr     string
-	RaftAddr string
-	HTTPAddr string
-	State    MemberState
-	// Health is the member's self-reported score (0..1); Metadata its
-	// health metadata (SetHealth) and Tags its configured labels.
-	Health   float64
-	Metadata map[string]string
-	Tags     map[string]string
-	Draining bool
-	// NoShards reports that the member owns no shards because it is a
-	// control-group voter started with Config.VoterOwnsNoShards.
-	NoShards bool
-	// Excluded: an operator excluded the member from placement
-	// (Node.ExcludeNode); it owns nothing while it holds.
-	Excluded bool
-	// Weight and Zone are the member's gossiped Config.Weight (1 if
-	// unset) and Config.Zone (networked nodes).
-	Weight int
-	Zone   string
-	// Load is the member's gossiped load summary (Node.ReportLoad): its
-	// total and its hottest shards; nil when it reports none.
-	Load *LoadSummary
-	// Live reports whether the member's committed liveness is valid (its
-	// heartbeats are being committed).
-	Live bool
-	// Voter reports whether the member votes in the control group; Leader
-	// whether it leads it.
-	Voter  bool
-	Leader bool
-	// UpdatedAt is when the member last reported in (see
-	// Candidate.LastUpdate).
-	UpdatedAt time.Time
-	Version   string
-}
+// with the control group's committed view (Live, Voter). It is
+// ownership.Member, the one type of the concept; in Node.Members, Draining
+// counts the ledger's drain flag too, Weight is 1 if unset, and Load is
+// the member's gossiped load summary (Node.ReportLoad), nil when it
+// reports none.
+type Member = ownership.Member
 
 // Members returns every known member, sorted by id.
 func (n *Node) Members() []Member { return n.be.members() }

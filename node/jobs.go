@@ -159,7 +159,7 @@ func (n *Node) Enqueue(ctx context.Context, spec JobSpec) (job Job, created bool
 	if spec.MaxAttempts < 0 {
 		return Job{}, false, fmt.Errorf("node: enqueue %q: %w: MaxAttempts %d < 0", truncKey(spec.Key), ErrInvalid, spec.MaxAttempts)
 	}
-	if err := checkJobSpec(spec); err != nil {
+	if err := checkJobSpec(spec, n.be.maxPayload()); err != nil {
 		return Job{}, false, fmt.Errorf("node: enqueue: %w", err)
 	}
 	shard := n.ShardFor(spec.ShardKey)
@@ -326,16 +326,16 @@ func (n *Node) publishJobEvents() {
 
 // checkJobSpec refuses, before anything is proposed, what the ledger would
 // refuse to encode or apply: strings over ledger.MaxStringLen and payloads
-// over the ledger's payload limit.
-func checkJobSpec(spec JobSpec) error {
+// over maxPayload, the limit the replica applies with.
+func checkJobSpec(spec JobSpec, maxPayload int) error {
 	if n := len(spec.Key); n > ledger.MaxStringLen {
 		return fmt.Errorf("%w: key of %d bytes exceeds %d: %w", ErrInvalid, n, ledger.MaxStringLen, ledger.ErrTooLarge)
 	}
 	if n := len(spec.Type); n > ledger.MaxStringLen {
 		return fmt.Errorf("%w: type of %d bytes exceeds %d: %w", ErrInvalid, n, ledger.MaxStringLen, ledger.ErrTooLarge)
 	}
-	if n := len(spec.Payload); n > ledger.DefaultMaxPayload {
-		return fmt.Errorf("%w: payload of %d bytes exceeds %d: %w", ErrInvalid, n, ledger.DefaultMaxPayload, ledger.ErrTooLarge)
+	if n := len(spec.Payload); n > maxPayload {
+		return fmt.Errorf("%w: payload of %d bytes exceeds %d: %w", ErrInvalid, n, maxPayload, ledger.ErrTooLarge)
 	}
 	if int64(spec.MaxAttempts) > math.MaxUint32 {
 		return fmt.Errorf("%w: MaxAttempts %d exceeds %d", ErrInvalid, spec.MaxAttempts, uint32(1<<32-1))
@@ -350,3 +350,5 @@ func truncKey(k string) string {
 	}
 	return k
 }
+
+func (b *netBackend) maxPayload() int { return int(b.fsm.State().Settings().MaxPayload) }

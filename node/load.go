@@ -27,11 +27,10 @@ const loadHotShards = 3
 // loadTagMax bounds the tag's value (3 entries need under 80 bytes).
 const loadTagMax = 128
 
-// LoadSummary is what a node gossips of its load.
-type LoadSummary struct {
-	Total float64
-	Hot   []ring.ShardLoad // hottest first, at most 3
-}
+// LoadSummary is what a node gossips of its load: its total and its
+// hottest shards, hottest first, at most 3 (ownership.LoadReport, the one
+// type the planner reads).
+type LoadSummary = ownership.LoadReport
 
 // ReportLoad records the current load of shard, one of this node's
 // shards: any non-negative number in a unit every node of the cluster

@@ -174,10 +174,6 @@ type Node struct {
 	timing Timing
 	log    *slog.Logger
 	be     backend
-	// guard: acting ends this long before the lease protocol's deadline, so
-	// a worker's context is cancelled before the lease ends even when the
-	// process is briefly descheduled.
-	guard time.Duration
 
 	events    hub[Event]
 	jobEvents hub[JobEvent]
@@ -238,7 +234,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg:     cfg,
 		timing:  timing,
 		log:     cfg.Logger,
-		guard:   actingGuard(timing),
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
@@ -435,12 +430,15 @@ func (n *Node) actingToken(shard uint32, now time.Time) (Token, time.Time, error
 	if n.isClosed() {
 		return Token{}, time.Time{}, ErrClosed
 	}
-	a, ok := n.be.acting(shard, now)
-	until := a.until.Add(-n.guard)
-	if !ok || a.revoking || !now.Before(until) {
+	// The agent's rule (ownership.Agent.Token): acting ends a guard
+	// before the lease protocol's deadline, so a worker's context is
+	// cancelled before the lease ends even when the process is briefly
+	// descheduled.
+	epoch, until, ok := n.be.token(shard, now)
+	if !ok {
 		return Token{}, time.Time{}, fmt.Errorf("shard %d: %w", shard, ErrNotOwner)
 	}
-	return Token{Shard: shard, Epoch: a.epoch}, until, nil
+	return Token{Shard: shard, Epoch: epoch}, until, nil
 }
 
 // Shard returns shard's committed record and this node's acting state.

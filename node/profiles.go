@@ -3,7 +3,6 @@ package node
 import (
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ownership"
@@ -73,10 +72,4 @@ func (p Profile) Timing() (Timing, bool) {
 // timingOf is the lease timing of an ownership configuration.
 func timingOf(oc ownership.Config) Timing {
 	return Timing{Lease: oc.Lease, RenewEvery: oc.RenewEvery, MaxDrift: oc.MaxDrift, DrainTimeout: oc.DrainTimeout}
-}
-
-// actingGuard is how long before its lease ends a node stops starting
-// work: the margin the node's acting checks keep (Node.guard).
-func actingGuard(t Timing) time.Duration {
-	return max(t.Lease/50, t.RenewEvery/2)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // TestProfileTable checks that every row of the profile table is
@@ -41,7 +43,11 @@ func TestProfileTable(t *testing.T) {
 			// The node stops starting work a guard before its lease
 			// (counted with the drift margin) ends; the guard must leave
 			// room for work and be shorter than a renewal period.
-			guard := actingGuard(timing)
+			agent, err := ownership.NewAgent(oc, "n1", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			guard := agent.Guard()
 			safeLease := time.Duration(float64(timing.Lease) * (1 - timing.MaxDrift))
 			if guard <= 0 || guard >= timing.RenewEvery || guard >= safeLease/2 {
 				t.Errorf("guard %v: want 0 < guard < RenewEvery %v and < Lease·(1−δ)/2 %v", guard, timing.RenewEvery, safeLease/2)

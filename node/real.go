@@ -179,16 +179,19 @@ func ownershipConfig(cfg Config) ownership.Config {
 	oc.ClusterName = cfg.Cluster
 	oc.ManualFinalize = cfg.ManualFinalize
 	oc.MaxVersion = cfg.speakMax
+	oc.FencedAfter = cfg.FencedAfter
+	// Non-zero values replace the profile's (ownership.Config.Validate
+	// judges them); a negative LoadThreshold turns load balancing off.
 	switch {
 	case cfg.LoadThreshold < 0:
 		oc.Load.Threshold = 0
-	case cfg.LoadThreshold > 0:
+	case cfg.LoadThreshold != 0:
 		oc.Load.Threshold = cfg.LoadThreshold
 	}
-	if cfg.LoadSwapsPerMinute > 0 {
+	if cfg.LoadSwapsPerMinute != 0 {
 		oc.Load.SwapsPerMinute = cfg.LoadSwapsPerMinute
 	}
-	if cfg.LoadSettle > 0 {
+	if cfg.LoadSettle != 0 {
 		oc.Load.Settle = cfg.LoadSettle
 	}
 	return oc
@@ -478,7 +481,7 @@ type loopSource struct{ b *netBackend }
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.Excluded()}
+		Pins: st.Pins(), Excluded: st.Excluded(), Fenced: st.FencedRanges(), Settings: st.Settings()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()
@@ -692,9 +695,31 @@ func (b *netBackend) shards() []ShardInfo {
 }
 
 func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
-	// The agent must have seen what the replica applied, so a shard moved
-	// away is never reported acting at its old epoch: feed it the latest
-	// state first when the replica is ahead (an input, like any other).
+	if !b.lockFreshAgent(now) {
+		return actingState{}, false
+	}
+	defer b.mu.Unlock()
+	a, ok := b.agent.Acting(now, s)
+	if !ok {
+		return actingState{}, false
+	}
+	return actingState{epoch: a.Epoch, until: a.Until, revoking: a.Revoking}, true
+}
+
+func (b *netBackend) token(s uint32, now time.Time) (uint64, time.Time, bool) {
+	if !b.lockFreshAgent(now) {
+		return 0, time.Time{}, false
+	}
+	defer b.mu.Unlock()
+	return b.agent.Token(now, s)
+}
+
+// lockFreshAgent locks b.mu with the agent up to date, and reports false
+// (unlocked) once b is closed. The agent must have seen what the replica
+// applied, so a shard moved away is never reported acting at its old
+// epoch: feed it the latest state first when the replica is ahead (an
+// input, like any other).
+func (b *netBackend) lockFreshAgent(now time.Time) bool {
 	b.mu.Lock()
 	stale := !b.closed && b.agent.Status().Applied < b.fsm.State().AppliedIndex()
 	b.mu.Unlock()
@@ -702,15 +727,11 @@ func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
 		b.step(now, b.observed())
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
-		return actingState{}, false
+		b.mu.Unlock()
+		return false
 	}
-	a, ok := b.agent.Acting(now, s)
-	if !ok {
-		return actingState{}, false
-	}
-	return actingState{epoch: a.Epoch, until: a.Until, revoking: a.Revoking}, true
+	return true
 }
 
 func (b *netBackend) resigned(s uint32, epoch uint64) {
@@ -733,9 +754,7 @@ func (b *netBackend) members() []Member {
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
 		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
 		mm.Excluded = st.IsExcluded(m.ID)
-		if lr := parseLoad(m.Tags[loadTag]); lr != nil {
-			mm.Load = &LoadSummary{Total: lr.Total, Hot: lr.Hot}
-		}
+		mm.Load = parseLoad(m.Tags[loadTag])
 		if known && rec.HeartbeatAt != 0 {
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}

@@ -50,6 +50,19 @@ func TestClusterConfigRecorded(t *testing.T) {
 			t.Fatalf("n%d never recorded the cluster version in its data dir", i+1)
 		}
 	}
+	// At version 4 the leader commits the settings its replica applies
+	// with (ledger.LogSettings): every replica then judges with the
+	// logged ones.
+	want := ledger.LogSettingsOf(ledger.DefaultConfig().Settings(), 0)
+	for i, n := range tc.nodes {
+		var s ledger.LedgerSettings
+		if !waitTrue(ctx, func() bool {
+			s = n.be.(*netBackend).fsm.State().Settings()
+			return s.Logged
+		}) || ledger.LogSettingsOf(s, 0) != want {
+			t.Fatalf("n%d settings %+v, want logged %+v", i+1, s, want)
+		}
+	}
 }
 
 // TestDataDirFromNewerVersionRefused: a data dir last run at a cluster

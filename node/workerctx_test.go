@@ -177,6 +177,20 @@ func (b *stallBackend) acting(s uint32, now time.Time) (actingState, bool) {
 	return a, true
 }
 
+// token is the agent's rule (ownership.Agent.Token) over the lease end
+// acting reports.
+func (b *stallBackend) token(s uint32, now time.Time) (uint64, time.Time, bool) {
+	a, ok := b.acting(s, now)
+	until := a.until.Add(-b.guard())
+	if !ok || a.revoking || !now.Before(until) {
+		return 0, time.Time{}, false
+	}
+	return a.epoch, until, true
+}
+
+// guard is the node's agent's Guard.
+func (b *stallBackend) guard() time.Duration { return b.backend.(*netBackend).agent.Guard() }
+
 // A worker whose node is stalled (its loop and the term's goroutine cannot
 // learn anything) still sees its context end at the lease guard. Before
 // worker contexts read the clock, the context stayed live until the
@@ -226,7 +240,7 @@ func TestWorkerContextStalledNode(t *testing.T) {
 			return <-reply
 		}
 		guard, ok := LeaseDeadline(first.ctx)
-		if want := sb.leaseEnd.Add(-n.guard); !ok || !guard.Equal(want) {
+		if want := sb.leaseEnd.Add(-sb.guard()); !ok || !guard.Equal(want) {
 			t.Fatalf("LeaseDeadline = %v, %v; want %v", guard, ok, want)
 		}
 		sb.mu.Lock()

@@ -3,6 +3,7 @@ package ownership
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/member"
@@ -22,8 +23,12 @@ const (
 	GossipLeft    = member.Left
 )
 
-// Member is one node as the leader's gossip sees it (node/ builds it from
-// cluster.Member).
+// Member is one node of the cluster: gossip's view (a hint) joined, where
+// node/ fills them, with the control group's committed view. It is the one
+// type of the concept: node.Member is an alias of it. node/ builds it from
+// cluster.Member (the gossip record) in two ways: the leader's planner
+// input (the placement fields, from gossip alone) and Node.Members (every
+// field). The planner reads only the fields up to Zone.
 type Member struct {
 	ID          string
 	Incarnation uint64
@@ -57,9 +62,35 @@ type Member struct {
 	// partitions are apportioned to zones by their total weight, and a
 	// group's elections are spread across its zones.
 	Zone string
+
+	// The node's view (Node.Members); the planner does not read these.
+
+	// Addr is the gossip address; RaftAddr and HTTPAddr as advertised.
+	Addr     string
+	RaftAddr string
+	HTTPAddr string
+	// Metadata is the member's health metadata (Node.SetHealth) and Tags
+	// its configured labels.
+	Metadata map[string]string
+	Tags     map[string]string
+	// Excluded: an operator excluded the member from placement
+	// (Node.ExcludeNode); it owns nothing while it holds.
+	Excluded bool
+	// Live reports whether the member's committed liveness is valid (its
+	// heartbeats are being committed).
+	Live bool
+	// Voter reports whether the member votes in the control group; Leader
+	// whether it leads it.
+	Voter  bool
+	Leader bool
+	// UpdatedAt is when the member last reported in (see
+	// node.Candidate.LastUpdate).
+	UpdatedAt time.Time
+	Version   string
 }
 
-// LoadReport is a node's gossiped load summary.
+// LoadReport is a node's gossiped load summary (node.LoadSummary is an
+// alias of it).
 type LoadReport struct {
 	Total float64
 	Hot   []ring.ShardLoad // its hottest shards, hottest first
@@ -83,12 +114,20 @@ type Input struct {
 	// the ring at once (a hard signal, like a drain).
 	Pins     []ledger.PinRecord
 	Excluded []ledger.ExcludeRecord
+	// Fenced are the shards under fenced takeover
+	// (ledger.State.FencedRanges; fenced.go).
+	Fenced []ledger.ShardRange
+	// Settings are the settings the leader's replica applies with
+	// (ledger.State.Settings): the planner commits them (LogSettings) once
+	// the cluster runs ledger.VersionLogSettings and none are logged.
+	Settings ledger.LedgerSettings
 }
 
 // table is a sorted, indexed copy of the committed records.
 type table struct {
 	pins     map[uint32]string // operator pins: shard -> node
 	excluded map[string]bool   // operator exclusions
+	fenced   fencedView        // fenced-takeover policy (fenced.go)
 	shards   map[uint32]ledger.ShardRecord
 	nodes    map[string]ledger.NodeRecord
 	ids      []string // node ids, sorted
