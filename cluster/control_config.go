@@ -67,6 +67,19 @@ type ControlConfig struct {
 	// entry must stop applying (every replica must apply the same log), so
 	// bytes that do not decode must never reach the log.
 	CheckCommand func(cmd []byte) error
+	// Renew, if set, offers Control.Renew (lease renewals off the log,
+	// ControlGroup.Renew): the leader calls it for each renewal it
+	// receives, with now read after receipt, and acknowledges an accepted
+	// renewal only after a confirm round (ConfirmLeadership). The record it
+	// returns travels back as is, with a refusal too. It may refuse (an
+	// error) to say renewals are not active now. Calls may be concurrent.
+	Renew func(now time.Time, req RenewRequest) (record []byte, err error)
+	// RenewRefusals names the errors Renew may return that the renewing
+	// node must tell apart (stale incarnation, expiring, ...): such an
+	// error crosses the wire by its name and comes back from
+	// ControlGroup.Renew as the same sentinel. Every node must use the same
+	// names.
+	RenewRefusals map[string]error
 	// MaxRPCMessage bounds one RPC message in bytes (DefaultMaxRPCMessage
 	// if 0); RPCIdleTimeout and RPCMessageTimeout bound the time between
 	// requests and within one (defaults if 0).
