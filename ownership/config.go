@@ -87,13 +87,14 @@ func DefaultLoadConfig() LoadConfig {
 	return LoadConfig{Threshold: 0.25, MinGain: 0.05, SwapsPerMinute: 2, Settle: 15 * time.Second}
 }
 
-// FastConfig is the fast profile of docs/protocol.md: 1 s lease, 200 ms
-// heartbeats. Failover in about 1–2 s; 5 heartbeat commits/s per node.
+// FastConfig is the fast profile of docs/protocol.md: 1 s lease, 100 ms
+// renewals (off the log from cluster version 4), δ = 2%
+// (docs/guarantees.md).
 func FastConfig() Config {
 	return Config{
 		Lease:            time.Second,
-		RenewEvery:       200 * time.Millisecond,
-		MaxDrift:         0.1,
+		RenewEvery:       100 * time.Millisecond,
+		MaxDrift:         0.02,
 		DrainTimeout:     time.Second,
 		MaxMovesInFlight: 32,
 		StableFor:        time.Second,
@@ -104,12 +105,12 @@ func FastConfig() Config {
 }
 
 // DefaultConfig is the default profile of docs/protocol.md: 2 s lease,
-// 400 ms heartbeats, 5 s drain timeout.
+// 250 ms renewals, δ = 2%, 5 s drain timeout.
 func DefaultConfig() Config {
 	return Config{
 		Lease:            2 * time.Second,
-		RenewEvery:       400 * time.Millisecond,
-		MaxDrift:         0.1,
+		RenewEvery:       250 * time.Millisecond,
+		MaxDrift:         0.02,
 		DrainTimeout:     5 * time.Second,
 		MaxMovesInFlight: 16,
 		StableFor:        3 * time.Second,
