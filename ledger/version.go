@@ -18,9 +18,19 @@ const (
 	// (PinShard, ExcludeNode; VersionPlacementRules), jobs on the log's
 	// clock (VersionLogTime) and disk-less members that claim their
 	// incarnation from the ledger (ClaimIncarnation;
-	// VersionDisklessMembers): encoding and snapshot version 5.
-	MaxClusterVersion uint32 = 3
+	// VersionDisklessMembers): encoding and snapshot version 5. Version 4:
+	// lease renewals off the log (VersionLeaseRenewals; no new command or
+	// encoding).
+	MaxClusterVersion uint32 = 4
 )
+
+// VersionLeaseRenewals is the cluster version from which nodes renew their
+// leases with the control-group leader, confirmed by a quorum round, instead
+// of committing a Heartbeat every RenewEvery (docs/protocol.md). Heartbeats
+// stay for registration (a new incarnation, rejoining after an expiry, a
+// changed version range); from this version on their acks no longer extend
+// a lease. It adds no command and no encoding.
+const VersionLeaseRenewals uint32 = 4
 
 // VersionLogTime is the cluster version from which job transitions (not
 // before, timeouts, finish times, retention) use the log's clock instead of

@@ -32,6 +32,9 @@ type Agent struct {
 
 	lastAck time.Time
 	failing int
+	// renewing: the last ready found the agent renewing (Tracker.Registered
+	// under cluster version 4) rather than heartbeating.
+	renewing bool
 
 	// drainWish is what the node wants its NodeRecord's Draining flag to
 	// be; drainAsked is the local time it last proposed it (zero: never).
@@ -45,7 +48,7 @@ type Agent struct {
 const MaxHeartbeatsInFlight = 2
 
 // AgentInput is one input of Agent.Step: Tick, Observed, HeartbeatOutcome,
-// ShardDrained, ShardResigned or DrainWish.
+// RenewOutcome, ShardDrained, ShardResigned or DrainWish.
 type AgentInput interface{ agentInput() }
 
 // Tick reports that time passed (a timer fired at or after Ready.WakeAt).
@@ -58,6 +61,10 @@ type Observed struct {
 	Applied uint64
 	Nodes   []ledger.NodeRecord
 	Shards  []ledger.ShardRecord
+	// Version is the cluster's active version the replica shows at Applied
+	// (State.ActiveVersion; 0 is read as "before version 4"). From
+	// ledger.VersionLeaseRenewals on the agent renews off the log.
+	Version uint32
 }
 
 // HeartbeatOutcome reports the answer to the heartbeat of Token: Err when
@@ -68,6 +75,21 @@ type HeartbeatOutcome struct {
 	Index  uint64
 	Result ledger.Result
 	Err    error
+}
+
+// RenewOutcome reports the answer to the renewal of Token (cluster version
+// 4). Err nil: a leader accepted it after receiving it, then confirmed its
+// leadership with a quorum round, and CommitIndex is its last log index
+// read after receipt; the lease extends once the replica applied
+// CommitIndex. Err matching ledger.ErrStaleLiveness or
+// ledger.ErrStaleIncarnation: refused, Record is the leader's record of the
+// node (judged like a rejected heartbeat: register again). Any other Err
+// (no leader, not established, ErrExpiring, a timeout): failed.
+type RenewOutcome struct {
+	Token       uint64
+	CommitIndex uint64
+	Record      ledger.NodeRecord
+	Err         error
 }
 
 // ShardDrained reports that the application's workers on the revoked
@@ -93,6 +115,7 @@ type DrainWish struct{ Draining bool }
 func (Tick) agentInput()             {}
 func (Observed) agentInput()         {}
 func (HeartbeatOutcome) agentInput() {}
+func (RenewOutcome) agentInput()     {}
 func (ShardDrained) agentInput()     {}
 func (ShardResigned) agentInput()    {}
 func (DrainWish) agentInput()        {}
@@ -104,7 +127,15 @@ type HeartbeatAsk struct {
 	Command ledger.Heartbeat
 }
 
-// Verdict classifies a heartbeat's answer.
+// RenewAsk is a lease renewal to send to the control-group leader (cluster
+// version 4); report its answer with a RenewOutcome carrying Token.
+type RenewAsk struct {
+	Token                 uint64
+	Node                  string
+	Incarnation, Liveness uint64
+}
+
+// Verdict classifies a heartbeat's or a renewal's answer.
 type Verdict uint8
 
 const (
@@ -120,6 +151,9 @@ const (
 type Ready struct {
 	// Heartbeat, when not nil, is a heartbeat to propose now.
 	Heartbeat *HeartbeatAsk
+	// Renew, when not nil, is a renewal to send to the leader now (cluster
+	// version 4: it replaces the heartbeat once the node is registered).
+	Renew *RenewAsk
 	// Proposals are commands to propose now, in order: handoffs (Release or
 	// Transfer) and SetDraining. Their answers need not be reported: the
 	// agent sees their effect in later Observed records.
@@ -127,8 +161,8 @@ type Ready struct {
 	// Changes are the acting set's transitions since the last Step (see
 	// Tracker.Changes): start or cancel workers.
 	Changes []Change
-	// Verdict classifies a HeartbeatOutcome input; Record is the node
-	// record its answer carried.
+	// Verdict classifies a HeartbeatOutcome or RenewOutcome input; Record
+	// is the node record its answer carried.
 	Verdict Verdict
 	Record  ledger.NodeRecord
 	// WakeAt is the local time to Step again (with Tick) unless another
@@ -165,6 +199,8 @@ func (a *Agent) Step(now time.Time, in AgentInput) Ready {
 		a.observe(now, in)
 	case HeartbeatOutcome:
 		rd.Verdict, rd.Record = a.heartbeatOutcome(now, in)
+	case RenewOutcome:
+		rd.Verdict, rd.Record = a.renewOutcome(now, in)
 	case ShardDrained:
 		a.tr.Drained(in.Shard, in.Epoch)
 	case ShardResigned:
@@ -184,6 +220,7 @@ func (a *Agent) observe(now time.Time, in Observed) {
 	for _, r := range in.Shards {
 		a.tr.ObserveShard(now, r)
 	}
+	a.tr.ClusterVersion(in.Version)
 	a.tr.Applied(in.Applied)
 }
 
@@ -201,12 +238,7 @@ func (a *Agent) heartbeatOutcome(now time.Time, in HeartbeatOutcome) (Verdict, l
 		a.lastAck, a.failing = now, 0
 		return VerdictAccepted, r.Node
 	case errors.Is(r.Err, ledger.ErrStaleLiveness), errors.Is(r.Err, ledger.ErrStaleIncarnation):
-		a.tr.HeartbeatRejected(in.Token, r.Node, now)
-		a.failing++
-		if a.tr.Fenced() {
-			return VerdictFenced, r.Node
-		}
-		return VerdictExpired, r.Node
+		return a.rejected(now, in.Token, r.Node), r.Node
 	case errors.Is(r.Err, ledger.ErrVersion):
 		a.tr.HeartbeatFailed(in.Token)
 		a.failing++
@@ -216,6 +248,41 @@ func (a *Agent) heartbeatOutcome(now time.Time, in HeartbeatOutcome) (Verdict, l
 		a.failing++
 		return VerdictFailed, r.Node
 	}
+}
+
+// rejected judges a heartbeat or renewal refused as stale: fenced by a
+// newer incarnation, or expired (register again at the current epoch).
+func (a *Agent) rejected(now time.Time, token uint64, rec ledger.NodeRecord) Verdict {
+	a.tr.HeartbeatRejected(token, rec, now)
+	a.failing++
+	if a.tr.Fenced() {
+		return VerdictFenced
+	}
+	return VerdictExpired
+}
+
+// renewOutcome is the one place a renewal's answer is judged.
+func (a *Agent) renewOutcome(now time.Time, in RenewOutcome) (Verdict, ledger.NodeRecord) {
+	delete(a.inflight, in.Token)
+	switch {
+	case in.Err == nil:
+		a.tr.RenewAcked(in.Token, in.CommitIndex, now)
+		a.lastAck, a.failing = now, 0
+		return VerdictAccepted, in.Record
+	case errors.Is(in.Err, ledger.ErrStaleLiveness), errors.Is(in.Err, ledger.ErrStaleIncarnation):
+		return a.rejected(now, in.Token, in.Record), in.Record
+	default:
+		a.tr.HeartbeatFailed(in.Token)
+		a.failing++
+		return VerdictFailed, in.Record
+	}
+}
+
+// renewMode reports whether the agent renews off the log instead of
+// heartbeating: cluster version 4 is active in its replica and its own
+// record shows it registered (Tracker.Registered).
+func (a *Agent) renewMode() bool {
+	return a.tr.version >= ledger.VersionLeaseRenewals && a.tr.Registered()
 }
 
 func (a *Agent) setDraining(now time.Time) ledger.Command {
@@ -235,10 +302,23 @@ func (a *Agent) ready(now time.Time, rd *Ready) {
 			a.tr.HeartbeatFailed(tok)
 		}
 	}
+	renew := a.renewMode()
+	if renew && !a.renewing {
+		// Registered (or version 4 just became active): renew at once
+		// rather than after RenewEvery.
+		a.nextHeartbeat = now
+	}
+	a.renewing = renew
 	if !a.tr.Fenced() && !now.Before(a.nextHeartbeat) && len(a.inflight) < MaxHeartbeatsInFlight {
-		tok, hb := a.tr.HeartbeatAsked(now)
-		a.inflight[tok] = now
-		rd.Heartbeat = &HeartbeatAsk{Token: tok, Command: hb}
+		if renew {
+			tok, r := a.tr.RenewAsked(now)
+			a.inflight[tok] = now
+			rd.Renew = &r
+		} else {
+			tok, hb := a.tr.HeartbeatAsked(now)
+			a.inflight[tok] = now
+			rd.Heartbeat = &HeartbeatAsk{Token: tok, Command: hb}
+		}
 		a.nextHeartbeat = now.Add(a.cfg.RenewEvery)
 	}
 	// Drain reconciliation: the wish against the node's own record.

@@ -68,8 +68,8 @@ func TestElectionPlacementProperty(t *testing.T) {
 		steps := rapid.SliceOfN(rapid.Int64Range(0, int64(time.Second)), 1, 8).Draw(t, "steps")
 		a, _ := NewPlanner(cfg)
 		b, _ := NewPlanner(cfg)
-		a.Establish(t0, in)
-		b.Establish(t0, shuffle(in))
+		a.Establish(t0, in, time.Time{})
+		b.Establish(t0, shuffle(in), time.Time{})
 		now := t0
 		for _, d := range steps {
 			now = now.Add(time.Duration(d))

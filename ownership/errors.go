@@ -11,4 +11,8 @@ var (
 	ErrLeadershipLost = errors.New("ownership: leadership lost")
 	// ErrNotLeader: a proposal was made on a node that is not the leader.
 	ErrNotLeader = errors.New("ownership: not the leader")
+	// ErrExpiring: the leader has proposed to expire the renewing node's
+	// liveness epoch (Planner.Renew); the renewal failed, and the node
+	// retries at its next renewal.
+	ErrExpiring = errors.New("ownership: node is being expired")
 )

@@ -51,6 +51,14 @@ type LoopConfig struct {
 	Clock Clock
 	// Logger receives proposals and errors; nil discards.
 	Logger *slog.Logger
+	// Bound, when set, is called after the Barrier of every new term with
+	// the leader's clock; it returns the new leader's bound (Planner.
+	// Establish): the earliest time, by this clock, before which every
+	// lease granted by an earlier leader was asked — from the voters'
+	// confirm records under cluster version 4, or now when unsure. nil
+	// means now. It may block on RPCs until ctx ends; renewals are refused
+	// (ErrNotLeader) until it returns.
+	Bound func(ctx context.Context, now time.Time) time.Time
 }
 
 // LoopStats are cumulative counters of a LeaderLoop.
@@ -78,12 +86,16 @@ type LeaderLoop struct {
 	log     *slog.Logger
 	kick    chan struct{}
 
+	// pmu serializes every use of the planner: rounds' Plan, Establish,
+	// StepDown and Renew. Proposals run outside it.
+	pmu sync.Mutex
+
 	mu    sync.Mutex
 	stats LoopStats
 }
 
 // NewLeaderLoop returns a loop around planner; the planner must not be used
-// by anyone else while Run runs.
+// by anyone else while Run runs (Renew goes through the loop).
 func NewLeaderLoop(planner *Planner, prop Proposer, src Source, cfg LoopConfig) *LeaderLoop {
 	if cfg.Interval <= 0 {
 		cfg.Interval = planner.cfg.RenewEvery
@@ -120,12 +132,28 @@ func (l *LeaderLoop) count(f func(*LoopStats)) {
 	l.mu.Unlock()
 }
 
+// Renew judges one lease renewal received by this node (Planner.Renew),
+// serialized with the loop's rounds: now is the clock read after receipt,
+// rec the node's record in this replica. Safe for concurrent use; it
+// returns ErrNotLeader until the term is established.
+func (l *LeaderLoop) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness uint64) error {
+	l.pmu.Lock()
+	defer l.pmu.Unlock()
+	return l.planner.Renew(now, rec, inc, liveness)
+}
+
+func (l *LeaderLoop) stepDown() {
+	l.pmu.Lock()
+	l.planner.StepDown()
+	l.pmu.Unlock()
+}
+
 // Run runs the loop until ctx ends, following leadership changes from
 // leaderCh (true: this node became leader; false: it lost leadership). It
 // returns ctx's error.
 func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 	leading, established := false, false
-	defer l.planner.StepDown()
+	defer l.stepDown()
 	for {
 		timer := l.cfg.Clock.After(l.cfg.Interval)
 		select {
@@ -135,7 +163,7 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 			if leader != leading {
 				leading, established = leader, false
 				if !leader {
-					l.planner.StepDown()
+					l.stepDown()
 					l.log.Info("ownership: leadership lost")
 				}
 			}
@@ -151,7 +179,14 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 				continue
 			}
 			in := l.src.Input() // the input first: now must not precede it
-			l.planner.Establish(l.cfg.Clock.Now(), in)
+			now := l.cfg.Clock.Now()
+			var bound time.Time
+			if l.cfg.Bound != nil {
+				bound = l.cfg.Bound(ctx, now)
+			}
+			l.pmu.Lock()
+			l.planner.Establish(now, in, bound)
+			l.pmu.Unlock()
 			established = true
 			l.count(func(s *LoopStats) { s.Terms++ })
 			l.log.Info("ownership: leadership established")
@@ -159,7 +194,7 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 		if lost := l.round(ctx); lost {
 			// Re-establish (Barrier first) before planning again: the
 			// table may hold entries this node has not applied.
-			l.planner.StepDown()
+			l.stepDown()
 			established = false
 		}
 	}
@@ -172,7 +207,9 @@ func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
 	// state the input holds (a heartbeat committed in between), and the
 	// planner would judge that state at a time before it existed.
 	in := l.src.Input()
+	l.pmu.Lock()
 	cmds, err := l.planner.Plan(l.cfg.Clock.Now(), in)
+	l.pmu.Unlock()
 	l.count(func(s *LoopStats) { s.Rounds++ })
 	if err != nil {
 		l.log.Error("ownership: planner", "err", err)

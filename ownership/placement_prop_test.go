@@ -30,7 +30,7 @@ func TestPlannerOneMovePerChangeProperty(t *testing.T) {
 			e.ledger.heartbeat(id, 1, false)
 		}
 		now := t0
-		e.p.Establish(now, e.input())
+		e.p.Establish(now, e.input(), time.Time{})
 		step := func() []ledger.Command {
 			now = now.Add(200 * time.Millisecond)
 			// Every node keeps heartbeating: a graceful leaver is alive
@@ -106,7 +106,7 @@ func TestPlannerOneMovePerChangeProperty(t *testing.T) {
 		settle(func(s uint32) {
 			if handoffs++; handoffs == leaderChangeAt {
 				e.p.StepDown()
-				e.p.Establish(now, e.input())
+				e.p.Establish(now, e.input(), time.Time{})
 			}
 			e.ledger.handoff(s, rapid.Bool().Draw(rt, "transfer"))
 			for sh, o := range owners() {

@@ -63,6 +63,11 @@ type nodeTrack struct {
 	// expired: the liveness epoch moved without a heartbeat (ExpireNode
 	// applied); the node holds no lease until it heartbeats again.
 	expired bool
+	// expiring: this planner proposed ExpireNode at liveness expiringAt and
+	// has not yet seen the record move; it accepts no renewal at that epoch
+	// meanwhile (Renew, ErrExpiring).
+	expiring   bool
+	expiringAt uint64
 }
 
 type revokeTrack struct {
@@ -95,13 +100,16 @@ func (p *Planner) Leading() bool { return p.leading }
 // Establish starts a leadership term at now (the leader's monotonic clock),
 // after the leader's replica has applied every entry committed before its
 // term (a Raft Barrier). The new leader cannot know when the nodes last
-// heartbeated or when Revokes were seen, so it treats every node as seen,
-// and every Revoking shard as revoked, at now: it waits every lease out in
-// full before expiring or taking over. Nodes that own a validly owned shard,
-// or are the target of a valid Revoking one, start in the placement ring
-// (no movement on a leader change); other nodes must be eligible for
-// StableFor first.
-func (p *Planner) Establish(now time.Time, in Input) {
+// heartbeated or renewed, so it treats every node as last seen at bound:
+// the earliest time (leader's clock) before which every lease any earlier
+// leader granted was asked (docs/protocol.md, leader side, establish; the
+// shell computes it from the voters' confirm records, cluster version 4).
+// A zero bound, or one after now, means now: the node waits every lease out
+// in full, as before version 4. Every Revoking shard counts as revoked at
+// now. Nodes that own a validly owned shard, or are the target of a valid
+// Revoking one, start in the placement ring (no movement on a leader
+// change); other nodes must be eligible for StableFor first.
+func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 	p.leading = true
 	p.establishedAt = now
 	p.unsettledAt, p.swapsAt = now, nil
@@ -111,6 +119,12 @@ func (p *Planner) Establish(now time.Time, in Input) {
 	p.ringKey, p.assign = nil, nil
 
 	seen, revoked := now, now
+	if !bound.IsZero() && bound.Before(now) {
+		seen = bound
+	}
+	if mutation.On(mutation.EstablishIgnoresBound) {
+		seen = seen.Add(-p.cfg.Lease)
+	}
 	if mutation.On(mutation.IgnoreEstablish) {
 		seen, revoked = now.Add(-p.cfg.expireAfter()), now.Add(-p.cfg.takeoverAfter())
 	}
@@ -224,10 +238,10 @@ func (p *Planner) observe(now time.Time, t table) {
 			continue
 		case n.Incarnation != tr.inc || n.Seq != tr.seq:
 			// A heartbeat applied (a renewal, a rejoin or a restart).
-			tr.lastSeen, tr.expired = now, false
+			tr.lastSeen, tr.expired, tr.expiring = now, false, false
 		case n.Liveness != tr.liveness:
 			// The liveness epoch moved without a heartbeat: ExpireNode.
-			tr.expired = true
+			tr.expired, tr.expiring = true, false
 		}
 		tr.inc, tr.liveness, tr.seq = n.Incarnation, n.Liveness, n.Seq
 	}
@@ -302,7 +316,7 @@ func (p *Planner) expiries(now time.Time, t table) []ledger.Command {
 		tr := p.nodes[id]
 		if tr.expired {
 			if n := t.nodes[id]; owns[id] {
-				out = append(out, ledger.ExpireNode{Node: id, Incarnation: n.Incarnation, Liveness: n.Liveness, Seq: n.Seq, Now: now.UnixNano()})
+				out = append(out, p.expire(now, tr, n))
 			}
 			continue
 		}
@@ -312,10 +326,60 @@ func (p *Planner) expiries(now time.Time, t table) []ledger.Command {
 		if mutation.On(mutation.SkipExpiryWait) && now.Sub(tr.lastSeen) < p.cfg.RenewEvery {
 			continue
 		}
-		n := t.nodes[id]
-		out = append(out, ledger.ExpireNode{Node: id, Incarnation: n.Incarnation, Liveness: n.Liveness, Seq: n.Seq, Now: now.UnixNano()})
+		out = append(out, p.expire(now, tr, t.nodes[id]))
 	}
 	return out
+}
+
+// expire returns the ExpireNode for n and marks it expiring: from this
+// decision until the planner sees the record move (or steps down), it
+// accepts no renewal at n's liveness epoch, so no renewal acked after the
+// decision can outlive the expiry.
+func (p *Planner) expire(now time.Time, tr *nodeTrack, n ledger.NodeRecord) ledger.ExpireNode {
+	if !mutation.On(mutation.RenewWhileExpiring) {
+		tr.expiring, tr.expiringAt = true, n.Liveness
+	}
+	return ledger.ExpireNode{Node: n.ID, Incarnation: n.Incarnation, Liveness: n.Liveness, Seq: n.Seq, Now: now.UnixNano()}
+}
+
+// Renew judges one lease renewal of node rec.ID at (inc, liveness), received
+// at now (the leader's clock, read after receipt; cluster version 4). rec is
+// the node's record in the leader's replica (the zero record if it has
+// none). It returns ErrNotLeader before Establish or after StepDown;
+// ledger.ErrStaleIncarnation or ledger.ErrStaleLiveness (wrapped) when rec
+// is newer than the renewal — the node must register again with a log
+// Heartbeat; ErrExpiring when this planner has proposed ExpireNode for that
+// epoch and not yet seen it apply. Otherwise the node counts as seen at now
+// (never earlier than before) and Renew returns nil; the shell acks the
+// renewal only after a quorum confirms its leadership, with the commit
+// index it read after receipt (docs/protocol.md).
+func (p *Planner) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness uint64) error {
+	if !p.leading {
+		return ErrNotLeader
+	}
+	switch {
+	case rec.Incarnation > inc:
+		return fmt.Errorf("%w: node %q renews incarnation %d; incarnation %d is registered",
+			ledger.ErrStaleIncarnation, rec.ID, inc, rec.Incarnation)
+	case rec.Incarnation == inc && rec.Liveness > liveness:
+		return fmt.Errorf("%w: node %q renews liveness %d; the record is at %d",
+			ledger.ErrStaleLiveness, rec.ID, liveness, rec.Liveness)
+	}
+	tr := p.nodes[rec.ID]
+	if tr == nil || tr.inc != inc || tr.liveness != liveness {
+		// The planner has not observed this registration yet: it will see
+		// it apply and count the node as seen then (later than now). The
+		// epoch it tracks, if older, is not the one renewed: its expiry
+		// is a CAS the registration already defeated.
+		return nil
+	}
+	if tr.expiring && tr.expiringAt == liveness {
+		return fmt.Errorf("%w: node %q at liveness %d", ErrExpiring, rec.ID, liveness)
+	}
+	if now.After(tr.lastSeen) {
+		tr.lastSeen = now
+	}
+	return nil
 }
 
 // updateRing decides who is in the placement ring.

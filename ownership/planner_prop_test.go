@@ -77,8 +77,8 @@ func TestPlannerDeterministicProperty(t *testing.T) {
 
 		a, _ := NewPlanner(cfg)
 		b, _ := NewPlanner(cfg)
-		a.Establish(t0, in)
-		b.Establish(t0, shuffled(r, in))
+		a.Establish(t0, in, time.Time{})
+		b.Establish(t0, shuffled(r, in), time.Time{})
 		now := t0
 		for _, d := range steps {
 			now = now.Add(time.Duration(d))
@@ -128,7 +128,7 @@ func TestPlannerMoreNodesThanShards(t *testing.T) {
 		e.members[id] = Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1}
 		e.ledger.heartbeat(id, 1, false)
 	}
-	e.p.Establish(t0, e.input())
+	e.p.Establish(t0, e.input(), time.Time{})
 	if _, err := e.p.Plan(t0.Add(100*time.Millisecond), e.input()); err != nil {
 		t.Fatalf("Plan: %v", err)
 	}

@@ -250,21 +250,46 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 		s := uint32(argInt(t, td, "shard", 0))
 		return e.ledger.handoff(s, td.Cmd == "transfer")
 	case "establish":
-		e.p.Establish(t0.Add(argDur(t, td, "t", 0)), e.input())
+		// establish t=… [bound=…]: bound is relative to t0 like t.
+		var bound time.Time
+		if td.HasArg("bound") {
+			bound = t0.Add(argDur(t, td, "bound", 0))
+		}
+		e.p.Establish(t0.Add(argDur(t, td, "t", 0)), e.input(), bound)
 		return ""
+	case "renew":
+		// renew id=n1 t=… [inc=…] [liveness=…]: the leader receives a
+		// renewal of the node at its recorded (or the given) epoch.
+		id := argStr(td, "id", "")
+		rec := e.ledger.node[id]
+		inc := uint64(argInt(t, td, "inc", int(rec.Incarnation)))
+		liv := uint64(argInt(t, td, "liveness", int(rec.Liveness)))
+		if err := e.p.Renew(t0.Add(argDur(t, td, "t", 0)), rec, inc, liv); err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		return "ok\n"
 	case "plan":
 		return e.plan(t, t0.Add(argDur(t, td, "t", 0)), td.HasArg("apply"), "")
 	case "run":
 		from, to := argDur(t, td, "from", 0), argDur(t, td, "to", 0)
 		every := argDur(t, td, "every", e.cfg.RenewEvery)
-		var hb []string
+		var hb, renew []string
 		if s := argStr(td, "hb", ""); s != "" {
 			hb = strings.Split(s, ",")
+		}
+		if s := argStr(td, "renew", ""); s != "" {
+			renew = strings.Split(s, ",")
 		}
 		var b strings.Builder
 		for d := from; d <= to; d += every {
 			for _, id := range hb {
 				e.ledger.heartbeat(id, e.ledger.node[id].Incarnation, false)
+			}
+			for _, id := range renew {
+				rec := e.ledger.node[id]
+				if err := e.p.Renew(t0.Add(d), rec, rec.Incarnation, rec.Liveness); err != nil {
+					fmt.Fprintf(&b, "%v: renew %s: %v\n", d, id, err)
+				}
 			}
 			b.WriteString(e.plan(t, t0.Add(d), true, d.String()+": "))
 		}
@@ -342,7 +367,7 @@ func TestPlannerReExpiresTransferTargetWithoutLease(t *testing.T) {
 		n1.Seq++ // n1 keeps heartbeating
 		return Input{Members: members, Nodes: []ledger.NodeRecord{n1, n2}, Shards: slices.Clone(shards)}
 	}
-	p.Establish(t0, in(0))
+	p.Establish(t0, in(0), time.Time{})
 	// n2 is expired (its liveness moves without a heartbeat)...
 	n2.Liveness = 2
 	if _, err := p.Plan(t0.Add(100*time.Millisecond), in(100*time.Millisecond)); err != nil {

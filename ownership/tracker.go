@@ -42,9 +42,12 @@ type Tracker struct {
 	fenced bool
 
 	nextToken uint64
-	asks      map[uint64]time.Time
+	asks      map[uint64]ask
 	pending   []ackedHeartbeat
 	applied   uint64
+	// version is the cluster's active version as the replica shows it at
+	// applied (ClusterVersion).
+	version uint32
 
 	self      ledger.NodeRecord
 	selfKnown bool
@@ -53,11 +56,22 @@ type Tracker struct {
 	reported  map[uint32]Change
 }
 
+// ask is one heartbeat or renewal asked and not yet answered.
+type ask struct {
+	at time.Time
+	// renewal: a renewal (cluster version 4) at liveness, not a heartbeat.
+	renewal  bool
+	liveness uint64
+}
+
 type ackedHeartbeat struct {
 	index    uint64
 	asked    time.Time
 	acked    time.Time
 	liveness uint64
+	// renewal: a renewal's ack (index is the leader's commit index read
+	// after receipt), not a log heartbeat's.
+	renewal bool
 }
 
 type shardTrack struct {
@@ -96,7 +110,7 @@ func NewTracker(cfg Config, id string, incarnation uint64) (*Tracker, error) {
 	}
 	return &Tracker{
 		cfg: cfg, id: id, inc: incarnation,
-		asks:     make(map[uint64]time.Time),
+		asks:     make(map[uint64]ask),
 		nodes:    make(map[string]handoffTarget),
 		shards:   make(map[uint32]*shardTrack),
 		reported: make(map[uint32]Change),
@@ -124,14 +138,60 @@ func (t *Tracker) Fenced() bool { return t.fenced }
 // command to propose.
 func (t *Tracker) HeartbeatAsked(now time.Time) (token uint64, hb ledger.Heartbeat) {
 	t.nextToken++
-	t.asks[t.nextToken] = now
+	t.asks[t.nextToken] = ask{at: now}
+	return t.nextToken, ledger.Heartbeat{Node: t.id, Incarnation: t.inc, Liveness: t.sendLiveness, Now: now.UnixNano(),
+		MinVersion: ledger.MinClusterVersion, MaxVersion: t.maxVersion()}
+}
+
+// maxVersion is the newest cluster version this node's heartbeats
+// advertise.
+func (t *Tracker) maxVersion() uint32 {
 	hi := ledger.MaxClusterVersion
 	if t.cfg.MaxVersion != 0 {
 		hi = max(ledger.MinClusterVersion, min(hi, t.cfg.MaxVersion))
 	}
-	return t.nextToken, ledger.Heartbeat{Node: t.id, Incarnation: t.inc, Liveness: t.sendLiveness, Now: now.UnixNano(),
-		MinVersion: ledger.MinClusterVersion, MaxVersion: hi}
+	return hi
 }
+
+// Registered reports whether the replica shows this process registered as
+// its last heartbeat left it: its own record at this incarnation, at the
+// liveness epoch the last accepted heartbeat returned, with the version
+// range its heartbeats advertise. Only then may it renew instead of
+// heartbeating (cluster version 4).
+func (t *Tracker) Registered() bool {
+	s := t.self
+	return t.selfKnown && !t.fenced && t.sendLiveness != 0 && s.Incarnation == t.inc && s.Liveness == t.sendLiveness &&
+		s.MinVersion == ledger.MinClusterVersion && s.MaxVersion == t.maxVersion()
+}
+
+// RenewAsked records that the node asks for a lease renewal off the log at
+// local time now (cluster version 4) and returns the token to report the
+// outcome with and the renewal to send.
+func (t *Tracker) RenewAsked(now time.Time) (token uint64, r RenewAsk) {
+	t.nextToken++
+	t.asks[t.nextToken] = ask{at: now, renewal: true, liveness: t.sendLiveness}
+	return t.nextToken, RenewAsk{Token: t.nextToken, Node: t.id, Incarnation: t.inc, Liveness: t.sendLiveness}
+}
+
+// RenewAcked reports that a leader accepted the renewal of token after
+// receiving it, confirmed its leadership with a quorum afterwards and read
+// commitIndex after receipt. The lease is extended to ask time +
+// Lease·(1−δ) once this node's replica has applied commitIndex, as for a
+// heartbeat's index (rule 2).
+func (t *Tracker) RenewAcked(token, commitIndex uint64, now time.Time) {
+	a, ok := t.asks[token]
+	delete(t.asks, token)
+	if !ok || !a.renewal || t.fenced || a.liveness != t.sendLiveness {
+		return // rejected or re-registered since the ask
+	}
+	t.pending = append(t.pending, ackedHeartbeat{index: commitIndex, asked: a.at, acked: now, liveness: a.liveness, renewal: true})
+	t.flush()
+}
+
+// ClusterVersion reports the cluster's active version as this node's
+// replica shows it; call it before Applied for the same entries. From
+// VersionLeaseRenewals on, a heartbeat's ack no longer extends the lease.
+func (t *Tracker) ClusterVersion(v uint32) { t.version = v }
 
 // HeartbeatAcked reports that the heartbeat of token was committed at log
 // index and accepted, leaving the node record rec. The lease is extended to
@@ -139,20 +199,20 @@ func (t *Tracker) HeartbeatAsked(now time.Time) (token uint64, hb ledger.Heartbe
 // (Applied): only then has it seen every Revoke and ExpireNode committed
 // before the heartbeat.
 func (t *Tracker) HeartbeatAcked(token, index uint64, rec ledger.NodeRecord, now time.Time) {
-	asked, ok := t.asks[token]
+	a, ok := t.asks[token]
 	delete(t.asks, token)
-	if !ok || rec.ID != t.id || rec.Incarnation != t.inc || t.fenced {
+	if !ok || a.renewal || rec.ID != t.id || rec.Incarnation != t.inc || t.fenced {
 		return
 	}
 	if rec.Liveness >= t.sendLiveness {
 		t.sendLiveness = rec.Liveness
 	}
-	t.pending = append(t.pending, ackedHeartbeat{index: index, asked: asked, acked: now, liveness: rec.Liveness})
+	t.pending = append(t.pending, ackedHeartbeat{index: index, asked: a.at, acked: now, liveness: rec.Liveness})
 	t.flush()
 }
 
 // HeartbeatRejected reports that the heartbeat of token was committed and
-// rejected; rec is the current node record from the rejection. With a newer
+// rejected, or its renewal refused as stale; rec is the current node record from the rejection. With a newer
 // incarnation registered the tracker is fenced for good; otherwise the node
 // was expired: it loses its lease and every shard granted under the old
 // epoch at once, and the next heartbeat rejoins at the current epoch.
@@ -172,8 +232,8 @@ func (t *Tracker) HeartbeatRejected(token uint64, rec ledger.NodeRecord, now tim
 	}
 }
 
-// HeartbeatFailed reports that the heartbeat of token was lost or its
-// outcome is unknown (ErrLeadershipLost): it extends nothing.
+// HeartbeatFailed reports that the heartbeat or renewal of token was lost
+// or its outcome is unknown (ErrLeadershipLost): it extends nothing.
 func (t *Tracker) HeartbeatFailed(token uint64) { delete(t.asks, token) }
 
 // Applied reports that this node's replica has applied every entry up to
@@ -188,8 +248,14 @@ func (t *Tracker) Applied(index uint64) {
 func (t *Tracker) flush() {
 	keep := t.pending[:0]
 	for _, a := range t.pending {
-		if a.index > t.applied && !mutation.On(mutation.SkipApplyWait) {
+		skip := mutation.On(mutation.SkipApplyWait) && !a.renewal || mutation.On(mutation.RenewWithoutApplyWait) && a.renewal
+		if a.index > t.applied && !skip {
 			keep = append(keep, a)
+			continue
+		}
+		if !a.renewal && t.version >= ledger.VersionLeaseRenewals {
+			// Version 4: only renewals grant leases (a new leader's bound
+			// covers confirmed renewals, not log heartbeats).
 			continue
 		}
 		t.extend(a)

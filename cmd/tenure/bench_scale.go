@@ -260,7 +260,7 @@ func (s *scaleSim) step() error {
 	}
 	t0 := time.Now()
 	if !s.planner.Leading() {
-		s.planner.Establish(s.now, in)
+		s.planner.Establish(s.now, in, time.Time{})
 	}
 	cmds, err := s.planner.Plan(s.now, in)
 	s.planDur = append(s.planDur, time.Since(t0))

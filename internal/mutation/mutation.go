@@ -143,6 +143,21 @@ const (
 	// DrainIgnoresLease: the tracker keeps acting on a Revoking shard until
 	// its drain deadline even after its lease ended.
 	DrainIgnoresLease
+
+	// Lease renewals off the log (issue 15, cluster version 4).
+
+	// RenewWithoutConfirm: the leader acks a renewal without a quorum
+	// confirm round.
+	RenewWithoutConfirm
+	// RenewWithoutApplyWait: the tracker extends its lease on a renewal
+	// ack before its replica applied the ack's commit index.
+	RenewWithoutApplyWait
+	// EstablishIgnoresBound: a new leader counts every node as last seen a
+	// Lease before its bound (it trusts nothing it cannot see).
+	EstablishIgnoresBound
+	// RenewWhileExpiring: the planner accepts renewals of a node whose
+	// ExpireNode it proposed and has not seen apply (no expiring mark).
+	RenewWhileExpiring
 	numSwitches
 )
 
@@ -157,7 +172,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"job-start-finished", "job-start-running", "job-start-backoff", "finish-stale-epoch",
 	"finish-invalid-owner", "finish-wrong-attempt", "finish-finished", "fail-no-dead-letter",
 	"enqueue-duplicate-key", "app-stale-epoch", "app-invalid-owner",
-	"act-on-revoking", "takeover-without-drain", "drain-ignores-lease"}
+	"act-on-revoking", "takeover-without-drain", "drain-ignores-lease",
+	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -203,6 +219,10 @@ var rules = [...]string{
 	"protocol rule 4: a node never starts acting on a Revoking shard (it drains only what it was acting on)",
 	"protocol: a takeover waits out the owner's drain window too: (Lease+Drain)·(1+δ), not Lease·(1+δ)",
 	"protocol rule 4: a draining owner stops at its lease end even inside the drain window",
+	"protocol (v4): the leader acks a renewal only after a quorum confirmed its leadership after receipt",
+	"protocol rule 2 (v4): a renewal ack extends the lease only once the replica applied its commit index",
+	"protocol (v4): a new leader counts every node as seen at the bound from the voters' confirm records, no earlier",
+	"protocol (v4): no renewal is accepted between the decision to expire a node and seeing the expiry apply",
 }
 
 // Rule describes the rule switch s disables.
