@@ -717,20 +717,26 @@ func (b *netBackend) heartbeat(ask ownership.HeartbeatAsk) {
 	}
 	b.step(time.Now(), ownership.HeartbeatOutcome{Token: ask.Token, Index: r.Index, Result: r, Err: err})
 	if err == nil && r.Err == nil {
-		// The lease extends once the replica applied the heartbeat.
-		_ = b.fsm.WaitApplied(ctx, r.Index)
-		cerr := b.checkCluster()
-		b.step(time.Now(), b.observed())
-		b.mu.Lock()
-		switch {
-		case cerr != nil && !b.registered && b.conflict == nil:
-			b.conflict = cerr
-		case cerr == nil && !b.agent.Status().LeaseEnd.IsZero():
-			b.registered = true
-		}
-		b.mu.Unlock()
+		b.acked(ctx, r.Index)
 	}
 	b.notify()
+}
+
+// acked follows an accepted heartbeat or renewal: the lease extends once
+// the replica applied index (rule 2), and the node counts as registered
+// once it holds a lease in a cluster it may run in.
+func (b *netBackend) acked(ctx context.Context, index uint64) {
+	_ = b.fsm.WaitApplied(ctx, index)
+	cerr := b.checkCluster()
+	b.step(time.Now(), b.observed())
+	b.mu.Lock()
+	switch {
+	case cerr != nil && !b.registered && b.conflict == nil:
+		b.conflict = cerr
+	case cerr == nil && !b.agent.Status().LeaseEnd.IsZero():
+		b.registered = true
+	}
+	b.mu.Unlock()
 }
 
 // renew sends one lease renewal the agent asked for to the control-group
@@ -752,9 +758,8 @@ func (b *netBackend) renew(ask ownership.RenewAsk) {
 		gometrics.MeasureSince([]string{"lease", "renew"}, start)
 	}
 	b.step(time.Now(), ownership.RenewOutcome{Token: ask.Token, CommitIndex: commit, Record: rec, Err: err})
-	if err == nil && b.fsm.State().AppliedIndex() < commit {
-		_ = b.fsm.WaitApplied(ctx, commit)
-		b.step(time.Now(), b.observed())
+	if err == nil {
+		b.acked(ctx, commit)
 	}
 	b.notify()
 }
