@@ -25,8 +25,8 @@ type soloControl struct {
 	r     *raft.Raft
 	id    string
 	renew func(time.Time, cluster.RenewRequest) (ledger.NodeRecord, error)
-	lead chan bool
-	done chan struct{}
+	lead  chan bool
+	done  chan struct{}
 }
 
 func newSoloControl(d controlDeps) (controlPlane, error) {
