@@ -193,3 +193,70 @@ func TestLeaderLoopReadsInputBeforeClock(t *testing.T) {
 		}
 	})
 }
+
+// The loop refuses renewals until its term is established, calls
+// LoopConfig.Bound after the Barrier with the clock it establishes at, and
+// expires a silent node from that bound; renewals through LeaderLoop.Renew
+// keep a node alive (run under -race: Renew and the rounds share the
+// planner).
+func TestLeaderLoopRenewAndBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := TestConfig()
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fakeRaft{l: newTestLedger()}
+		for _, id := range []string{"n1", "n2"} {
+			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
+		}
+		f.heartbeatAll()
+		var boundAt time.Time
+		boundCalled := make(chan struct{})
+		loop := NewLeaderLoop(p, f, f, LoopConfig{Bound: func(ctx context.Context, now time.Time) time.Time {
+			boundAt = now
+			close(boundCalled)
+			// The voters' last confirm: half a lease ago.
+			return now.Add(-cfg.Lease / 2)
+		}})
+		rec := func(id string) ledger.NodeRecord {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.l.node[id]
+		}
+		if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != ErrNotLeader {
+			t.Fatalf("renew before the term: %v, want ErrNotLeader", err)
+		}
+		leaderCh := make(chan bool, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- loop.Run(ctx, leaderCh) }()
+		leaderCh <- true
+		<-boundCalled
+		synctest.Wait()
+		// n1 renews every RenewEvery; n2 is silent. n2 is expired
+		// Lease·(1+δ) after the bound, i.e. about Lease·(1+δ) − Lease/2
+		// after establishing.
+		expireAt := boundAt.Add(-cfg.Lease / 2).Add(cfg.expireAfter())
+		for time.Now().Before(boundAt.Add(2 * cfg.Lease)) {
+			if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != nil {
+				t.Fatalf("renew n1: %v", err)
+			}
+			if r := rec("n2"); r.Liveness != 1 && time.Now().Before(expireAt) {
+				t.Fatalf("n2 expired at %v after establishing, before bound + Lease·(1+δ) (%v)", time.Since(boundAt), expireAt.Sub(boundAt))
+			}
+			if r := rec("n2"); r.Liveness == 1 && !time.Now().Before(boundAt.Add(cfg.expireAfter()-cfg.RenewEvery/2)) {
+				t.Fatalf("n2 not expired %v after establishing: the bound was ignored (expiry due at %v)", time.Since(boundAt), expireAt.Sub(boundAt))
+			}
+			time.Sleep(cfg.RenewEvery)
+		}
+		if r := rec("n2"); r.Liveness == 1 {
+			t.Fatalf("silent n2 not expired 2·Lease after establishing")
+		}
+		if r := rec("n1"); r.Liveness != 1 {
+			t.Fatalf("renewing n1 expired: %+v", r)
+		}
+		cancel()
+		<-done
+	})
+}

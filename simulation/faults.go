@@ -44,11 +44,16 @@ const (
 	// PauseInFlight pauses the node for Dur right after its next heartbeat
 	// is sent: the process stalls between a request and its response.
 	PauseInFlight
+	// CutVoters cuts the links both ways between the node and every other
+	// voter for Dur; its links to non-voters stay. Cut the leader and a
+	// non-voter together: the old leader, deposed, keeps receiving that
+	// node's renewals while the other voters elect a new one.
+	CutVoters
 	numFaultKinds
 )
 
 var faultNames = [...]string{"", "crash", "crash-same-inc", "pause", "isolate", "one-way", "clock-rate",
-	"clock-jump", "drain", "health", "suspect", "slow-apply", "join", "pause-in-flight"}
+	"clock-jump", "drain", "health", "suspect", "slow-apply", "join", "pause-in-flight", "cut-voters"}
 
 // String names the kind.
 func (k FaultKind) String() string {
@@ -241,12 +246,13 @@ func (s *Sim) applyFault(i int, f Fault) {
 			s.gossip.changed(n)
 			s.scheduleSync(n, time.Millisecond)
 		})
-	case Isolate, OneWay:
+	case Isolate, OneWay, CutVoters:
 		s.gossip.grow()
+		cut := func(m *node) bool { return m != n && (f.Kind != CutVoters || m.voter) }
 		for _, m := range s.nodes {
-			if m != n {
+			if cut(m) {
 				s.gossip.cut[n.idx][m.idx]++
-				if f.Kind == Isolate {
+				if f.Kind != OneWay {
 					s.gossip.cut[m.idx][n.idx]++
 				}
 			}
@@ -257,9 +263,9 @@ func (s *Sim) applyFault(i int, f Fault) {
 				return
 			}
 			for _, m := range s.nodes {
-				if m != n && m.idx < len(s.gossip.cut[n.idx]) {
+				if cut(m) && m.idx < len(s.gossip.cut[n.idx]) {
 					s.gossip.cut[n.idx][m.idx] = max(s.gossip.cut[n.idx][m.idx]-1, 0)
-					if f.Kind == Isolate {
+					if f.Kind != OneWay {
 						s.gossip.cut[m.idx][n.idx] = max(s.gossip.cut[m.idx][n.idx]-1, 0)
 					}
 				}

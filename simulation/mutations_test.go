@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tenurehq/tenure/internal/mutation"
+	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -41,6 +42,16 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		cfg = leaderChangeConfig(seed)
 	case mutation.ActOnRevoking:
 		cfg = revokeRestartConfig(seed)
+	case mutation.RenewWithoutConfirm:
+		cfg = depositionConfig(seed)
+	case mutation.EstablishIgnoresBound:
+		cfg = leaderChangeConfig(seed)
+	case mutation.RenewWithoutApplyWait:
+		cfg = slowRevokeConfig(seed)
+	case mutation.RenewWhileExpiring:
+		cfg = expiringConfig(seed)
+	case mutation.DrainIgnoresLease:
+		cfg = drainCutConfig(seed)
 	case mutation.SkipApplyWait:
 		// A lease extended before the replica applied the heartbeat lets a
 		// node act past a Revoke it has not applied yet; with a drain as
@@ -49,14 +60,29 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		// short drain (caught at seed 108 with it, 304 without).
 		cfg.Ownership.DrainTimeout = ownership.TestConfig().DrainTimeout
 	}
-	if seed%2 == 0 && m != mutation.NoDriftMargin && m != mutation.IgnoreEstablish && m != mutation.ActOnRevoking {
+	if seed%2 == 0 && !scenarioOnly[m] {
 		drain := cfg.Ownership.DrainTimeout
 		cfg = DefaultConfig(seed) // every other seed: a full-length run
 		cfg.Stress = true
 		cfg.Ownership.DrainTimeout = drain
 	}
+	if m == mutation.SkipApplyWait {
+		// The rule is the heartbeat's: from cluster version 4 on a
+		// heartbeat's ack extends no lease (renew-without-apply-wait is
+		// the renewal's), so its sweep runs clusters of version-3
+		// binaries.
+		cfg.ClusterVersion = ledger.VersionLeaseRenewals - 1
+	}
 	cfg.StopAtFirstViolation = true
 	return cfg
+}
+
+// scenarioOnly are the mutations whose every seed runs their scenario (the
+// others run a full-length stress run every other seed).
+var scenarioOnly = map[mutation.Switch]bool{
+	mutation.NoDriftMargin: true, mutation.IgnoreEstablish: true, mutation.ActOnRevoking: true,
+	mutation.RenewWithoutConfirm: true, mutation.EstablishIgnoresBound: true,
+	mutation.RenewWithoutApplyWait: true, mutation.RenewWhileExpiring: true, mutation.DrainIgnoresLease: true,
 }
 
 // sweepMutation runs up to seeds seeds under m and returns the first catch.

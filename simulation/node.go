@@ -43,6 +43,20 @@ type node struct {
 	roundAt       int64 // time of the next scheduled round (0: none)
 	roundInflight int
 
+	// Lease renewals (cluster version 4, renew.go). binMax is the newest
+	// cluster version the node's binary speaks. v4At is the local time
+	// this process's replica first showed version 4 active (0: not yet).
+	// As a voter: confirms is the local time it last received a Confirm
+	// of each term, confirmFloor its process start (it may have confirmed
+	// just before an earlier process died). As the leader: renewals
+	// waiting for the next confirm round, and whether one is in flight.
+	binMax       uint32
+	v4At         int64
+	confirms     map[uint64]int64
+	confirmFloor int64
+	renewQueue   []*renewReq
+	confirming   bool
+
 	acting    map[uint32]uint64 // acting set as last computed (shard -> epoch)
 	wakeAt    int64
 	slowTill  int64 // replica applies slowly until then (slow disk)
@@ -80,6 +94,10 @@ func (s *Sim) addNode(voter bool) error {
 		n.rate = s.cfg.ClockRates[i]
 	}
 	n.mono0 = s.rng.Int64N(int64(time.Hour))
+	n.binMax = s.cfg.ClusterVersion
+	if s.cfg.UpgradeAt > 0 {
+		n.binMax = min(n.binMax, ledger.VersionLeaseRenewals-1)
+	}
 	n.wallOffset = s.rng.Int64N(int64(200*time.Millisecond)) - int64(100*time.Millisecond)
 	s.nodes = append(s.nodes, n)
 	if voter {
@@ -122,7 +140,9 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 		n.inc++
 	}
 	n.pausedUntil = 0
-	ag, err := ownership.NewAgent(s.cfg.Ownership, n.id, n.inc)
+	oc := s.cfg.Ownership
+	oc.MaxVersion = n.binMax
+	ag, err := ownership.NewAgent(oc, n.id, n.inc)
 	if err != nil {
 		panic(err) // config validated in New
 	}
@@ -143,6 +163,10 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 	n.wakeAt = 0
 	n.roundAt = 0
 	n.roundInflight = 0
+	n.v4At = 0
+	n.confirms = map[uint64]int64{}
+	n.confirmFloor = n.local(s.now)
+	n.renewQueue, n.confirming = nil, false
 	s.tracef("%s start inc=%d gen=%d", n.id, n.inc, n.gen)
 	s.scheduleSync(n, s.jitter(time.Millisecond, 5*time.Millisecond))
 	// The agent's first step soon: it asks for the first heartbeat, then
@@ -231,6 +255,9 @@ func (s *Sim) step(n *node, in ownership.AgentInput) {
 	if rd.Heartbeat != nil {
 		s.heartbeat(n, *rd.Heartbeat)
 	}
+	if rd.Renew != nil {
+		s.renew(n, *rd.Renew)
+	}
 	for _, c := range rd.Proposals {
 		switch c.(type) {
 		case ledger.Release, ledger.Transfer:
@@ -262,6 +289,12 @@ func (s *Sim) heartbeat(n *node, ask ownership.HeartbeatAsk) {
 		}
 		s.step(n, ownership.HeartbeatOutcome{Token: ask.Token, Index: index, Result: res, Err: err})
 	})
+	s.pauseInFlight(n)
+}
+
+// pauseInFlight carries out a PauseInFlight fault right after n sent a
+// heartbeat or a renewal.
+func (s *Sim) pauseInFlight(n *node) {
 	if n.pauseNext > 0 {
 		n.pausedUntil = max(n.pausedUntil, s.now+int64(n.pauseNext))
 		n.pauseNext = 0
@@ -344,7 +377,11 @@ func (s *Sim) observe(n *node, e entry) bool {
 	if n.fsm != nil || t == nil {
 		t = touchedBy(s.replica(n), e.cmd)
 	}
-	s.step(n, ownership.Observed{Applied: n.applied, Nodes: t.nodes, Shards: t.shards})
+	v := s.replica(n).ActiveVersion()
+	if v >= ledger.VersionLeaseRenewals && n.v4At == 0 {
+		n.v4At = n.local(s.now)
+	}
+	s.step(n, ownership.Observed{Applied: n.applied, Nodes: t.nodes, Shards: t.shards, Version: v})
 	return t.relevant
 }
 
@@ -413,7 +450,7 @@ func (s *Sim) round(n *node) {
 		return
 	}
 	st := s.replica(n)
-	in := ownership.Input{Members: s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()}
+	in := ownership.Input{Members: s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes(), Cluster: st.Cluster()}
 	cmds, err := n.planner.Plan(n.localTime(s.now), in)
 	if err != nil {
 		s.tracef("%s planner: %v", n.id, err)

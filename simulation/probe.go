@@ -104,9 +104,9 @@ func (s *Sim) probe() {
 		if len(nodes) > 0 {
 			n := nodes[s.rng.IntN(len(nodes))]
 			if s.chance(0.5) {
-				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation - 1, Liveness: n.Liveness, Now: now}, ledger.ErrStaleIncarnation)
+				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation - 1, Liveness: n.Liveness, Now: now, MinVersion: n.MinVersion, MaxVersion: n.MaxVersion}, ledger.ErrStaleIncarnation)
 			} else {
-				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation, Liveness: n.Liveness + 1, Now: now}, ledger.ErrStaleLiveness)
+				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation, Liveness: n.Liveness + 1, Now: now, MinVersion: n.MinVersion, MaxVersion: n.MaxVersion}, ledger.ErrStaleLiveness)
 			}
 		}
 	case 1: // an expiry racing a heartbeat; a drain from another incarnation

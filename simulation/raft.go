@@ -175,9 +175,11 @@ func (r *raftModel) elect() {
 // leader's replica has applied the whole log (the Barrier).
 func (r *raftModel) establish(n *node) {
 	st := r.s.replica(n)
-	n.planner.Establish(n.localTime(r.s.now), ownership.Input{Members: r.s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()}, time.Time{})
+	now := n.localTime(r.s.now)
+	bound := r.s.bound(n)
+	n.planner.Establish(now, ownership.Input{Members: r.s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes(), Cluster: st.Cluster()}, bound)
 	n.established = true
-	r.s.tracef("%s establishes leadership (applied %d)", n.id, n.applied)
+	r.s.tracef("%s establishes leadership (applied %d, bound %v before now)", n.id, n.applied, now.Sub(bound))
 }
 
 // propose sends cmd from n to the leader; done (may be nil) receives the

@@ -14,6 +14,7 @@ import (
 //
 //	sim [seed=N] [nodes=N] [voters=N] [duration=D] [faults-until=D] [watch=S,S] [workload=false]
 //	    [zones=z1,z2,...] [weights=1,2,...] [loads=S:L,S:L] [settle=D]
+//	    [version=V] [upgrade-at=D]
 //	fault at=D kind=K node=nI|leader|owner:S [dur=D] [value=F]
 //	run      run to the end; print violations, leader changes and the timeline
 func TestSimScripts(t *testing.T) {
@@ -51,6 +52,8 @@ func TestSimScripts(t *testing.T) {
 				cfg.Duration = dur("duration", "13s")
 				cfg.FaultsUntil = dur("faults-until", "5s")
 				cfg.Workload = arg("workload", "true") == "true"
+				cfg.ClusterVersion = uint32(num("version", "0"))
+				cfg.UpgradeAt = dur("upgrade-at", "0s")
 				cfg.Faults = []Fault{}
 				cfg.Watch = nil
 				if z := arg("zones", ""); z != "" {
@@ -121,6 +124,9 @@ func TestSimScripts(t *testing.T) {
 				}
 				fmt.Fprintf(&b, "leader elections: %d, expiries proposed: %d, takeovers: %d, handoffs: %d\n",
 					res.LeaderChanges, res.Expiries, res.Takeovers, res.Handoffs)
+				if cfg.ClusterVersion != 0 || cfg.UpgradeAt != 0 {
+					fmt.Fprintf(&b, "commits: %d, renewals acked: %d in %d confirm rounds\n", res.Commits, res.Renewals, res.ConfirmRounds)
+				}
 				if res.ZoneShards != nil {
 					fmt.Fprintf(&b, "partitions per zone: %v\n", res.ZoneShards)
 				}

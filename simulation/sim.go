@@ -86,6 +86,18 @@ type Config struct {
 	// replica of its own, which the end-of-run check compares with the
 	// reference. ScaleConfig sets it.
 	SharedReplicas bool
+	// ClusterVersion is the newest cluster version the nodes' binaries
+	// speak (0: ledger.MaxClusterVersion). The leader records the cluster's
+	// configuration at the version every live node speaks; from
+	// ledger.VersionLeaseRenewals (4) on, nodes renew their leases with the
+	// leader, confirmed by a quorum round, instead of committing
+	// heartbeats (renew.go).
+	ClusterVersion uint32
+	// UpgradeAt, when non-zero, upgrades every node's binary to
+	// ledger.MaxClusterVersion at that time: a rolling restart, one node
+	// every 700 ms (each down 200 ms, a new incarnation); the leader raises
+	// the cluster version once every live node speaks it.
+	UpgradeAt time.Duration
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
@@ -186,6 +198,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Duration = %v, FaultsUntil = %v, want 0 ≤ FaultsUntil ≤ Duration", ErrInvalidConfig, c.Duration, c.FaultsUntil)
 	case c.ClockRateError < 0 || c.ClockRateError >= 1:
 		return fmt.Errorf("%w: ClockRateError = %v, want in [0, 1)", ErrInvalidConfig, c.ClockRateError)
+	case c.ClusterVersion > ledger.MaxClusterVersion:
+		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxClusterVersion)
+	case c.UpgradeAt < 0 || c.UpgradeAt > c.Duration:
+		return fmt.Errorf("%w: UpgradeAt = %v, want 0..Duration", ErrInvalidConfig, c.UpgradeAt)
 	}
 	for typ, mk := range c.StateMachines {
 		if typ == "" || typ == appType || mk == nil {
@@ -225,6 +241,9 @@ type Result struct {
 	// Stats.
 	LeaderChanges, Takeovers, Handoffs, Expiries int
 	MaxHandoffGap                                time.Duration
+	// Renewals counts lease renewals acked (cluster version 4) and
+	// ConfirmRounds the leaders' quorum rounds that confirmed them.
+	Renewals, ConfirmRounds int
 	// ZoneShards counts the committed owners' partitions per zone at the
 	// end (Config.Zones); LoadMaxOverAvg is the most loaded node's load
 	// over its weighted share at the end (Config.ShardLoads).
@@ -297,6 +316,8 @@ const (
 	evWork
 	evHeal
 	evProbe
+	evRenew
+	evConfirm
 )
 
 // at schedules fn at true time t (ns).
@@ -354,6 +375,14 @@ func New(cfg Config) (*Sim, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.ClusterVersion == 0 {
+		cfg.ClusterVersion = ledger.MaxClusterVersion
+	}
+	if cfg.Ownership.ClusterName == "" {
+		// The leader records the cluster's configuration and raises its
+		// version as the nodes' binaries allow.
+		cfg.Ownership.ClusterName = "sim"
+	}
 	s := &Sim{
 		cfg:  cfg,
 		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
@@ -389,6 +418,9 @@ func (s *Sim) Run() *Result {
 		s.at(int64(f.At), evFault, f.Node, func() { s.applyFault(i, f) })
 	}
 	s.at(int64(s.cfg.FaultsUntil), evHeal, -1, s.healAll)
+	if s.cfg.UpgradeAt > 0 {
+		s.at(int64(s.cfg.UpgradeAt), evFault, -1, s.upgrade)
+	}
 	if s.cfg.Probes {
 		s.scheduleProbe()
 	}
