@@ -11,9 +11,10 @@ import (
 // Agent is the node side of the protocol (docs/protocol.md, node side) as
 // one pure state machine, in the style of etcd-io/raft's RawNode: the shell
 // feeds it inputs with Step(now, input) and carries out the Ready it
-// returns — commands to propose, acting-set transitions, and the local time
-// at which to step it again. It holds the lease Tracker, the heartbeat
-// schedule and the classification of heartbeat outcomes, the shards the
+// returns — commands to propose, the renewal to send (cluster version 4),
+// acting-set transitions, and the local time at which to step it again. It
+// holds the lease Tracker, the heartbeat and renewal schedule and the
+// classification of their outcomes, the shards the
 // application resigned, drain reconciliation (the node's drain wish against
 // its own NodeRecord) and the acting query with the node's guard.
 //

@@ -18,7 +18,10 @@ import (
 //   - every RenewEvery: HeartbeatAsked(now) gives the Heartbeat to propose;
 //     report the outcome with HeartbeatAcked (committed and accepted, with
 //     its log index and the resulting node record), HeartbeatRejected or
-//     HeartbeatFailed (lost, or outcome unknown);
+//     HeartbeatFailed (lost, or outcome unknown); under cluster version 4,
+//     once Registered, RenewAsked instead, answered with RenewAcked (with
+//     the leader's commit index), HeartbeatRejected or HeartbeatFailed;
+//   - ClusterVersion with the version the replica shows, before Applied;
 //   - for every entry the replica applies: ObserveShard/ObserveNode for the
 //     records it changed, then Applied(index);
 //   - after any of these and at NextDeadline: Changes(now) for the acting

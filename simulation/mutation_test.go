@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // mutationSeeds is how many stress seeds TestSimStressSeeds runs clean
@@ -21,7 +23,13 @@ func TestSimLeaderChangeClean(t *testing.T) {
 // fails at the first violation: the scenario's control.
 func runClean(t *testing.T, what string, mk func(seed uint64) Config) {
 	t.Helper()
-	for seed := uint64(1); seed <= 40; seed++ {
+	runCleanN(t, what, mk, 40)
+}
+
+// runCleanN is runClean over seeds seeds.
+func runCleanN(t *testing.T, what string, mk func(seed uint64) Config, seeds uint64) {
+	t.Helper()
+	for seed := uint64(1); seed <= seeds; seed++ {
 		res, err := Run(mk(seed))
 		if err != nil {
 			t.Fatal(err)
@@ -146,10 +154,40 @@ func revokeRestartConfig(seed uint64) Config {
 // TestSimRenewalScenariosClean runs the controls of the lease-renewal
 // scenarios (cluster version 4) with every rule on.
 func TestSimRenewalScenariosClean(t *testing.T) {
-	runClean(t, "deposed leaders", depositionConfig)
-	runClean(t, "slow replicas through a drain", slowRevokeConfig)
-	runClean(t, "owners paused through their expiry", expiringConfig)
-	runClean(t, "owners cut off while draining", drainCutConfig)
+	seeds := uint64(40)
+	if raceEnabled || testing.Short() {
+		seeds = 8 // the race detector makes every seed ~5× slower
+	}
+	for _, c := range []struct {
+		what string
+		mk   func(seed uint64) Config
+	}{
+		{"deposed leaders", depositionConfig},
+		{"slow replicas through a drain", slowRevokeConfig},
+		{"owners paused through their expiry", expiringConfig},
+		{"owners cut off while draining", drainCutConfig},
+		{"version-3 binaries", func(seed uint64) Config {
+			cfg := DefaultConfig(seed)
+			cfg.ClusterVersion = ledger.VersionLeaseRenewals - 1
+			cfg.StopAtFirstViolation = true
+			return cfg
+		}},
+		{"a rolling upgrade 3 → 4 under random faults", upgradeConfig},
+	} {
+		t.Run(c.what, func(t *testing.T) { runCleanN(t, c.what, c.mk, seeds) })
+	}
+}
+
+// upgradeConfig rolls version-3 binaries to the newest during random
+// faults: the cluster switches from heartbeats to renewals mid-run (the
+// transition rule of the new leader's bound).
+func upgradeConfig(seed uint64) Config {
+	cfg := DefaultConfig(seed)
+	cfg.StopAtFirstViolation = true
+	cfg.Duration = 16 * time.Second
+	cfg.FaultsUntil = 8 * time.Second
+	cfg.UpgradeAt = time.Second + time.Duration(rand.New(rand.NewPCG(seed, 37)).Int64N(int64(2*time.Second)))
+	return cfg
 }
 
 // drainCutConfig drains a non-voter and, once it has seen its Revokes,
