@@ -146,7 +146,7 @@ func DefaultControlConfig() ControlConfig {
 
 // FastControlConfig is for a low-latency network (one data centre, local
 // demo): faster failure detection (a dead leader is replaced in about
-// 0.3–0.6 s, inside the fast profile's 700 ms node lease) at the cost of
+// 0.3–0.6 s, inside the fast profile's 1 s node lease) at the cost of
 // more spurious elections under load.
 func FastControlConfig() ControlConfig {
 	c := DefaultControlConfig()
