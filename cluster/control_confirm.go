@@ -250,9 +250,9 @@ func (s *controlRPC) Confirm(args *wire.ConfirmArgs, reply *wire.ConfirmReply) e
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad confirm request"
 		return nil
 	}
-	if s.authenticated && (s.peer.Operator || s.peer.ID != args.Leader) {
+	if s.authenticated && (s.peer.Operator || s.peer.ID != args.Leader || !s.isVoter(s.peer.ID)) {
 		reply.Code = wire.CodeUnauthorized
-		reply.Msg = fmt.Sprintf("%s may not confirm leadership for %q", s.peer, args.Leader)
+		reply.Msg = fmt.Sprintf("%s may not confirm leadership for %q (only a voter, for itself)", s.peer, args.Leader)
 		g.log.Warn("cluster: refused a confirm", "peer", s.peer.String(), "leader", args.Leader)
 		return nil
 	}

@@ -167,6 +167,11 @@ func TestConfirmRenewAuthorization(t *testing.T) {
 			t.Fatalf("confirm for another leader: %+v", cr)
 		}
 		cr = wire.ConfirmReply{}
+		_ = as(Peer{ID: "outsider"}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "outsider"}, &cr)
+		if cr.Code != wire.CodeUnauthorized {
+			t.Fatalf("confirm by a non-voter: %+v", cr)
+		}
+		cr = wire.ConfirmReply{}
 		_ = as(Peer{ID: "n1", Operator: true}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "n1"}, &cr)
 		if cr.Code != wire.CodeUnauthorized {
 			t.Fatalf("confirm by an operator: %+v", cr)
