@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -142,8 +143,10 @@ type ControlGroup struct {
 	reconcileSig chan struct{}
 	bootstrapSig chan struct{}
 
-	established atomic.Uint64 // term of established leadership, 0 if none
-	inc         atomic.Uint64 // process incarnation (cfg.Incarnation, SetIncarnation)
+	established  atomic.Uint64 // term of established leadership, 0 if none
+	confirms     *confirmLog   // lastConfirm per term (control_confirm.go)
+	confirmBatch confirmBatcher
+	inc          atomic.Uint64 // process incarnation (cfg.Incarnation, SetIncarnation)
 
 	mu   sync.Mutex
 	left map[string]uint64 // id → incarnation that left (or was removed)
@@ -193,6 +196,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		left:         map[string]uint64{},
 		events:       newEventQueue(),
 		closing:      make(chan struct{}),
+		confirms:     newConfirmLog(time.Now()),
 	}
 	g.inc.Store(cfg.Incarnation)
 

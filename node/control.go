@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -70,6 +71,17 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		return checkClaim(d.fsm.State(), c)
 	}
 	cc.LogStore, cc.StableStore, cc.SnapshotStore = d.store.Log, d.store.Stable, d.store.Snapshots
+	if d.renew != nil {
+		cc.Renew = func(now time.Time, req cluster.RenewRequest) ([]byte, error) {
+			rec, err := d.renew(now, req)
+			data, merr := json.Marshal(rec)
+			if merr != nil {
+				return nil, errors.Join(err, merr)
+			}
+			return data, err
+		}
+		cc.RenewRefusals = renewRefusals
+	}
 	var tune controlTuning
 	tuneControl(&tune)
 	if tune.snapshotThreshold > 0 {
@@ -146,6 +158,30 @@ func (c *clusterControl) Barrier(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// renewRefusals are the planner's refusals of a renewal that cross the wire
+// by name (cluster.ControlConfig.RenewRefusals): every node uses this table.
+var renewRefusals = map[string]error{
+	"stale-liveness":    ledger.ErrStaleLiveness,
+	"stale-incarnation": ledger.ErrStaleIncarnation,
+	"expiring":          ownership.ErrExpiring,
+	"not-leader":        ownership.ErrNotLeader,
+}
+
+func (c *clusterControl) Renew(ctx context.Context, node string, inc, liveness uint64) (uint64, ledger.NodeRecord, error) {
+	res, err := c.g.Renew(ctx, cluster.RenewRequest{Node: node, Incarnation: inc, Liveness: liveness})
+	var rec ledger.NodeRecord
+	if len(res.Record) > 0 {
+		if derr := json.Unmarshal(res.Record, &rec); derr != nil {
+			return 0, ledger.NodeRecord{}, fmt.Errorf("node: decode the leader's node record: %w", derr)
+		}
+	}
+	return res.CommitIndex, rec, err
+}
+
+func (c *clusterControl) EstablishBound(ctx context.Context, now time.Time) time.Time {
+	return c.g.EstablishBound(ctx, now)
 }
 
 func (c *clusterControl) Leadership() <-chan bool { return c.lead }

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	gometrics "github.com/hashicorp/go-metrics/compat"
+
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
@@ -41,6 +43,16 @@ type controlPlane interface {
 	Voters() []string
 	// Addr is the address peers reach the control group at.
 	Addr() string
+	// Renew renews this node's lease with the leader (cluster version 4,
+	// docs/protocol.md "Renewals off the log"): nil when a leader accepted
+	// it and then confirmed its leadership with a quorum round; commit is
+	// the leader's last log index read after receipt. A refusal as stale
+	// (ledger.ErrStaleLiveness, ledger.ErrStaleIncarnation) carries the
+	// leader's record of the node.
+	Renew(ctx context.Context, node string, inc, liveness uint64) (commit uint64, rec ledger.NodeRecord, err error)
+	// EstablishBound is the new leader's bound from the voters' confirm
+	// records (cluster.ControlGroup.EstablishBound): now when unsure.
+	EstablishBound(ctx context.Context, now time.Time) time.Time
 	// Shutdown stops the control group.
 	Shutdown(ctx context.Context) error
 }
@@ -54,6 +66,9 @@ type controlDeps struct {
 	store       *ledger.Store
 	members     *cluster.Membership
 	timing      Timing
+	// renew judges a renewal this node received as leader
+	// (netBackend.serveRenew): the record is the node's in this replica.
+	renew func(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error)
 }
 
 // newControlPlane builds the control group (control.go); a variable so
@@ -145,6 +160,18 @@ type netBackend struct {
 	ctl     controlPlane
 	batcher *ledger.Batcher
 	loop    *ownership.LeaderLoop
+	// loopReady is loop once it exists: renewals can reach the control
+	// group before realBackend built the loop.
+	loopReady atomic.Pointer[ownership.LeaderLoop]
+	// v4At is the local time this process first saw cluster version 4
+	// active in its replica (zero: not yet); the leader's bound is never
+	// earlier (design step 9, leaderBound).
+	v4At atomic.Pointer[time.Time]
+	// renewSeen is, on the leader, when it last accepted each node's
+	// renewal (what the planner calls lastSeen): the members view under
+	// cluster version 4. Guarded by renewMu.
+	renewMu   sync.Mutex
+	renewSeen map[string]time.Time
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -322,7 +349,8 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	cleanup = append(cleanup, func() { _ = b.gossip.Shutdown() })
 
-	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing})
+	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing,
+		renew: b.serveRenew})
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +428,8 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	if err != nil {
 		return nil, err
 	}
-	b.loop = ownership.NewLeaderLoop(planner, loopProposer{b}, loopSource{b}, ownership.LoopConfig{Logger: cfg.Logger})
+	b.loop = ownership.NewLeaderLoop(planner, loopProposer{b}, loopSource{b}, ownership.LoopConfig{Logger: cfg.Logger, Bound: b.leaderBound})
+	b.loopReady.Store(b.loop)
 
 	b.goLoop(b.agentLoop)
 	b.goLoop(b.membershipLoop)
@@ -530,7 +559,73 @@ func (b *netBackend) agentLoop() {
 // shard record, up to its applied index.
 func (b *netBackend) observed() ownership.Observed {
 	st := b.fsm.State()
-	return ownership.Observed{Applied: st.AppliedIndex(), Nodes: st.Nodes(), Shards: st.Shards()}
+	v := st.ActiveVersion()
+	b.sawVersion(v)
+	return ownership.Observed{Applied: st.AppliedIndex(), Nodes: st.Nodes(), Shards: st.Shards(), Version: v}
+}
+
+// sawVersion records when this process first saw cluster version 4 active
+// in its replica (v4At). Recorded after the fact (the agent loop runs on
+// every apply), which only moves the leader's bound later: safe.
+func (b *netBackend) sawVersion(v uint32) {
+	if v >= ledger.VersionLeaseRenewals && b.v4At.Load() == nil {
+		now := time.Now()
+		b.v4At.CompareAndSwap(nil, &now)
+	}
+}
+
+// renewing reports whether renewals off the log are active in this replica.
+func (b *netBackend) renewing() bool {
+	return b.fsm.State().ActiveVersion() >= ledger.VersionLeaseRenewals
+}
+
+// leaderBound is the new leader's bound (LoopConfig.Bound; design steps
+// 8–9): the confirm records' bound, never earlier than the moment this
+// process first saw version 4 active (every lease a log heartbeat granted
+// before version 4 was asked before that version's entry committed, hence
+// before any replica applied it), and now while version 4 is not active.
+func (b *netBackend) leaderBound(ctx context.Context, now time.Time) time.Time {
+	st := b.fsm.State()
+	b.sawVersion(st.ActiveVersion())
+	tv := b.v4At.Load()
+	if st.ActiveVersion() < ledger.VersionLeaseRenewals || tv == nil {
+		return now
+	}
+	bound := b.ctl.EstablishBound(ctx, now)
+	if tv.After(bound) {
+		bound = *tv
+	}
+	if bound.After(now) {
+		bound = now
+	}
+	return bound
+}
+
+// serveRenew judges a renewal this node received as the control-group
+// leader: the planner accepts it or refuses it (LeaderLoop.Renew); the
+// control group then confirms leadership before acknowledging it.
+func (b *netBackend) serveRenew(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error) {
+	st := b.fsm.State()
+	rec, _ := st.Node(req.Node)
+	if v := st.ActiveVersion(); v < ledger.VersionLeaseRenewals {
+		return rec, fmt.Errorf("node: renewals off the log need cluster version %d, the leader's replica is at %d", ledger.VersionLeaseRenewals, v)
+	}
+	loop := b.loopReady.Load()
+	if loop == nil {
+		return rec, ownership.ErrNotLeader
+	}
+	if err := loop.Renew(now, rec, req.Incarnation, req.Liveness); err != nil {
+		return rec, err
+	}
+	b.renewMu.Lock()
+	if b.renewSeen == nil {
+		b.renewSeen = map[string]time.Time{}
+	}
+	if now.After(b.renewSeen[req.Node]) {
+		b.renewSeen[req.Node] = now
+	}
+	b.renewMu.Unlock()
+	return rec, nil
 }
 
 // step feeds one input to the agent and carries out its Ready; it returns
@@ -550,8 +645,13 @@ func (b *netBackend) stepHold(now time.Time, in ownership.AgentInput, hold func(
 		return ownership.Ready{}, nil, false
 	}
 	rd = b.agent.Step(now, in)
-	if in, ok := in.(ownership.HeartbeatOutcome); ok {
+	switch in := in.(type) {
+	case ownership.HeartbeatOutcome:
 		b.judgeHeartbeat(in, rd)
+	case ownership.RenewOutcome:
+		if b.cfg.Logger != nil && rd.Verdict != ownership.VerdictAccepted {
+			b.cfg.Logger.Debug("node: renewal not accepted", "err", in.Err)
+		}
 	}
 	if hold != nil {
 		for i, c := range rd.Proposals {
@@ -576,6 +676,10 @@ func (b *netBackend) dispatch(rd ownership.Ready) {
 	if rd.Heartbeat != nil {
 		ask := *rd.Heartbeat
 		b.goLoop(func() { b.heartbeat(ask) })
+	}
+	if rd.Renew != nil {
+		ask := *rd.Renew
+		b.goLoop(func() { b.renew(ask) })
 	}
 	if len(rd.Proposals) > 0 {
 		cmds := rd.Proposals
@@ -616,18 +720,49 @@ func (b *netBackend) heartbeat(ask ownership.HeartbeatAsk) {
 	}
 	b.step(time.Now(), ownership.HeartbeatOutcome{Token: ask.Token, Index: r.Index, Result: r, Err: err})
 	if err == nil && r.Err == nil {
-		// The lease extends once the replica applied the heartbeat.
-		_ = b.fsm.WaitApplied(ctx, r.Index)
-		cerr := b.checkCluster()
-		b.step(time.Now(), b.observed())
-		b.mu.Lock()
-		switch {
-		case cerr != nil && !b.registered && b.conflict == nil:
-			b.conflict = cerr
-		case cerr == nil && !b.agent.Status().LeaseEnd.IsZero():
-			b.registered = true
-		}
-		b.mu.Unlock()
+		b.acked(ctx, r.Index)
+	}
+	b.notify()
+}
+
+// acked follows an accepted heartbeat or renewal: the lease extends once
+// the replica applied index (rule 2), and the node counts as registered
+// once it holds a lease in a cluster it may run in.
+func (b *netBackend) acked(ctx context.Context, index uint64) {
+	_ = b.fsm.WaitApplied(ctx, index)
+	cerr := b.checkCluster()
+	b.step(time.Now(), b.observed())
+	b.mu.Lock()
+	switch {
+	case cerr != nil && !b.registered && b.conflict == nil:
+		b.conflict = cerr
+	case cerr == nil && !b.agent.Status().LeaseEnd.IsZero():
+		b.registered = true
+	}
+	b.mu.Unlock()
+}
+
+// renew sends one lease renewal the agent asked for to the control-group
+// leader and reports its outcome (docs/protocol.md, renewals off the log):
+// the agent extends the lease once the replica applied the leader's index.
+func (b *netBackend) renew(ask ownership.RenewAsk) {
+	ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
+	defer cancel()
+	start := time.Now()
+	var commit uint64
+	var rec ledger.NodeRecord
+	var err error
+	if b.dropHeartbeats.Load() {
+		err = errors.New("node: renewal dropped (fault injection)")
+	} else {
+		commit, rec, err = b.ctl.Renew(ctx, ask.Node, ask.Incarnation, ask.Liveness)
+	}
+	if err == nil {
+		gometrics.MeasureSince([]string{"lease", "renew"}, start)
+	}
+	b.step(time.Now(), ownership.RenewOutcome{Token: ask.Token, CommitIndex: commit, Record: rec, Err: err})
+	if err == nil {
+		b.acked(ctx, commit)
 	}
 	b.notify()
 }
@@ -742,6 +877,7 @@ func (b *netBackend) members() []Member {
 	st := b.fsm.State()
 	leader := b.ctl.Leader()
 	voters := b.ctl.Voters()
+	seen := b.lastRenewals(st, leader)
 	var out []Member
 	for _, m := range b.gossip.Members() {
 		rec, known := st.Node(m.ID)
@@ -755,7 +891,10 @@ func (b *netBackend) members() []Member {
 		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
 		mm.Excluded = st.IsExcluded(m.ID)
 		mm.Load = parseLoad(m.Tags[loadTag])
-		if known && rec.HeartbeatAt != 0 {
+		switch {
+		case seen != nil:
+			mm.UpdatedAt = seen[m.ID] // zero: unknown here
+		case known && rec.HeartbeatAt != 0:
 			mm.UpdatedAt = time.Unix(0, rec.HeartbeatAt)
 		}
 		for k, v := range m.Tags {
@@ -776,6 +915,31 @@ func (b *netBackend) members() []Member {
 		}
 		out = append(out, mm)
 	}
+	return out
+}
+
+// lastRenewals is, under cluster version 4, when each member last renewed
+// as far as this node knows: its own last acknowledged renewal, and on the
+// leader the renewals it accepted. Followers do not see others' renewals
+// (they are not on the log): those stay zero. nil before version 4 (the
+// committed heartbeat time is then the truth).
+func (b *netBackend) lastRenewals(st *ledger.State, leader string) map[string]time.Time {
+	if st.ActiveVersion() < ledger.VersionLeaseRenewals {
+		return nil
+	}
+	out := map[string]time.Time{}
+	if leader == b.id {
+		b.renewMu.Lock()
+		for id, t := range b.renewSeen {
+			out[id] = t
+		}
+		b.renewMu.Unlock()
+	}
+	b.mu.Lock()
+	if !b.closed {
+		out[b.id] = b.agent.Status().LastAck
+	}
+	b.mu.Unlock()
 	return out
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
@@ -21,10 +22,11 @@ import (
 // the ledger, planner and tracker) run in one process without the
 // cluster's control group.
 type soloControl struct {
-	r    *raft.Raft
-	id   string
-	lead chan bool
-	done chan struct{}
+	r     *raft.Raft
+	id    string
+	renew func(time.Time, cluster.RenewRequest) (ledger.NodeRecord, error)
+	lead  chan bool
+	done  chan struct{}
 }
 
 func newSoloControl(d controlDeps) (controlPlane, error) {
@@ -57,7 +59,7 @@ func newSoloControl(d controlDeps) (controlPlane, error) {
 			return nil, err
 		}
 	}
-	c := &soloControl{r: r, id: d.id, lead: make(chan bool, 8), done: make(chan struct{})}
+	c := &soloControl{r: r, id: d.id, renew: d.renew, lead: make(chan bool, 8), done: make(chan struct{})}
 	go func() {
 		for {
 			select {
@@ -100,6 +102,23 @@ func (c *soloControl) Leader() string {
 	_, id := c.r.LeaderWithID()
 	return string(id)
 }
+
+// Renew is the leader's side at once: one voter is its own quorum.
+func (c *soloControl) Renew(_ context.Context, node string, inc, liveness uint64) (uint64, ledger.NodeRecord, error) {
+	if c.r.State() != raft.Leader || c.renew == nil {
+		return 0, ledger.NodeRecord{}, ownership.ErrNotLeader
+	}
+	commit := c.r.LastIndex()
+	rec, err := c.renew(time.Now(), cluster.RenewRequest{Node: node, Incarnation: inc, Liveness: liveness})
+	if err != nil {
+		return 0, rec, err
+	}
+	return commit, rec, nil
+}
+
+// EstablishBound: a single voter confirmed nothing for an earlier leader
+// but itself; now is always safe.
+func (c *soloControl) EstablishBound(_ context.Context, now time.Time) time.Time { return now }
 
 func (c *soloControl) Voters() []string { return []string{c.id} }
 func (c *soloControl) Addr() string     { return "" }

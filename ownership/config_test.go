@@ -21,13 +21,13 @@ func TestValidateNamesBadValues(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.Lease = 0 }, "Lease = 0s"},
-		{func(c *Config) { c.RenewEvery = c.Lease / 2 }, "RenewEvery = 1s"},
+		{func(c *Config) { c.Lease, c.RenewEvery = 2*time.Second, time.Second }, "RenewEvery = 1s"},
 		{func(c *Config) { c.MaxDrift = 0.5 }, "MaxDrift = 0.5"},
 		{func(c *Config) { c.MaxDrift = -0.1 }, "MaxDrift = -0.1"},
 		{func(c *Config) { c.DrainTimeout = -time.Second }, "DrainTimeout = -1s"},
 		{func(c *Config) { c.MaxMovesInFlight = 0 }, "MaxMovesInFlight = 0"},
 		{func(c *Config) { c.MinHealth = 2 }, "MinHealth = 2"},
-		{func(c *Config) { c.MaxDrift, c.RenewEvery = 0.45, 900*time.Millisecond }, "Lease·(1−MaxDrift)/2"},
+		{func(c *Config) { c.Lease, c.MaxDrift, c.RenewEvery = 2*time.Second, 0.45, 900*time.Millisecond }, "Lease·(1−MaxDrift)/2"},
 		{func(c *Config) { c.FencedAfter = -time.Millisecond }, "FencedAfter = -1ms"},
 		{func(c *Config) { c.FencedAfter = c.RenewEvery }, "want > RenewEvery"},
 		{func(c *Config) { c.FencedAfter = c.Lease * 2 }, "want < Lease·(1+MaxDrift)"},

@@ -147,8 +147,8 @@ func QuickConfig(seed uint64) Config {
 }
 
 // ScaleConfig is the scale profile (TestSimScale): nodes nodes (3 voters)
-// and shards shards with the default lease timing (2 s lease, 400 ms
-// heartbeats) and a churn budget of 256 moves, random faults for the first
+// and shards shards with the default lease timing (1.5 s lease, 250 ms
+// renewals) and a churn budget of 256 moves, random faults for the first
 // 5 s of 13 s, probes on and the job workload off: every node still runs
 // the real agent core over its own replica of the whole log, the leader the
 // real planner over every member and shard.

@@ -85,6 +85,7 @@ type recorder struct {
 	acks       []ack
 	ackCutoff  int // acks judged by the final checks: acks[:ackCutoff]
 	applies    uint64
+	version    uint32 // the highest cluster version a ClusterConfig committed
 	violations []Violation
 	stale      staleStats
 	// trace digests every recorded event in the order it happened, with
@@ -186,6 +187,9 @@ func (r *recorder) apply(id string, inc uint64, index uint64, c ledger.Command, 
 				r.completed++
 			}
 		}
+	}
+	if cc, ok := ledger.Unwrap(c).(ledger.ClusterConfig); ok && res.Err == nil {
+		r.version = max(r.version, cc.Version)
 	}
 	if a, ok := ledger.Unwrap(c).(ledger.App); ok && res.Err == nil && !res.Replayed {
 		rp.apps[index] = append(rp.apps[index], appDigest(a.Type, a.Payload))

@@ -94,6 +94,10 @@ type Result struct {
 	// L1 is how long after FaultsUntil every shard had an acting owner
 	// (-1 if never within L1Bound).
 	L1 time.Duration
+	// Version is the highest cluster version a committed ClusterConfig
+	// set (ledger.VersionLeaseRenewals and above: leases renewed off the
+	// log).
+	Version uint32
 	// Trace digests the whole recorded history (every apply on every
 	// replica, every worker begin and end, every acknowledgement, with
 	// virtual times) in the order it happened. Runs under the Go scheduler
@@ -352,6 +356,7 @@ func (h *harness) run(parent context.Context) (*Result, error) {
 	res.Applies, res.Acks, res.JobsCompleted = h.rec.applies, uint64(len(h.rec.acks)), h.rec.completed
 	res.StaleProbes, res.StaleRejected = h.rec.stale.probes, h.rec.stale.rejected
 	res.Trace = h.rec.trace
+	res.Version = h.rec.version
 	return res, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/ledger"
 )
 
 var (
@@ -133,6 +135,47 @@ func TestTier2HealthDrop(t *testing.T) {
 	}
 	if !after {
 		t.Errorf("seed %d: %s never acted again after its health recovered at %v", sc.Seed, victim, at+dur)
+	}
+}
+
+// TestTier2LeaderCrashRenewals: at cluster version 4 (renewals off the
+// log, confirmed by quorum rounds) the control-group leader, which owns
+// shards, is killed twice; the new leader's bound comes from the voters'
+// confirm records. S1–S4 hold, the killed leader did act on shards before
+// each crash, and every shard is owned again afterwards (L1).
+func TestTier2LeaderCrashRenewals(t *testing.T) {
+	const seed = 5001
+	sc := Scenario{Name: "leader-crash-renewals", Seed: seed, Nodes: 3, Duration: 45 * time.Second, FaultsUntil: 25 * time.Second,
+		Faults: []Fault{
+			{At: 8 * time.Second, Kind: Crash, Node: Leader, For: 4 * time.Second},
+			{At: 18 * time.Second, Kind: Crash, Node: Leader, For: 2 * time.Second},
+		},
+		Replay: replay("TestTier2LeaderCrashRenewals", seed)}
+	if *seedFlag != 0 {
+		sc.Seed = *seedFlag
+	}
+	start := time.Now()
+	res := Test(t, sc)
+	logResult(t, res, time.Since(start))
+	if res == nil {
+		return
+	}
+	if res.Version < ledger.VersionLeaseRenewals {
+		t.Fatalf("seed %d: the cluster ran at version %d, want ≥ %d (renewals off the log)", sc.Seed, res.Version, ledger.VersionLeaseRenewals)
+	}
+	for _, f := range res.Faults {
+		acted := false
+		for _, term := range res.Terms {
+			if term.Node == f.Resolved && term.Begin < f.At && (term.Open || term.End >= f.At) {
+				acted = true
+			}
+		}
+		if !acted {
+			t.Errorf("seed %d: the killed leader %s was not acting on any shard at %v", sc.Seed, f.Resolved, f.At)
+		}
+	}
+	if res.L1 < 0 {
+		t.Errorf("seed %d: not every shard had an acting owner after the faults", sc.Seed)
 	}
 }
 

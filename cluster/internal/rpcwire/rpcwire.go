@@ -23,6 +23,8 @@ const (
 	CodeUnknownServer            // removal of an id not in the configuration
 	CodeBadResponse              // committed; the FSM response could not be marshalled
 	CodeUnauthorized             // the caller may not do this; not submitted
+	CodeUnsupported              // the callee does not offer this call (now)
+	CodeRefused                  // a renewal refused by the planner (Refusal names why)
 )
 
 // ApplyArgs is the request of Control.Apply.
@@ -65,4 +67,49 @@ type RemoveArgs struct {
 type RemoveReply struct {
 	Code ReplyCode
 	Msg  string
+}
+
+// ConfirmArgs is the request of Control.Confirm: the leader of Term asks a
+// voter to confirm that it still follows it.
+type ConfirmArgs struct {
+	Term   uint64
+	Leader string // the sender's node id
+}
+
+// ConfirmReply is the reply of Control.Confirm.
+type ConfirmReply struct {
+	Code ReplyCode
+	Msg  string
+	Yes  bool // the voter's term is Term and it follows Leader
+}
+
+// ConfirmAgeArgs is the request of Control.ConfirmAge from the new leader
+// of Term.
+type ConfirmAgeArgs struct {
+	Term uint64
+}
+
+// ConfirmAgeReply is the reply of Control.ConfirmAge: how long ago (the
+// voter's monotonic clock) it recorded its newest Confirm of a term < Term.
+type ConfirmAgeReply struct {
+	Code ReplyCode
+	Msg  string
+	Age  time.Duration
+}
+
+// RenewArgs is the request of Control.Renew: a member renews its own lease.
+type RenewArgs struct {
+	Node        string
+	Incarnation uint64
+	Liveness    uint64
+	Timeout     time.Duration // 0 = the callee's RPCTimeout
+}
+
+// RenewReply is the reply of Control.Renew.
+type RenewReply struct {
+	Code        ReplyCode
+	Msg         string
+	Refusal     string // with CodeRefused: the refusal's stable name
+	CommitIndex uint64 // the leader's last log index read after receipt
+	Record      []byte // the leader's record of the node (encoded by the caller's layer)
 }

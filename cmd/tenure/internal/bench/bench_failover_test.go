@@ -33,7 +33,7 @@ func TestParseFailoverFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.nodes != 5 || o.runs != 20 || o.mode != "drain" || o.lease.Seconds() != 1 || o.seed != 3 {
+	if o.nodes != 5 || o.runs != 20 || o.mode != "drain" || o.lease != time.Second || o.seed != 3 {
 		t.Errorf("options = %+v", o)
 	}
 }

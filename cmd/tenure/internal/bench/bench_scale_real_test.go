@@ -24,7 +24,9 @@ func TestBenchScaleReal(t *testing.T) {
 	if r.Nodes != 5 || r.Voters != 3 || r.Members != 2 || r.Shards != 32 {
 		t.Errorf("shape %+v", r)
 	}
-	if r.ConvergeMs <= 0 || r.RSSMedianMB <= 0 || r.CommitsPerSec <= 0 || r.CPUMedianPct <= 0 {
+	// CommitsPerSec may be 0: at cluster version 4 an idle cluster renews
+	// leases off the log.
+	if r.ConvergeMs <= 0 || r.RSSMedianMB <= 0 || r.CommitsPerSec < 0 || r.CPUMedianPct <= 0 {
 		t.Errorf("unmeasured figures: %+v", r)
 	}
 	if !strings.HasPrefix(r.FailoverMember, "member-") || r.FailoverShards == 0 || r.FailoverMs <= 0 || r.RejoinMs <= 0 {

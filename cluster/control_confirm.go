@@ -1,0 +1,366 @@
+package cluster
+
+// Leadership confirm rounds and the new leader's bound (docs/protocol.md,
+// "Renewals off the log", design steps 7–8).
+//
+// A leader that acknowledges a lease renewal first confirms, with a quorum
+// of voters, that it still leads its term: Control.Confirm. Every voter
+// records the time of each Confirm it receives (its monotonic clock,
+// lastConfirm, per term) BEFORE it checks that it still follows the sender
+// in that term. A voter that has moved to a later term answers no, so a
+// deposed leader cannot complete a round once a quorum voted for a
+// successor, and every record that backed a yes predates the voter's vote
+// for any later term.
+//
+// A new leader of term T asks every voter for the age of its newest record
+// of terms < T (Control.ConfirmAge); a voter answers only once its own
+// term is ≥ T, when those records are final. Any quorum of answers meets
+// every confirm quorum of earlier terms, so
+//
+//	bound = max over answers (receive time − age)
+//
+// is no earlier than the last confirm that backed any renewal acknowledged
+// in an earlier term. A process that restarts forgets its records; it
+// counts its own start as a confirm of every earlier term, which only
+// moves the bound later (the safe direction).
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+)
+
+// confirmTermsKept is how many terms' lastConfirm records a voter keeps;
+// older ones fold into one floor record (still answered, never lost).
+const confirmTermsKept = 4
+
+// confirmLog is a voter's lastConfirm record per term.
+type confirmLog struct {
+	mu    sync.Mutex
+	terms map[uint64]time.Time // term → newest Confirm received for it
+	// floor covers every term ≤ floorTerm that is not in terms: the
+	// process start (term 0) and any record folded away.
+	floorTerm uint64
+	floorAt   time.Time
+}
+
+func newConfirmLog(start time.Time) *confirmLog {
+	return &confirmLog{terms: map[uint64]time.Time{}, floorAt: start}
+}
+
+// record notes a Confirm of term received at now.
+func (c *confirmLog) record(term uint64, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if term <= c.floorTerm {
+		if now.After(c.floorAt) {
+			c.floorAt = now
+		}
+		return
+	}
+	if now.After(c.terms[term]) {
+		c.terms[term] = now
+	}
+	for len(c.terms) > confirmTermsKept {
+		oldest := uint64(0)
+		for t := range c.terms {
+			if oldest == 0 || t < oldest {
+				oldest = t
+			}
+		}
+		if at := c.terms[oldest]; at.After(c.floorAt) {
+			c.floorAt = at
+		}
+		c.floorTerm = oldest
+		delete(c.terms, oldest)
+	}
+}
+
+// newestBefore is the newest record of any term < term (the floor always
+// counts: it is at least the process start).
+func (c *confirmLog) newestBefore(term uint64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.floorAt
+	for t, r := range c.terms {
+		if t < term && r.After(at) {
+			at = r
+		}
+	}
+	return at
+}
+
+// confirmBatcher runs one confirm round at a time; callers that arrive while
+// a round is in flight share the next one.
+type confirmBatcher struct {
+	mu      sync.Mutex
+	running bool
+	next    *confirmRound
+}
+
+type confirmRound struct {
+	done chan struct{}
+	err  error
+}
+
+// ConfirmLeadership confirms, with a quorum of voters (this node included),
+// that this node is still the leader of its current term: every voter that
+// answers yes first recorded the time (see Control.ConfirmAge). Concurrent
+// callers share a round; a caller that arrives while a round is in flight
+// waits for the next one, so the round that answers it started after the
+// call. It returns nil, ErrNotLeader, ErrLeadershipLost (no quorum said
+// yes), ErrTimeout (ctx ended) or ErrControlClosed.
+func (g *ControlGroup) ConfirmLeadership(ctx context.Context) error {
+	b := &g.confirmBatch
+	b.mu.Lock()
+	if b.next == nil {
+		b.next = &confirmRound{done: make(chan struct{})}
+	}
+	r := b.next
+	if !b.running {
+		b.running = true
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.confirmRounds()
+		}()
+	}
+	b.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: confirming leadership: %w", ErrTimeout, ctx.Err())
+	case <-g.closing:
+		return ErrControlClosed
+	}
+}
+
+// confirmRounds runs rounds while callers wait for one.
+func (g *ControlGroup) confirmRounds() {
+	b := &g.confirmBatch
+	for {
+		b.mu.Lock()
+		r := b.next
+		b.next = nil
+		if r == nil {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		r.err = g.confirmOnce()
+		close(r.done)
+	}
+}
+
+// confirmTimeout bounds one confirm round or one ConfirmAge query: about an
+// election timeout (a voter that does not answer by then is as good as
+// absent for leadership too).
+func (g *ControlGroup) confirmTimeout() time.Duration {
+	d := g.cfg.ElectionTimeout
+	if d <= 0 || (g.cfg.RPCTimeout > 0 && g.cfg.RPCTimeout < d) {
+		d = g.cfg.RPCTimeout
+	}
+	if d <= 0 {
+		d = time.Second
+	}
+	return d
+}
+
+// voters returns the voters of the latest configuration (id → address).
+func (g *ControlGroup) voterAddrs() map[string]string {
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			out[string(s.ID)] = string(s.Address)
+		}
+	}
+	return out
+}
+
+// confirmOnce runs one round.
+func (g *ControlGroup) confirmOnce() error {
+	select {
+	case <-g.closing:
+		return ErrControlClosed
+	default:
+	}
+	term := g.raft.CurrentTerm()
+	// This node's own yes: record first, then check (as every voter does).
+	g.confirms.record(term, time.Now())
+	if g.raft.State() != raft.Leader || g.raft.CurrentTerm() != term {
+		return ErrNotLeader
+	}
+	voters := g.voterAddrs()
+	if _, ok := voters[g.cfg.NodeID]; !ok {
+		return fmt.Errorf("%w: not a voter of the latest configuration", ErrNotLeader)
+	}
+	quorum := len(voters)/2 + 1
+	yes, no := 1, 0
+	if yes >= quorum {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.confirmTimeout())
+	defer cancel()
+	answers := make(chan bool, len(voters))
+	args := wire.ConfirmArgs{Term: term, Leader: g.cfg.NodeID}
+	for id, addr := range voters {
+		if id == g.cfg.NodeID {
+			continue
+		}
+		go func() {
+			var reply wire.ConfirmReply
+			err := g.pool.call(ctx, addr, "Control.Confirm", &args, &reply)
+			answers <- err == nil && reply.Yes
+		}()
+	}
+	for yes < quorum && no <= len(voters)-quorum {
+		select {
+		case ok := <-answers:
+			if ok {
+				yes++
+			} else {
+				no++
+			}
+		case <-g.closing:
+			return ErrControlClosed
+		}
+	}
+	if yes < quorum {
+		return fmt.Errorf("%w: %d of %d voters confirmed term %d (quorum %d)", ErrLeadershipLost, yes, len(voters), term, quorum)
+	}
+	return nil
+}
+
+// Confirm is a leader's confirm round (see ConfirmLeadership). The voter
+// records the time first and only then checks its term and leader.
+func (s *controlRPC) Confirm(args *wire.ConfirmArgs, reply *wire.ConfirmReply) error {
+	g := s.g
+	if args == nil || args.Term == 0 || ValidateNodeID(args.Leader) != nil {
+		reply.Code, reply.Msg = wire.CodeBadRequest, "bad confirm request"
+		return nil
+	}
+	if s.authenticated && (s.peer.Operator || s.peer.ID != args.Leader || !s.isVoter(s.peer.ID)) {
+		reply.Code = wire.CodeUnauthorized
+		reply.Msg = fmt.Sprintf("%s may not confirm leadership for %q (only a voter, for itself)", s.peer, args.Leader)
+		g.log.Warn("cluster: refused a confirm", "peer", s.peer.String(), "leader", args.Leader)
+		return nil
+	}
+	g.confirms.record(args.Term, time.Now())
+	_, leader := g.raft.LeaderWithID()
+	reply.Yes = g.raft.CurrentTerm() == args.Term && string(leader) == args.Leader
+	return nil
+}
+
+// ConfirmAge answers a new leader's query (design step 8): once this node's
+// term is ≥ args.Term, the age of its newest confirm record of an earlier
+// term. It waits (within the call's timeout) for its term to catch up.
+func (s *controlRPC) ConfirmAge(args *wire.ConfirmAgeArgs, reply *wire.ConfirmAgeReply) error {
+	g := s.g
+	if args == nil || args.Term == 0 {
+		reply.Code, reply.Msg = wire.CodeBadRequest, "bad confirm-age request"
+		return nil
+	}
+	if s.authenticated && (s.peer.Operator || !s.isVoter(s.peer.ID)) {
+		reply.Code = wire.CodeUnauthorized
+		reply.Msg = fmt.Sprintf("%s is not a voter", s.peer)
+		return nil
+	}
+	ctx, cancel := s.ctx(g.confirmTimeout())
+	defer cancel()
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for g.raft.CurrentTerm() < args.Term {
+		select {
+		case <-ctx.Done():
+			reply.Code, reply.Msg = wire.CodeTimeout, fmt.Sprintf("term %d not reached", args.Term)
+			return nil
+		case <-g.closing:
+			reply.Code, reply.Msg = wire.CodeClosed, "closing"
+			return nil
+		case <-t.C:
+		}
+	}
+	reply.Age = time.Since(g.confirms.newestBefore(args.Term))
+	return nil
+}
+
+func (s *controlRPC) isVoter(id string) bool {
+	_, ok := s.g.voterAddrs()[id]
+	return ok
+}
+
+// EstablishBound is what a new leader may assume about renewals granted in
+// earlier terms (design step 8): every renewal acknowledged by an earlier
+// leader was received before the returned time. It asks every voter for the
+// age of its newest confirm record of an earlier term and, with answers
+// from a quorum (this node included), returns max(receive time − age),
+// never later than now. Without a quorum of answers within about an
+// election timeout (old binaries, partitions) it returns now.
+func (g *ControlGroup) EstablishBound(ctx context.Context, now time.Time) time.Time {
+	term := g.raft.CurrentTerm()
+	voters := g.voterAddrs()
+	if _, ok := voters[g.cfg.NodeID]; !ok || term == 0 {
+		return now
+	}
+	quorum := len(voters)/2 + 1
+	bound := g.confirms.newestBefore(term)
+	got := 1
+	if got < quorum {
+		ctx, cancel := context.WithTimeout(ctx, g.confirmTimeout())
+		defer cancel()
+		type answer struct {
+			at time.Time
+			ok bool
+		}
+		answers := make(chan answer, len(voters))
+		args := wire.ConfirmAgeArgs{Term: term}
+		for id, addr := range voters {
+			if id == g.cfg.NodeID {
+				continue
+			}
+			go func() {
+				var reply wire.ConfirmAgeReply
+				err := g.pool.call(ctx, addr, "Control.ConfirmAge", &args, &reply)
+				recv := time.Now()
+				answers <- answer{at: recv.Add(-reply.Age), ok: err == nil && reply.Code == wire.CodeOK && reply.Age >= 0}
+			}()
+		}
+		failed := 0
+		for got < quorum && failed <= len(voters)-quorum {
+			select {
+			case a := <-answers:
+				if !a.ok {
+					failed++
+					continue
+				}
+				got++
+				if a.at.After(bound) {
+					bound = a.at
+				}
+			case <-ctx.Done():
+				failed = len(voters)
+			case <-g.closing:
+				failed = len(voters)
+			}
+		}
+		if got < quorum {
+			g.log.Info("cluster: no quorum of confirm ages; new leader's bound is now", "answers", got, "quorum", quorum)
+			return now
+		}
+	}
+	if bound.After(now) {
+		return now
+	}
+	return bound
+}

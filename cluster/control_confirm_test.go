@@ -1,0 +1,253 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+)
+
+var errTestRefused = errors.New("test: refused")
+
+// renewHarness starts n voters offering renewals: the planner stand-in
+// accepts every node except "refuse-me".
+func renewHarness(t *testing.T, n int) *harness {
+	h := newMemHarness(t, 15)
+	h.cfg = func(c *ControlConfig) {
+		c.BootstrapExpect, c.MaxVoters = n, n
+		c.Renew = func(now time.Time, req RenewRequest) ([]byte, error) {
+			if req.Node == "refuse-me" {
+				return []byte("rec:" + req.Node), errTestRefused
+			}
+			return []byte("rec:" + req.Node), nil
+		}
+		c.RenewRefusals = map[string]error{"test-refused": errTestRefused}
+	}
+	for i := 1; i <= n; i++ {
+		h.start(fmt.Sprintf("n%d", i))
+	}
+	return h
+}
+
+// A leader confirms its term with a quorum; a follower cannot; a renewal
+// through a follower reaches the leader and comes back with the leader's
+// last index and record; a refusal comes back as its sentinel.
+func TestConfirmAndRenew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := renewHarness(t, 3)
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		l := h.waitLeader(10 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := l.g.ConfirmLeadership(ctx); err != nil {
+			t.Fatalf("leader confirm: %v", err)
+		}
+		var f *testNode
+		for _, n := range h.running() {
+			if n != l {
+				f = n
+				break
+			}
+		}
+		if err := f.g.ConfirmLeadership(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("follower confirm = %v, want ErrNotLeader", err)
+		}
+		waitFor(t, 5*time.Second, "follower knows the leader", func() bool {
+			id, _ := f.g.Leader()
+			return id == l.id
+		})
+		res, err := f.g.Renew(ctx, RenewRequest{Node: f.id, Incarnation: 1, Liveness: 1})
+		if err != nil {
+			t.Fatalf("renew via follower: %v", err)
+		}
+		if string(res.Record) != "rec:"+f.id || res.CommitIndex == 0 || res.CommitIndex > l.g.LastIndex() {
+			t.Fatalf("renew result %+v (leader last index %d)", res, l.g.LastIndex())
+		}
+		res, err = l.g.Renew(ctx, RenewRequest{Node: l.id})
+		if err != nil || res.CommitIndex == 0 {
+			t.Fatalf("renew on the leader: %+v %v", res, err)
+		}
+		res, err = f.g.Renew(ctx, RenewRequest{Node: "refuse-me"})
+		if !errors.Is(err, errTestRefused) || string(res.Record) != "rec:refuse-me" {
+			t.Fatalf("refused renewal: %+v %v", res, err)
+		}
+		// Concurrent callers share rounds and all succeed.
+		errs := make(chan error, 20)
+		for range 20 {
+			go func() { errs <- l.g.ConfirmLeadership(ctx) }()
+		}
+		for range 20 {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent confirm: %v", err)
+			}
+		}
+	})
+}
+
+// A leader cut off from the other voters cannot confirm (it acknowledges no
+// renewal); the new leader's bound is ≤ now and not earlier than the start
+// of the deposed leader's last successful round.
+func TestConfirmDeposedLeaderAndBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := renewHarness(t, 3)
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		old := h.waitLeader(10 * time.Second)
+		time.Sleep(3 * time.Second) // virtual: move the clock past every process start
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		lastStart := time.Now()
+		if err := old.g.ConfirmLeadership(ctx); err != nil {
+			t.Fatalf("confirm before the partition: %v", err)
+		}
+		var others []string
+		for _, n := range h.running() {
+			if n != old {
+				others = append(others, n.addr)
+			}
+		}
+		h.mem.Partition([]string{old.addr}, others)
+		synctest.Wait() // the cut closes open streams in the background
+		if err := old.g.ConfirmLeadership(ctx); err == nil {
+			t.Fatal("a partitioned leader confirmed its leadership")
+		}
+		if _, err := old.g.Renew(ctx, RenewRequest{Node: old.id}); err == nil {
+			t.Fatal("a partitioned leader acknowledged a renewal")
+		}
+		var fresh *testNode
+		waitFor(t, 10*time.Second, "a new leader", func() bool {
+			for _, n := range h.running() {
+				if n != old && n.g.EstablishedTerm() != 0 {
+					fresh = n
+					return true
+				}
+			}
+			return false
+		})
+		now := time.Now()
+		bound := fresh.g.EstablishBound(context.Background(), now)
+		if bound.After(now) || bound.Before(lastStart) {
+			t.Fatalf("bound %v outside [last confirm start %v, now %v]", bound, lastStart, now)
+		}
+		if now.Sub(bound) < time.Second {
+			t.Logf("bound is %v before now", now.Sub(bound))
+		}
+		// A voter that stopped answering: with the other voter still
+		// answering the bound needs no timeout; with both gone it is now.
+		for _, n := range h.running() {
+			if n != fresh {
+				h.mem.Isolate(n.addr)
+			}
+		}
+		synctest.Wait()
+		now = time.Now()
+		if b := fresh.g.EstablishBound(context.Background(), now); !b.Equal(now) {
+			t.Fatalf("bound without a quorum of answers = %v, want now %v", b, now)
+		}
+	})
+}
+
+// Only the sender's own id may ask for a confirm, only a voter may ask for
+// confirm ages, and a member renews only its own lease.
+func TestConfirmRenewAuthorization(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := renewHarness(t, 1)
+		defer h.closeAll()
+		l := h.waitLeader(10 * time.Second)
+		as := func(p Peer) *controlRPC { return &controlRPC{g: l.g, peer: p, authenticated: true} }
+
+		var cr wire.ConfirmReply
+		_ = as(Peer{ID: "n9"}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "n1"}, &cr)
+		if cr.Code != wire.CodeUnauthorized || cr.Yes {
+			t.Fatalf("confirm for another leader: %+v", cr)
+		}
+		cr = wire.ConfirmReply{}
+		_ = as(Peer{ID: "outsider"}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "outsider"}, &cr)
+		if cr.Code != wire.CodeUnauthorized {
+			t.Fatalf("confirm by a non-voter: %+v", cr)
+		}
+		cr = wire.ConfirmReply{}
+		_ = as(Peer{ID: "n1", Operator: true}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "n1"}, &cr)
+		if cr.Code != wire.CodeUnauthorized {
+			t.Fatalf("confirm by an operator: %+v", cr)
+		}
+		var ar wire.ConfirmAgeReply
+		_ = as(Peer{ID: "outsider"}).ConfirmAge(&wire.ConfirmAgeArgs{Term: l.g.Term()}, &ar)
+		if ar.Code != wire.CodeUnauthorized {
+			t.Fatalf("confirm age for a non-voter: %+v", ar)
+		}
+		var rr wire.RenewReply
+		_ = as(Peer{ID: "n2"}).Renew(&wire.RenewArgs{Node: "n3"}, &rr)
+		if rr.Code != wire.CodeUnauthorized || rr.CommitIndex != 0 || rr.Record != nil {
+			t.Fatalf("renewal for another node: %+v", rr)
+		}
+		rr = wire.RenewReply{}
+		_ = as(Peer{ID: "n2"}).Renew(&wire.RenewArgs{Node: "n2"}, &rr)
+		if rr.Code != wire.CodeOK || string(rr.Record) != "rec:n2" {
+			t.Fatalf("own renewal: %+v", rr)
+		}
+		for _, bad := range []*wire.RenewArgs{nil, {Node: ""}, {Node: "a b"}} {
+			rr = wire.RenewReply{}
+			_ = as(Peer{ID: "n2"}).Renew(bad, &rr)
+			if rr.Code != wire.CodeBadRequest {
+				t.Fatalf("bad renewal %+v: %+v", bad, rr)
+			}
+		}
+		for _, bad := range []*wire.ConfirmArgs{nil, {Term: 0, Leader: "n1"}, {Term: 1, Leader: ""}} {
+			cr = wire.ConfirmReply{}
+			_ = as(Peer{ID: "n1"}).Confirm(bad, &cr)
+			if cr.Code != wire.CodeBadRequest {
+				t.Fatalf("bad confirm %+v: %+v", bad, cr)
+			}
+		}
+	})
+}
+
+// Without ControlConfig.Renew a leader refuses renewals clearly.
+func TestRenewUnsupported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 16)
+		defer h.closeAll()
+		h.cfg = func(c *ControlConfig) { c.BootstrapExpect, c.MaxVoters = 1, 1 }
+		h.start("n1")
+		l := h.waitLeader(10 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := l.g.Renew(ctx, RenewRequest{Node: "n1"}); !errors.Is(err, ErrRenewUnsupported) {
+			t.Fatalf("renew without Renew configured = %v", err)
+		}
+		var rr wire.RenewReply
+		_ = (&controlRPC{g: l.g}).Renew(&wire.RenewArgs{Node: "n1"}, &rr)
+		if rr.Code != wire.CodeUnsupported {
+			t.Fatalf("rpc renew without Renew configured: %+v", rr)
+		}
+	})
+}
+
+// confirmLog keeps a few terms and folds older ones into its floor, never
+// losing a record.
+func TestConfirmLogFolds(t *testing.T) {
+	start := time.Unix(1000, 0)
+	c := newConfirmLog(start)
+	if got := c.newestBefore(1); !got.Equal(start) {
+		t.Fatalf("empty log newest = %v, want the process start", got)
+	}
+	for term := uint64(1); term <= 10; term++ {
+		c.record(term, start.Add(time.Duration(term)*time.Second))
+	}
+	if got := c.newestBefore(3); !got.Equal(start.Add(6 * time.Second)) {
+		// terms 1..6 folded into the floor (kept: 7..10)
+		t.Fatalf("newestBefore(3) = %v", got)
+	}
+	if got := c.newestBefore(11); !got.Equal(start.Add(10 * time.Second)) {
+		t.Fatalf("newestBefore(11) = %v", got)
+	}
+	if got := c.newestBefore(9); !got.Equal(start.Add(8 * time.Second)) {
+		t.Fatalf("newestBefore(9) = %v", got)
+	}
+}

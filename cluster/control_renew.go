@@ -1,0 +1,164 @@
+package cluster
+
+// Lease renewals off the Raft log (docs/protocol.md, "Renewals off the
+// log"): a member asks the leader (Control.Renew); the leader reads its last
+// log index, lets the planner accept the renewal (ControlConfig.Renew) and
+// acknowledges it only after a confirm round (ConfirmLeadership).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+)
+
+// ErrRenewUnsupported: the leader does not offer renewals (ControlConfig.Renew
+// unset, an older binary, or renewals not active). Not a refusal of the
+// node: the renewal failed; fall back or retry later.
+var ErrRenewUnsupported = errors.New("cluster: leader does not offer lease renewals")
+
+// RenewRequest is one member's renewal of its own lease.
+type RenewRequest struct {
+	Node        string
+	Incarnation uint64
+	Liveness    uint64
+}
+
+// RenewResult is an acknowledged (or refused) renewal.
+type RenewResult struct {
+	// CommitIndex is the leader's last log index read after it received the
+	// renewal: the member extends its lease only once it applied it.
+	CommitIndex uint64
+	// Record is what ControlConfig.Renew returned on the leader (also with a
+	// refusal).
+	Record []byte
+}
+
+// Renew renews req.Node's lease with the current leader (this node itself
+// if it leads). nil means a leader accepted it after receiving it and then
+// confirmed its leadership with a quorum round. A refusal named in
+// ControlConfig.RenewRefusals comes back as that error (errors.Is) with the
+// leader's record; other errors (ErrNoLeader, ErrNotLeader, ErrTimeout,
+// ErrLeadershipLost, ErrRenewUnsupported, ErrUnauthorized) mean the renewal
+// failed.
+func (g *ControlGroup) Renew(ctx context.Context, req RenewRequest) (RenewResult, error) {
+	select {
+	case <-g.closing:
+		return RenewResult{}, ErrControlClosed
+	default:
+	}
+	id, addr := g.Leader()
+	switch {
+	case addr == "":
+		return RenewResult{}, ErrNoLeader
+	case id == g.cfg.NodeID:
+		return g.renewLocal(ctx, req)
+	}
+	args := wire.RenewArgs{Node: req.Node, Incarnation: req.Incarnation, Liveness: req.Liveness, Timeout: timeoutFrom(ctx)}
+	var reply wire.RenewReply
+	if err := g.pool.call(ctx, addr, "Control.Renew", &args, &reply); err != nil {
+		if ctx.Err() != nil {
+			return RenewResult{}, fmt.Errorf("%w: renewing with %s: %w", ErrTimeout, addr, ctx.Err())
+		}
+		return RenewResult{}, fmt.Errorf("%w: renewing with %s: %v", ErrNotLeader, addr, err)
+	}
+	res := RenewResult{CommitIndex: reply.CommitIndex, Record: reply.Record}
+	switch reply.Code {
+	case wire.CodeOK:
+		return res, nil
+	case wire.CodeRefused:
+		if sentinel, ok := g.cfg.RenewRefusals[reply.Refusal]; ok {
+			return RenewResult{Record: reply.Record}, fmt.Errorf("%w (leader %s: %s)", sentinel, addr, reply.Msg)
+		}
+		return RenewResult{}, fmt.Errorf("cluster: leader %s refused the renewal (%q): %s", addr, reply.Refusal, reply.Msg)
+	case wire.CodeUnsupported:
+		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrRenewUnsupported, addr, reply.Msg)
+	case wire.CodeNotLeader, wire.CodeClosed:
+		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, reply.Msg)
+	case wire.CodeLeadershipLost:
+		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrLeadershipLost, addr, reply.Msg)
+	case wire.CodeTimeout:
+		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrTimeout, addr, reply.Msg)
+	case wire.CodeUnauthorized:
+		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, reply.Msg)
+	case wire.CodeBadRequest:
+		return RenewResult{}, fmt.Errorf("%w: %s", ErrBadRequest, reply.Msg)
+	}
+	return RenewResult{}, fmt.Errorf("cluster: renewing with %s: %s", addr, reply.Msg)
+}
+
+// renewLocal is the leader's side of a renewal.
+func (g *ControlGroup) renewLocal(ctx context.Context, req RenewRequest) (RenewResult, error) {
+	if g.cfg.Renew == nil {
+		return RenewResult{}, ErrRenewUnsupported
+	}
+	if g.raft.State() != raft.Leader {
+		return RenewResult{}, ErrNotLeader
+	}
+	commit := g.raft.LastIndex()
+	rec, err := g.cfg.Renew(time.Now(), req)
+	if err != nil {
+		return RenewResult{Record: rec}, err
+	}
+	if err := g.ConfirmLeadership(ctx); err != nil {
+		return RenewResult{}, err
+	}
+	return RenewResult{CommitIndex: commit, Record: rec}, nil
+}
+
+// refusalName is the RenewRefusals name err matches, "" if none.
+func (g *ControlGroup) refusalName(err error) string {
+	for name, sentinel := range g.cfg.RenewRefusals {
+		if errors.Is(err, sentinel) {
+			return name
+		}
+	}
+	return ""
+}
+
+// Renew is a member's renewal of its own lease (see ControlGroup.Renew).
+func (s *controlRPC) Renew(args *wire.RenewArgs, reply *wire.RenewReply) error {
+	g := s.g
+	if args == nil || ValidateNodeID(args.Node) != nil {
+		reply.Code, reply.Msg = wire.CodeBadRequest, "bad renewal request"
+		return nil
+	}
+	if s.authenticated && (s.peer.Operator || s.peer.ID != args.Node) {
+		reply.Code = wire.CodeUnauthorized
+		reply.Msg = fmt.Sprintf("%s may renew only its own lease, not %q's", s.peer, args.Node)
+		g.log.Warn("cluster: refused a renewal", "peer", s.peer.String(), "node", args.Node)
+		return nil
+	}
+	select {
+	case <-g.closing:
+		reply.Code, reply.Msg = wire.CodeClosed, "closing"
+		return nil
+	default:
+	}
+	if g.cfg.Renew == nil {
+		reply.Code, reply.Msg = wire.CodeUnsupported, "renewals not offered"
+		return nil
+	}
+	ctx, cancel := s.ctx(args.Timeout)
+	defer cancel()
+	res, err := g.renewLocal(ctx, RenewRequest{Node: args.Node, Incarnation: args.Incarnation, Liveness: args.Liveness})
+	reply.CommitIndex, reply.Record = res.CommitIndex, res.Record
+	if err == nil {
+		return nil
+	}
+	reply.Msg = err.Error()
+	if name := g.refusalName(err); name != "" {
+		reply.Code, reply.Refusal = wire.CodeRefused, name
+		return nil
+	}
+	if errors.Is(err, ErrRenewUnsupported) {
+		reply.Code = wire.CodeUnsupported
+		return nil
+	}
+	reply.Code = codeOf(err)
+	return nil
+}

@@ -1,0 +1,235 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func init() {
+	registerBench("idle", "an idle real agent cluster: Raft commits per second and lease renewal latency", runBenchIdle)
+}
+
+// idleOptions are the parsed flags of `tenure bench idle`.
+type idleOptions struct {
+	nodes      int
+	profile    string
+	window     time.Duration
+	json       bool
+	partitions int
+	dir        string
+	agentBin   string
+}
+
+func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
+	var o idleOptions
+	fs := flag.NewFlagSet("bench idle", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.nodes, "nodes", 5, "agent processes (3 of them form the control group)")
+	fs.StringVar(&o.profile, "profile", "default", "lease profile: fast, default or safe")
+	fs.DurationVar(&o.window, "window", 10*time.Second, "how long to measure once the cluster settled")
+	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object (progress goes to stderr)")
+	fs.IntVar(&o.partitions, "partitions", 32, "shards in the benchmark cluster")
+	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
+	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("bench idle: unexpected arguments %q", fs.Args())
+	}
+	if _, err := profileConfig(o.profile); err != nil {
+		return o, fmt.Errorf("bench idle: %w", err)
+	}
+	switch {
+	case o.nodes < 3 || o.nodes > 64:
+		return o, fmt.Errorf("bench idle: -nodes %d: want 3..64 (the control group needs 3)", o.nodes)
+	case o.window < time.Second || o.window > 10*time.Minute:
+		return o, fmt.Errorf("bench idle: -window %v: want 1s..10m", o.window)
+	case o.partitions < o.nodes || o.partitions > 1<<16:
+		return o, fmt.Errorf("bench idle: -partitions %d: want %d (nodes)..%d", o.partitions, o.nodes, 1<<16)
+	}
+	return o, nil
+}
+
+// idleSummary is `tenure bench idle --json`.
+type idleSummary struct {
+	Profile    string  `json:"profile"`
+	Nodes      int     `json:"nodes"`
+	Partitions int     `json:"partitions"`
+	WindowS    float64 `json:"window_s"`
+	// RaftCommitsPerSec is the control-group leader's applied-index delta
+	// over the window, per second: every Raft entry the idle cluster
+	// commits (heartbeats, renewals on the log, planner commands).
+	RaftCommitsPerSec float64 `json:"raft_commits_per_sec"`
+	// RenewP50Ms / RenewP99Ms: lease renewal latency (ask → outcome, as
+	// the renewing node measures it), the median over the agents of their
+	// last-10-s quantiles (p99: the largest agent's); -1 if no agent
+	// reported renewals (a cluster renewing through log heartbeats).
+	RenewP50Ms  float64 `json:"renew_p50_ms"`
+	RenewP99Ms  float64 `json:"renew_p99_ms"`
+	AgentRSSMB  float64 `json:"agent_rss_mb"`
+	AgentCPUPct float64 `json:"agent_cpu_pct"`
+}
+
+func runBenchIdle(ctx context.Context, m *Env, args []string) error {
+	o, err := parseIdleFlags(args, m.Stderr)
+	if err != nil {
+		return err
+	}
+	bin, parent, cleanup, err := agentWorkspace(o.agentBin, o.dir, "tenure-bench-idle-")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	progress := func(format string, a ...any) { fmt.Fprintf(m.Stderr, format+"\n", a...) }
+	rec := newFoRecorder()
+	wl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	wsrv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	go wsrv.Serve(wl)
+	defer wsrv.Close()
+
+	fo := failoverOptions{nodes: o.nodes, profile: o.profile, partitions: o.partitions, tick: 100 * time.Millisecond}
+	c := &foCluster{bin: bin, dir: parent, opts: fo, witness: "http://" + wl.Addr().String() + "/ticks", log: progress}
+	defer c.stopAll()
+	progress("starting %d agents (profile %s, %d shards) in %s", o.nodes, o.profile, o.partitions, parent)
+	if err := c.start(ctx); err != nil {
+		return err
+	}
+	if err := c.waitSettled(ctx, rec, 3*time.Minute); err != nil {
+		return err
+	}
+	// Let the last moves and registrations finish before measuring.
+	if err := sleepCtx(ctx, 3*time.Second); err != nil {
+		return err
+	}
+	leader, i0, err := c.leaderApplied(ctx)
+	if err != nil {
+		return fmt.Errorf("bench idle: %w", err)
+	}
+	t0 := time.Now()
+	rss, cpu := c.idleUsage(ctx, o.window)
+	_, i1, err := c.leaderApplied(ctx)
+	if err != nil {
+		return fmt.Errorf("bench idle: %w", err)
+	}
+	el := time.Since(t0)
+	s := idleSummary{Profile: o.profile, Nodes: o.nodes, Partitions: o.partitions, WindowS: el.Seconds(),
+		RaftCommitsPerSec: float64(i1-i0) / el.Seconds(), AgentRSSMB: rss, AgentCPUPct: cpu, RenewP50Ms: -1, RenewP99Ms: -1}
+	var p50s, p99s []float64
+	for _, a := range c.agents {
+		q, err := c.renewQuantiles(ctx, a)
+		if err != nil {
+			return fmt.Errorf("bench idle: %s: %w", a.id, err)
+		}
+		if v, ok := q["0.5"]; ok {
+			p50s = append(p50s, v)
+		}
+		if v, ok := q["0.99"]; ok {
+			p99s = append(p99s, v)
+		}
+	}
+	if len(p50s) > 0 {
+		slices.Sort(p50s)
+		slices.Sort(p99s)
+		s.RenewP50Ms = nearestRank(p50s, 0.5)
+		s.RenewP99Ms = p99s[len(p99s)-1]
+	}
+	if o.json {
+		b, err := json.Marshal(s)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(m.Stdout, string(b))
+		return nil
+	}
+	fmt.Fprintf(m.Stdout, "tenure idle, profile %s, %d agents, %d shards, %.1f s window (leader %s)\n", s.Profile, s.Nodes, s.Partitions, s.WindowS, leader)
+	fmt.Fprintf(m.Stdout, "  raft commits: %.2f/s\n", s.RaftCommitsPerSec)
+	if s.RenewP50Ms >= 0 {
+		fmt.Fprintf(m.Stdout, "  lease renewal latency: p50 %.3f ms, p99 %.3f ms\n", s.RenewP50Ms, s.RenewP99Ms)
+	} else {
+		fmt.Fprintln(m.Stdout, "  lease renewal latency: no renewals reported (renewing through log heartbeats)")
+	}
+	fmt.Fprintf(m.Stdout, "  idle agent %.0f MiB RSS, %.1f%% CPU\n", s.AgentRSSMB, s.AgentCPUPct)
+	return nil
+}
+
+// leaderApplied returns the control-group leader and its applied index.
+func (c *foCluster) leaderApplied(ctx context.Context) (string, uint64, error) {
+	var st struct {
+		ControlLeader string `json:"control_leader"`
+		AppliedIndex  uint64 `json:"applied_index"`
+	}
+	for _, a := range c.agents {
+		if err := c.get(ctx, a, "/v1/status", &st); err != nil || st.ControlLeader == "" {
+			continue
+		}
+		l := c.agent(st.ControlLeader)
+		if l == nil {
+			continue
+		}
+		if err := c.get(ctx, l, "/v1/status", &st); err != nil {
+			return "", 0, err
+		}
+		return l.id, st.AppliedIndex, nil
+	}
+	return "", 0, fmt.Errorf("no agent names a control-group leader")
+}
+
+// renewQuantiles reads an agent's tenure_lease_renew summary (ms, last 10
+// s) from /metrics: quantile → value; empty if it reported none.
+func (c *foCluster) renewQuantiles(ctx context.Context, a *foAgent) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return parseSummaryQuantiles(resp.Body, "tenure_lease_renew")
+}
+
+// parseSummaryQuantiles reads the quantile lines of one summary from a
+// Prometheus text exposition; NaN quantiles (no sample in the window) are
+// left out.
+func parseSummaryQuantiles(r io.Reader, name string) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	prefix := name + `{quantile="`
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		q, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || v != v {
+			continue
+		}
+		out[q] = v
+	}
+	return out, sc.Err()
+}
