@@ -216,3 +216,42 @@ func TestDisklessConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestDisklessMemberClosesAfterVoters: voters stopped before a member (a
+// whole-cluster stop in the wrong order) leave the member no leader to
+// hear its leave; its Close still succeeds, within a few election
+// timeouts, instead of failing with "no raft leader".
+func TestDisklessMemberClosesAfterVoters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := seededNetwork(11)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cfgs := []Config{memNetConfig(tr, 0, 4), memNetConfig(tr, 1, 4), memNetConfig(tr, 2, 4),
+			disklessConfig(tr, 3, 4)}
+		for i := range cfgs {
+			cfgs[i].BootstrapExpect = 3
+		}
+		nodes := startAll(t, ctx, cfgs)
+		for _, n := range nodes {
+			if err := n.WaitSettled(ctx); err != nil {
+				t.Fatalf("%s not settled: %v", n.ID(), err)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, n := range nodes[:3] {
+			wg.Go(func() {
+				if err := n.Close(ctx); err != nil {
+					t.Errorf("close voter %s: %v", n.ID(), err)
+				}
+			})
+		}
+		wg.Wait()
+		start := time.Now()
+		if err := nodes[3].Close(ctx); err != nil {
+			t.Errorf("close member %s after every voter: %v", nodes[3].ID(), err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("member close took %v", d)
+		}
+	})
+}
