@@ -54,6 +54,9 @@ type controlDeps struct {
 	store       *ledger.Store
 	members     *cluster.Membership
 	timing      Timing
+	// joined is closed once the node's first join of its seeds has ended
+	// (cluster.ControlConfig.BootstrapGate).
+	joined <-chan struct{}
 }
 
 // newControlPlane builds the control group (control.go); a variable so
@@ -319,7 +322,11 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	cleanup = append(cleanup, func() { _ = b.gossip.Shutdown() })
 
-	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing})
+	// The control group starts before the join (gossip must carry its
+	// Raft address), but bootstraps only after it: a node that has not
+	// heard from its seeds would take itself for the whole cluster.
+	joined := make(chan struct{})
+	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing, joined: joined})
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +346,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 			}
 		}
 	}
+	close(joined)
 	// Before the first heartbeat: a second process with a live node's id
 	// must exit without registering (docs/operations.md).
 	if err := b.gossip.ClaimID(ctx); errors.Is(err, cluster.ErrIDInUse) {
