@@ -689,6 +689,8 @@ func (b *netBackend) shard(s uint32) (ShardInfo, bool) {
 	return shardInfo(st, r), true
 }
 
+func (b *netBackend) ownershipGen() uint64 { return b.fsm.State().OwnershipGeneration() }
+
 func (b *netBackend) shards() []ShardInfo {
 	st := b.fsm.State()
 	recs := st.Shards()
