@@ -480,6 +480,32 @@ func (p loopProposer) Propose(ctx context.Context, cmd ledger.Command) error {
 	return r.Err
 }
 
+// ProposeAll implements ownership.BatchProposer: the round's commands go
+// through the backend's batcher at once, which commits them in a few Batch
+// entries (each command with its own result) instead of one entry and one
+// commit round trip each.
+func (p loopProposer) ProposeAll(ctx context.Context, cmds []ledger.Command) []error {
+	errs := make([]error, len(cmds))
+	if h, ok := p.b.fsm.HaltedAt(); ok {
+		for i := range errs {
+			errs[i] = fmt.Errorf("node: not proposing from a halted replica: %w", h)
+		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for i, c := range cmds {
+		wg.Go(func() {
+			r, err := p.b.batcher.Apply(ctx, c)
+			if err == nil {
+				err = r.Err
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
 // loopSource feeds the planner: gossip's view plus the committed table.
 type loopSource struct{ b *netBackend }
 
