@@ -18,10 +18,10 @@ import (
 // Version 2 added Release.Avoid and DeclareElection; version 3
 // Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
 // command with a request id); version 5 PinShard, ExcludeNode and
-// ClaimIncarnation. Encode writes the oldest version that can express the
-// command (version 1 for everything else), so nodes of the previous release
-// keep reading it; Decode reads versions 1 to 5.
-const Version byte = 5
+// ClaimIncarnation; version 6 ForgetNode. Encode writes the oldest version
+// that can express the command (version 1 for everything else), so nodes of
+// the previous release keep reading it; Decode reads versions 1 to 6.
+const Version byte = 6
 
 // minVersion is the oldest version Decode reads.
 const minVersion byte = 1
@@ -45,6 +45,8 @@ func versionFor(c Command) byte {
 		return max(4, versionFor(c.Command))
 	case PinShard, ExcludeNode, ClaimIncarnation:
 		return 5
+	case ForgetNode:
+		return 6
 	case Batch:
 		v := minVersion
 		for _, sc := range c.Commands {
@@ -421,6 +423,19 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.bool(c.Exclude)
 		w.str(c.Reason)
 		w.i(c.Now)
+	case ForgetNode:
+		if err := checkStrs("node", c.Node); err != nil {
+			return err
+		}
+		if w.ver < 6 {
+			return fmt.Errorf("%w: ForgetNode needs encoding version 6", ErrInvalid)
+		}
+		w.b = append(w.b, byte(KindForgetNode))
+		w.str(c.Node)
+		w.u(c.Incarnation)
+		w.u(c.Liveness)
+		w.u(c.Seq)
+		w.i(c.Now)
 	case ClaimIncarnation:
 		if err := checkStrs("node", c.Node); err != nil {
 			return err
@@ -563,6 +578,12 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
+	case KindForgetNode:
+		if r.ver < 6 {
+			r.fail(fmt.Errorf("%w: ForgetNode in a version %d entry", ErrMalformed, r.ver))
+			return nil
+		}
+		return ForgetNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
 	case KindClaimIncarnation:
 		if r.ver < 5 {
 			r.fail(fmt.Errorf("%w: ClaimIncarnation in a version %d entry", ErrMalformed, r.ver))

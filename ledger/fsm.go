@@ -401,7 +401,9 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	case ClusterConfig:
 		r = f.clusterConfig(c)
 	case ClaimIncarnation:
-		r = f.claimIncarnation(c)
+		r = f.claimIncarnation(index, c)
+	case ForgetNode:
+		r = f.forgetNode(index, c)
 	case DeclareElection:
 		r = f.declareElection(c)
 	case PinShard:
