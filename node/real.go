@@ -512,7 +512,7 @@ type loopSource struct{ b *netBackend }
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.Excluded()}
+		Pins: st.Pins(), Excluded: st.Excluded(), Applied: st.AppliedIndex()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()
