@@ -194,8 +194,12 @@ func ownershipConfig(cfg Config) ownership.Config {
 	if cfg.LoadSettle > 0 {
 		oc.Load.Settle = cfg.LoadSettle
 	}
+	tuneOwnership(&oc)
 	return oc
 }
+
+// tuneOwnership overrides ownership settings in tests.
+var tuneOwnership = func(*ownership.Config) {}
 
 // membershipConfig maps a node profile to the gossip configuration.
 func membershipConfig(cfg Config) (cluster.Config, error) {
