@@ -365,6 +365,25 @@ func (c *Client) Exclude(ctx context.Context, node string, exclude bool, reason 
 	return v, err
 }
 
+// FencedPolicy is GET /v1/fenced: the shards under fenced takeover.
+func (c *Client) FencedPolicy(ctx context.Context) (apitypes.FencedPolicy, error) {
+	var v apitypes.FencedPolicy
+	_, err := c.get(ctx, "/v1/fenced", nil, &v)
+	return v, err
+}
+
+// SetFenced is POST /v1/fenced (the write token): put shards first..last
+// under fenced takeover (fenced) or back under the lease rule. Fenced
+// shards fail over without waiting out a dead owner's lease; S4 (no two
+// owners act at once) is waived for them (docs/guarantees.md). It returns
+// the policy after the commit; retried (idempotent). A 409 means the
+// cluster does not run version 4 yet.
+func (c *Client) SetFenced(ctx context.Context, first, last uint32, fenced bool) (apitypes.FencedPolicy, error) {
+	var v apitypes.FencedPolicy
+	_, err := c.do(ctx, http.MethodPost, "/v1/fenced", nil, apitypes.FencedRequest{First: first, Last: last, Fenced: fenced}, &v, true)
+	return v, err
+}
+
 func (c *Client) get(ctx context.Context, path string, q url.Values, out any) (int, error) {
 	return c.do(ctx, http.MethodGet, path, q, nil, out, true)
 }

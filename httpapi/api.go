@@ -227,6 +227,7 @@ func (h *Handler) routes() http.Handler {
 	mux.Handle("/v1/placement", methods{"GET": read(h.placementRules)})
 	mux.Handle("/v1/placement/pin", methods{"POST": write(h.pin)})
 	mux.Handle("/v1/placement/exclude", methods{"POST": write(h.exclude)})
+	mux.Handle("/v1/fenced", methods{"GET": read(h.fencedPolicy), "POST": write(h.setFenced)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)

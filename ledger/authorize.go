@@ -44,9 +44,11 @@ func (p Proposer) String() string {
 //     not know (a newer release's command must be added here to be
 //     forwardable);
 //   - operators may drain any node and change Settings;
-//   - any member (or operator) may propose PinShard and ExcludeNode: they
-//     reach the leader through a member's HTTP API, which demands an
-//     operator's write-scope token (like finalizing an upgrade);
+//   - any member (or operator) may propose PinShard, ExcludeNode and
+//     SetTakeoverPolicy: they reach the leader through a member's HTTP API,
+//     which demands an operator's write-scope token (like finalizing an
+//     upgrade), or — SetTakeoverPolicy for an election's shard — from the
+//     node that declares the election with the fenced option (node/);
 //   - once the cluster's configuration is recorded, any member may propose
 //     a ClusterConfig (finalizing an upgrade; the FSM checks it);
 //   - a Session is judged by the command it wraps.
@@ -97,7 +99,7 @@ func Authorize(st *State, p Proposer, c Command) error {
 		return self("Owner", c.Owner)
 	case Transfer:
 		return self("From", c.From)
-	case JobEnqueue, DeclareElection, PinShard, ExcludeNode:
+	case JobEnqueue, DeclareElection, PinShard, ExcludeNode, SetTakeoverPolicy:
 		return nil
 	case JobStart:
 		return self("Owner", c.Owner)

@@ -269,6 +269,8 @@ func (k Kind) String() string {
 		return "ClaimIncarnation"
 	case KindForgetNode:
 		return "ForgetNode"
+	case KindSetTakeoverPolicy:
+		return "SetTakeoverPolicy"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

@@ -122,6 +122,17 @@ func applyDirective(t *testing.T, f *FSM, sm *counterSM, index *uint64, d *datad
 		c = PinShard{Shard: uint32(u64("shard")), Node: str("node"), Reason: str("reason"), Now: i64("now")}
 	case "exclude":
 		c = ExcludeNode{Node: str("node"), Exclude: str("off") != "true", Reason: str("reason"), Now: i64("now")}
+	case "policy":
+		c = SetTakeoverPolicy{First: uint32(u64("first")), Last: uint32(u64("last")), Fenced: str("off") != "true", Now: i64("now")}
+	case "fenced":
+		var b strings.Builder
+		for _, r := range f.State().FencedRanges() {
+			fmt.Fprintf(&b, "fenced %d..%d\n", r.First, r.Last)
+		}
+		if b.Len() == 0 {
+			return "none\n"
+		}
+		return b.String()
 	case "rules":
 		var b strings.Builder
 		for _, p := range f.State().Pins() {

@@ -18,9 +18,10 @@ import (
 // Version 2 added Release.Avoid and DeclareElection; version 3
 // Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
 // command with a request id); version 5 PinShard, ExcludeNode and
-// ClaimIncarnation; version 6 ForgetNode. Encode writes the oldest version
-// that can express the command (version 1 for everything else), so nodes of
-// the previous release keep reading it; Decode reads versions 1 to 6.
+// ClaimIncarnation; version 6 SetTakeoverPolicy and ForgetNode. Encode
+// writes the oldest version that can express the command (version 1 for
+// everything else), so nodes of the previous release keep reading it;
+// Decode reads versions 1 to 6.
 const Version byte = 6
 
 // minVersion is the oldest version Decode reads.
@@ -47,6 +48,8 @@ func versionFor(c Command) byte {
 		return 5
 	case ForgetNode:
 		return 6
+	case SetTakeoverPolicy:
+		return encodingFencedTakeover
 	case Batch:
 		v := minVersion
 		for _, sc := range c.Commands {
@@ -448,6 +451,8 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.i(c.Now)
 		w.u(uint64(c.MinVersion))
 		w.u(uint64(c.MaxVersion))
+	case SetTakeoverPolicy:
+		return encodeTakeoverPolicy(w, c)
 	case DeclareElection:
 		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
 			return err
@@ -590,6 +595,8 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return ClaimIncarnation{Node: r.str(), Now: r.i(), MinVersion: r.u32(), MaxVersion: r.u32()}
+	case KindSetTakeoverPolicy:
+		return decodeTakeoverPolicy(r)
 	case KindSession:
 		if r.ver < 4 {
 			r.fail(fmt.Errorf("%w: Session in a version %d entry", ErrMalformed, r.ver))

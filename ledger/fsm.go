@@ -410,6 +410,8 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 		r = f.pinShard(c)
 	case ExcludeNode:
 		r = f.excludeNode(c)
+	case SetTakeoverPolicy:
+		r = f.setTakeoverPolicy(c)
 	case Session:
 		r = f.session(index, c)
 	case nil:
@@ -513,7 +515,7 @@ func (f *FSM) grant(c Grant) Result {
 		return Result{Shard: rec, Err: errf(ErrInvalid, "grant of shard %d to empty owner", c.Shard)}
 	}
 	valid := f.st.OwnershipValid(rec)
-	if valid && !(c.Takeover && rec.State == ShardRevoking) && !mutation.On(mutation.GrantOverValidOwner) {
+	if valid && !(c.Takeover && rec.State == ShardRevoking) && !f.fencedTakeover(c, rec) && !mutation.On(mutation.GrantOverValidOwner) {
 		return Result{Shard: rec, Err: errf(ErrShardOwned, "shard %d is %s by %q at epoch %d (takeover %v)", c.Shard, rec.State, rec.Owner, rec.Epoch, c.Takeover)}
 	}
 	if err := f.checkNewOwner(c.Owner, c.OwnerIncarnation, c.OwnerLiveness); err != nil {

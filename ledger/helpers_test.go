@@ -127,7 +127,7 @@ func fmtResult(c Command, r Result) string {
 		if r.Duplicate {
 			b.WriteString(" (duplicate)")
 		}
-	case PinShard, ExcludeNode:
+	case PinShard, ExcludeNode, SetTakeoverPolicy:
 		if r.Duplicate {
 			b.WriteString(" (duplicate)")
 		}

@@ -21,8 +21,10 @@ import (
 // A snapshot is written as version 5 only once the cluster runs version 3
 // (or holds a pin or exclusion, which needs it), so a binary of the
 // previous release can install the snapshots of a cluster that has not
-// finalized 3. Versions 1 to 4 are still read.
-const snapshotVersion byte = 5
+// finalized 3. Version 6 adds the fenced-takeover policy (takeover.go),
+// written only once the cluster runs version 4 or a policy exists.
+// Versions 1 to 5 are still read.
+const snapshotVersion byte = 6
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -72,7 +74,10 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
 	ver := snapshotVersion
-	if !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {
+	if !st.VersionActive(VersionFencedTakeover) && len(st.fenced) == 0 {
+		ver = 5
+	}
+	if ver == 5 && !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {
 		ver = 4
 	}
 	w := &writer{ver: ver}
@@ -126,6 +131,10 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 		w.u(uint64(st.excluded.Len()))
 		st.excluded.Ascend(func(e ExcludeRecord) bool { encodeExclude(w, e); flush(); return err == nil })
 		w.i(st.logTime)
+	}
+	if ver >= snapshotFencedTakeover {
+		encodeFencedSection(w, st)
+		flush()
 	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
@@ -261,6 +270,9 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 			st.excluded.ReplaceOrInsert(e)
 		}
 		st.logTime = r.i()
+	}
+	if r.ver >= snapshotFencedTakeover {
+		decodeFencedSection(r, st, count)
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

@@ -18,9 +18,10 @@ const (
 	// (PinShard, ExcludeNode; VersionPlacementRules), jobs on the log's
 	// clock (VersionLogTime) and disk-less members that claim their
 	// incarnation from the ledger (ClaimIncarnation;
-	// VersionDisklessMembers): encoding and snapshot version 5. Version 4:
-	// the leader forgets the records of nodes gone for good (ForgetNode;
-	// VersionForgetNodes): encoding version 6.
+	// VersionDisklessMembers): encoding and snapshot version 5. Version
+	// 4: fenced takeover (SetTakeoverPolicy; VersionFencedTakeover):
+	// encoding and snapshot version 6; the leader forgets the records of
+	// nodes gone for good (ForgetNode; VersionForgetNodes).
 	MaxClusterVersion uint32 = 4
 )
 

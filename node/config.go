@@ -259,6 +259,16 @@ type Config struct {
 	// version. Finalizing is irreversible (docs/upgrades.md).
 	ManualFinalize bool
 
+	// FencedAfter is how long the control-group leader waits without a
+	// heartbeat from the owner of a shard under fenced takeover
+	// (Node.SetFencedTakeover) before granting it to a successor; gossip
+	// reporting the owner dead ends the wait sooner. 0 is 3 heartbeat
+	// periods of the profile; otherwise it must exceed one heartbeat
+	// period and stay below the lease's expiry wait. Shorter fails over
+	// faster and moves fenced shards off an owner that is only slow more
+	// often. Only the leader's value is used.
+	FencedAfter time.Duration
+
 	// speakMax, if non-zero, caps the cluster versions this node
 	// advertises (tests: a node standing in for an older release).
 	speakMax uint32
@@ -367,6 +377,12 @@ func (c Config) Validate() error {
 	}
 	if c.LoadSettle < 0 {
 		bad("LoadSettle %v: want ≥ 0 (0: the profile's)", c.LoadSettle)
+	}
+	if _, ok := c.Profile.Timing(); ok && c.FencedAfter != 0 {
+		oc := ownershipConfig(c)
+		if err := oc.Validate(); err != nil {
+			bad("FencedAfter %v: %v", c.FencedAfter, err)
+		}
 	}
 	if c.JobTimeout < 0 {
 		bad("JobTimeout %v: want > 0", c.JobTimeout)

@@ -182,6 +182,7 @@ func ownershipConfig(cfg Config) ownership.Config {
 	oc.ClusterName = cfg.Cluster
 	oc.ManualFinalize = cfg.ManualFinalize
 	oc.MaxVersion = cfg.speakMax
+	oc.FencedAfter = cfg.FencedAfter
 	switch {
 	case cfg.LoadThreshold < 0:
 		oc.Load.Threshold = 0
@@ -516,7 +517,7 @@ type loopSource struct{ b *netBackend }
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.Excluded(), Applied: st.AppliedIndex()}
+		Pins: st.Pins(), Excluded: st.Excluded(), Fenced: st.FencedRanges(), Applied: st.AppliedIndex()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()

@@ -62,6 +62,15 @@ type Config struct {
 	ManualFinalize bool
 	// Load configures load-aware placement (docs/ring.md).
 	Load LoadConfig
+	// FencedAfter is how long the leader waits without seeing a heartbeat
+	// of the owner of a shard under fenced takeover
+	// (ledger.SetTakeoverPolicy) before it grants the shard to a successor
+	// without waiting out the owner's lease; gossip reporting the owner
+	// dead shortens it. 0 means 3·RenewEvery; otherwise it must exceed
+	// RenewEvery (a live owner renews within it) and stay below the
+	// expiry wait Lease·(1+MaxDrift), past which the lease rule applies.
+	// All nodes need not agree on it: only the leader reads it.
+	FencedAfter time.Duration
 	// MaxVersion, if non-zero, caps the cluster versions this node's
 	// heartbeats advertise below ledger.MaxClusterVersion: the node then
 	// stands in for a binary of an older release (upgrade tests).
@@ -193,6 +202,10 @@ func (c Config) Validate() error {
 		return bad("Load.SwapsPerMinute = %d, want ≥ 1 with Load.Threshold %v", c.Load.SwapsPerMinute, c.Load.Threshold)
 	case c.Load.Settle < 0:
 		return bad("Load.Settle = %v, want ≥ 0", c.Load.Settle)
+	case c.FencedAfter < 0 || (c.FencedAfter != 0 && c.FencedAfter <= c.RenewEvery):
+		return bad("FencedAfter = %v, want > RenewEvery = %v (0: 3·RenewEvery)", c.FencedAfter, c.RenewEvery)
+	case c.FencedAfter != 0 && c.FencedAfter >= c.expireAfter():
+		return bad("FencedAfter = %v, want < Lease·(1+MaxDrift) = %v", c.FencedAfter, c.expireAfter())
 	}
 	// The node counts its lease as Lease·(1−δ) from the ask; a renewal
 	// period that does not fit twice into that would let one lost heartbeat
@@ -223,6 +236,14 @@ func (c Config) nodeDrain() time.Duration { return scale(c.DrainTimeout, 1-c.Max
 // (D+T)·(1+δ) on its clock, at least D+T real.
 func (c Config) takeoverAfter() time.Duration {
 	return scale(c.Lease+c.DrainTimeout, 1+c.MaxDrift)
+}
+
+// fencedAfter is FencedAfter, or its default 3·RenewEvery.
+func (c Config) fencedAfter() time.Duration {
+	if c.FencedAfter == 0 {
+		return 3 * c.RenewEvery
+	}
+	return c.FencedAfter
 }
 
 func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }

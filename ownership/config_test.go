@@ -28,6 +28,9 @@ func TestValidateNamesBadValues(t *testing.T) {
 		{func(c *Config) { c.MaxMovesInFlight = 0 }, "MaxMovesInFlight = 0"},
 		{func(c *Config) { c.MinHealth = 2 }, "MinHealth = 2"},
 		{func(c *Config) { c.MaxDrift, c.RenewEvery = 0.45, 900*time.Millisecond }, "Lease·(1−MaxDrift)/2"},
+		{func(c *Config) { c.FencedAfter = -time.Millisecond }, "FencedAfter = -1ms"},
+		{func(c *Config) { c.FencedAfter = c.RenewEvery }, "want > RenewEvery"},
+		{func(c *Config) { c.FencedAfter = c.Lease * 2 }, "want < Lease·(1+MaxDrift)"},
 		{func(c *Config) { c.Ring.Partitions = 0 }, "Ring"},
 	} {
 		c := DefaultConfig()

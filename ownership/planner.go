@@ -164,6 +164,7 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	for _, e := range in.Excluded {
 		t.excluded[e.Node] = true
 	}
+	t.fenced = newFencedView(in)
 	p.observe(now, t)
 	if exp := p.expiries(now, t); len(exp) > 0 {
 		return exp, nil
@@ -547,7 +548,11 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 		if valid && rec.State == ledger.ShardRevoking {
 			inFlight++
 		}
-		target := p.placementTarget(t, rec, valid)
+		target, g, fenced := p.fenced(now, t, rec, valid, p.placementTarget(t, rec, valid))
+		if fenced {
+			grants = append(grants, g)
+			continue
+		}
 		if target == "" {
 			continue // no eligible node: leave the shard as it is
 		}

@@ -48,6 +48,9 @@ func (e *plannerEnv) input() Input {
 	for _, id := range sortedKeys(e.members) {
 		in.Members = append(in.Members, e.members[id])
 	}
+	for _, s := range sortedShardKeys(e.ledger.fenced) {
+		in.Fenced = append(in.Fenced, ledger.ShardRange{First: s, Last: s})
+	}
 	return in
 }
 
@@ -137,6 +140,7 @@ func parseGossip(t testing.TB, s string) GossipState {
 //	config [partitions=N] [k=N] [stable=D] [minhealth=F]   reset the world
 //	join id=N [inc=I] [health=F] [group=G]  gossip alive + first heartbeat
 //	declare group=G name=E           a group election (shard Partitions+k)
+//	fence shard=S [off]              the shard's fenced-takeover policy
 //	member id=N [inc=I] [state=S] [health=F] [draining] [noshards] [gone]
 //	heartbeat id=N [inc=I] [rejoin]  a committed heartbeat
 //	drain id=N [off]                 committed SetDraining
@@ -231,6 +235,18 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 			e.pins[s] = n
 		} else {
 			delete(e.pins, s)
+		}
+		return ""
+	case "fence":
+		// fence shard=S [off]: the shard's fenced-takeover policy
+		if e.ledger.fenced == nil {
+			e.ledger.fenced = map[uint32]bool{}
+		}
+		s := uint32(argInt(t, td, "shard", 0))
+		if td.HasArg("off") {
+			delete(e.ledger.fenced, s)
+		} else {
+			e.ledger.fenced[s] = true
 		}
 		return ""
 	case "exclude":

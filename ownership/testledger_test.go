@@ -13,6 +13,9 @@ import (
 type testLedger struct {
 	shard map[uint32]ledger.ShardRecord
 	node  map[string]ledger.NodeRecord
+	// fenced shards (SetTakeoverPolicy): a Takeover grant may replace a
+	// valid Owned owner.
+	fenced map[uint32]bool
 }
 
 func newTestLedger() *testLedger {
@@ -74,7 +77,7 @@ func (l *testLedger) apply(c ledger.Command) error {
 		if r.Epoch != c.ExpectedEpoch {
 			return fmt.Errorf("%w: stale epoch", errTest)
 		}
-		if l.validRec(r) && !(c.Takeover && r.State == ledger.ShardRevoking) {
+		if l.validRec(r) && !(c.Takeover && r.State == ledger.ShardRevoking) && !(c.Takeover && r.State == ledger.ShardOwned && l.fenced[c.Shard]) {
 			return fmt.Errorf("%w: owned", errTest)
 		}
 		to := l.node[c.Owner]

@@ -86,12 +86,16 @@ type Input struct {
 	// Applied is the log index the table was read at (0: unknown; the
 	// planner then forgets no node, see Config.ForgetAfter).
 	Applied uint64
+	// Fenced are the shards under fenced takeover
+	// (ledger.State.FencedRanges; fenced.go).
+	Fenced []ledger.ShardRange
 }
 
 // table is a sorted, indexed copy of the committed records.
 type table struct {
 	pins     map[uint32]string // operator pins: shard -> node
 	excluded map[string]bool   // operator exclusions
+	fenced   fencedView        // fenced-takeover policy (fenced.go)
 	shards   map[uint32]ledger.ShardRecord
 	nodes    map[string]ledger.NodeRecord
 	ids      []string // node ids, sorted

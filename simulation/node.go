@@ -413,7 +413,7 @@ func (s *Sim) round(n *node) {
 		return
 	}
 	st := s.replica(n)
-	in := ownership.Input{Members: s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()}
+	in := ownership.Input{Members: s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes(), Fenced: st.FencedRanges()}
 	cmds, err := n.planner.Plan(n.localTime(s.now), in)
 	if err != nil {
 		s.tracef("%s planner: %v", n.id, err)

@@ -103,10 +103,13 @@ func (s *Sim) probe() {
 	case 0: // heartbeats from an older incarnation, or at another liveness
 		if len(nodes) > 0 {
 			n := nodes[s.rng.IntN(len(nodes))]
+			// The versions the node speaks (its record's), so a cluster
+			// past version 1 refuses the probe for what it breaks.
+			lo, hi := n.MinVersion, n.MaxVersion
 			if s.chance(0.5) {
-				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation - 1, Liveness: n.Liveness, Now: now}, ledger.ErrStaleIncarnation)
+				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation - 1, Liveness: n.Liveness, Now: now, MinVersion: lo, MaxVersion: hi}, ledger.ErrStaleIncarnation)
 			} else {
-				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation, Liveness: n.Liveness + 1, Now: now}, ledger.ErrStaleLiveness)
+				commit(ledger.Heartbeat{Node: n.ID, Incarnation: n.Incarnation, Liveness: n.Liveness + 1, Now: now, MinVersion: lo, MaxVersion: hi}, ledger.ErrStaleLiveness)
 			}
 		}
 	case 1: // an expiry racing a heartbeat; a drain from another incarnation
@@ -118,11 +121,12 @@ func (s *Sim) probe() {
 				commit(ledger.SetDraining{Node: n.ID, Incarnation: n.Incarnation + 1, Draining: !n.Draining, Now: now}, ledger.ErrStaleIncarnation)
 			}
 		}
-	case 2: // a grant over a valid owner
+	case 2: // a grant over a valid owner (a takeover when Owned and not fenced)
 		if sh, ok := pickShard(valid); ok {
 			if n, ok := other(sh.Owner); ok {
+				takeover := sh.State == ledger.ShardOwned && !st.Fenced(sh.Shard) && sh.Epoch%2 == 1
 				commit(ledger.Grant{Shard: sh.Shard, ExpectedEpoch: sh.Epoch, Owner: n.ID, OwnerIncarnation: n.Incarnation,
-					OwnerLiveness: n.Liveness, Now: now}, ledger.ErrShardOwned)
+					OwnerLiveness: n.Liveness, Takeover: takeover, Now: now}, ledger.ErrShardOwned)
 			}
 		}
 	case 3: // grants of the unowned probe shard: stale epoch, empty owner, stale grantee

@@ -175,7 +175,7 @@ func (r *raftModel) elect() {
 // leader's replica has applied the whole log (the Barrier).
 func (r *raftModel) establish(n *node) {
 	st := r.s.replica(n)
-	n.planner.Establish(n.localTime(r.s.now), ownership.Input{Members: r.s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes()})
+	n.planner.Establish(n.localTime(r.s.now), ownership.Input{Members: r.s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes(), Fenced: st.FencedRanges()})
 	n.established = true
 	r.s.tracef("%s establishes leadership (applied %d)", n.id, n.applied)
 }

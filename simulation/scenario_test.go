@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // TestSimScripts runs the named scenarios in testdata/scenarios.
 //
 //	sim [seed=N] [nodes=N] [voters=N] [duration=D] [faults-until=D] [watch=S,S] [workload=false]
-//	    [zones=z1,z2,...] [weights=1,2,...] [loads=S:L,S:L] [settle=D]
+//	    [zones=z1,z2,...] [weights=1,2,...] [loads=S:L,S:L] [settle=D] [fenced=F-L,F-L]
 //	fault at=D kind=K node=nI|leader|owner:S [dur=D] [value=F]
 //	run      run to the end; print violations, leader changes and the timeline
 func TestSimScripts(t *testing.T) {
@@ -78,6 +79,19 @@ func TestSimScripts(t *testing.T) {
 					}
 				}
 				cfg.Ownership.Load.Settle = dur("settle", cfg.Ownership.Load.Settle.String())
+				cfg.Fenced = nil
+				if f := arg("fenced", ""); f != "" {
+					// fenced=F-L,F-L: shard ranges under fenced takeover
+					for _, r := range strings.Split(f, ",") {
+						a, b, _ := strings.Cut(r, "-")
+						first, err1 := strconv.Atoi(a)
+						last, err2 := strconv.Atoi(b)
+						if err1 != nil || err2 != nil {
+							t.Fatalf("%s: fenced %q", td.Pos, r)
+						}
+						cfg.Fenced = append(cfg.Fenced, ledger.ShardRange{First: uint32(first), Last: uint32(last)})
+					}
+				}
 				for _, w := range strings.Split(arg("watch", ""), ",") {
 					if w != "" {
 						v, _ := strconv.Atoi(w)
@@ -121,6 +135,9 @@ func TestSimScripts(t *testing.T) {
 				}
 				fmt.Fprintf(&b, "leader elections: %d, expiries proposed: %d, takeovers: %d, handoffs: %d\n",
 					res.LeaderChanges, res.Expiries, res.Takeovers, res.Handoffs)
+				if cfg.Fenced != nil {
+					fmt.Fprintf(&b, "fenced overlaps (S4 waived): %d\n", res.FencedOverlaps)
+				}
 				if res.ZoneShards != nil {
 					fmt.Fprintf(&b, "partitions per zone: %v\n", res.ZoneShards)
 				}

@@ -86,6 +86,13 @@ type Config struct {
 	// replica of its own, which the end-of-run check compares with the
 	// reference. ScaleConfig sets it.
 	SharedReplicas bool
+	// Fenced puts these shards under fenced takeover
+	// (ledger.SetTakeoverPolicy): before the nodes start, the log gets a
+	// ClusterConfig at ledger.VersionFencedTakeover and the policy, as an
+	// operator would commit them. The checker waives S4 for these shards
+	// (two owners may act at once) and still checks S2: every fenced
+	// command is accepted only at the shard's current epoch.
+	Fenced []ledger.ShardRange
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
@@ -224,7 +231,11 @@ type Result struct {
 	Timeline []string
 	// Stats.
 	LeaderChanges, Takeovers, Handoffs, Expiries int
-	MaxHandoffGap                                time.Duration
+	// FencedOverlaps counts the times a node started acting on a shard
+	// under fenced takeover while another still acted on it (S4 is waived
+	// there; Config.Fenced).
+	FencedOverlaps int
+	MaxHandoffGap  time.Duration
 	// ZoneShards counts the committed owners' partitions per zone at the
 	// end (Config.Zones); LoadMaxOverAvg is the most loaded node's load
 	// over its weighted share at the end (Config.ShardLoads).
@@ -381,6 +392,7 @@ func New(cfg Config) (*Sim, error) {
 
 // Run runs the event loop until the configured duration.
 func (s *Sim) Run() *Result {
+	s.fencedSetup()
 	for i := range s.nodes {
 		s.start(s.nodes[i], false)
 	}

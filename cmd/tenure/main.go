@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -117,32 +119,12 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	return err
 }
 
-// isHelp reports whether arg asks for help.
-func isHelp(arg string) bool {
-	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
-}
-
-// parseFlags parses args into fs, accepting flags after positional
-// arguments too (`jobs get 7 --addr X`); "--" ends the flags. The
-// positional arguments are fs.Args() afterwards.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
-	return fs.Parse(append([]string{"--"}, pos...))
-}
+// isHelp and parseFlags are the CLI helpers the benchmarks share
+// (cmd/tenure/internal/cli).
+var (
+	isHelp     = cli.IsHelp
+	parseFlags = cli.ParseFlags
+)
 
 func (m *Main) usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: tenure <command> [arguments]")

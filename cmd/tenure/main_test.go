@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/bench"
 )
 
 func run(t *testing.T, args ...string) (string, string, error) {
@@ -88,7 +90,7 @@ func TestHelpExitsZero(t *testing.T) {
 	for name := range commands {
 		cmds = append(cmds, []string{name})
 	}
-	for name := range benchmarks {
+	for _, name := range bench.Names() {
 		cmds = append(cmds, []string{"bench", name})
 	}
 	for _, sub := range []string{"list", "get", "enqueue"} {

@@ -143,6 +143,10 @@ const (
 	// DrainIgnoresLease: the tracker keeps acting on a Revoking shard until
 	// its drain deadline even after its lease ended.
 	DrainIgnoresLease
+	// FencedTakeoverUnfenced: the ledger accepts a Grant with Takeover
+	// over a valid Owned owner of a shard that is not under the
+	// fenced-takeover policy (fenced takeover, cluster version 4).
+	FencedTakeoverUnfenced
 	numSwitches
 )
 
@@ -157,7 +161,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"job-start-finished", "job-start-running", "job-start-backoff", "finish-stale-epoch",
 	"finish-invalid-owner", "finish-wrong-attempt", "finish-finished", "fail-no-dead-letter",
 	"enqueue-duplicate-key", "app-stale-epoch", "app-invalid-owner",
-	"act-on-revoking", "takeover-without-drain", "drain-ignores-lease"}
+	"act-on-revoking", "takeover-without-drain", "drain-ignores-lease",
+	"fenced-takeover-unfenced"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -203,6 +208,7 @@ var rules = [...]string{
 	"protocol rule 4: a node never starts acting on a Revoking shard (it drains only what it was acting on)",
 	"protocol: a takeover waits out the owner's drain window too: (Lease+Drain)·(1+δ), not Lease·(1+δ)",
 	"protocol rule 4: a draining owner stops at its lease end even inside the drain window",
+	"ledger Grant: a Takeover over a valid Owned owner only for a shard under the fenced-takeover policy (ErrShardOwned)",
 }
 
 // Rule describes the rule switch s disables.

@@ -48,6 +48,21 @@ type Checker struct {
 	owners   map[uint32]map[uint64]string
 	maxJob   uint64
 	finished int // jobs finished so far (an upper bound of those retained)
+	// policies are the accepted SetTakeoverPolicy commands in log order:
+	// a shard is fenced when the last one covering it says so.
+	policies []ledger.SetTakeoverPolicy
+}
+
+// fencedTakeover reports whether the accepted policies put shard under
+// fenced takeover (ledger.SetTakeoverPolicy): the last one covering it
+// decides.
+func (c *Checker) fencedTakeover(shard uint32) bool {
+	for i := len(c.policies) - 1; i >= 0; i-- {
+		if p := c.policies[i]; p.First <= shard && shard <= p.Last {
+			return p.Fenced
+		}
+	}
+	return false
 }
 
 // New returns a checker for a ledger that starts empty with settings;
@@ -126,6 +141,10 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 		c.heartbeat(index, cmd, res)
 	case ledger.ClaimIncarnation:
 		c.claim(index, cmd, res)
+	case ledger.SetTakeoverPolicy:
+		if res.Err == nil && !res.Duplicate {
+			c.policies = append(c.policies, cmd)
+		}
 	case ledger.ExpireNode:
 		if res.Err != nil {
 			return
@@ -157,7 +176,9 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 		if cmd.Owner == "" {
 			c.fail("S1", index, cmd, "granted to the empty node id")
 		}
-		if c.valid(pre) && !(cmd.Takeover && pre.State == ledger.ShardRevoking) {
+		// A takeover replaces a valid owner only once it was revoked, or —
+		// fenced takeover — at once for a shard under the fenced policy.
+		if c.valid(pre) && !(cmd.Takeover && pre.State == ledger.ShardRevoking) && !(cmd.Takeover && c.fencedTakeover(cmd.Shard)) {
 			c.fail("S1", index, cmd, "granted over %s's valid ownership (%s, epoch %d)", pre.Owner, pre.State, pre.Epoch)
 		}
 		c.checkGrantee(index, cmd, cmd.Owner, cmd.OwnerIncarnation, cmd.OwnerLiveness)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ledger"
 )
 
@@ -38,7 +39,7 @@ type ledgerBenchRow struct {
 	LogEntries        uint64  `json:"log_entries"`
 }
 
-func runBenchLedger(ctx context.Context, m *Main, args []string) error {
+func runBenchLedger(ctx context.Context, m *Env, args []string) error {
 	fs := flag.NewFlagSet("bench ledger", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per proposer count")
@@ -49,7 +50,7 @@ func runBenchLedger(ctx context.Context, m *Main, args []string) error {
 	linger := fs.Duration("linger", 0, "Batcher Linger")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	dir := fs.String("dir", "", "data dir parent (default: a temp dir, removed afterwards)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *dur <= 0 {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -50,7 +51,7 @@ type ringCase struct {
 	MinLoadFloor          float64 `json:"min_load_floor"`
 }
 
-func benchRing(_ context.Context, m *Main, args []string) error {
+func benchRing(_ context.Context, m *Env, args []string) error {
 	fs := flag.NewFlagSet("bench ring", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per case")
@@ -68,7 +69,7 @@ func benchRing(_ context.Context, m *Main, args []string) error {
 		fmt.Fprintln(m.Stderr, "build time and ShardFor+Owner lookup time.")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
@@ -61,7 +62,7 @@ type scaleResult struct {
 	PacketsPerNodePerS float64 `json:"packets_per_node_per_s"`
 }
 
-func runBenchScale(ctx context.Context, m *Main, args []string) error {
+func runBenchScale(ctx context.Context, m *Env, args []string) error {
 	fs := flag.NewFlagSet("bench scale", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	nodes := fs.Int("nodes", 100, "number of nodes")
@@ -74,7 +75,7 @@ func runBenchScale(ctx context.Context, m *Main, args []string) error {
 	real := fs.Bool("real", false, "start -nodes real agent processes on this machine (-voters with data dirs, the rest disk-less members, workload off) instead of the in-process emulation")
 	var ro realScaleOptions
 	parseRealScaleFlags(fs, &ro)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

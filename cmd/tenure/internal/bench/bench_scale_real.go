@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -358,7 +358,7 @@ func udpOutDatagrams() (n float64, ok bool) {
 	return 0, false
 }
 
-func runBenchScaleReal(ctx context.Context, m *Main, o realScaleOptions) error {
+func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}

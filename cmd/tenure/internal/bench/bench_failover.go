@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 )
 
 func init() {
@@ -40,6 +42,9 @@ type failoverOptions struct {
 	dir        string
 	agentBin   string
 	lease      time.Duration
+	// fenced puts every partition under fenced takeover (bench_failover_fenced.go).
+	fenced      bool
+	fencedAfter time.Duration
 }
 
 func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error) {
@@ -56,11 +61,15 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for shard choice and kill phase (0: random)")
 	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
-	if err := parseFlags(fs, args); err != nil {
+	fencedFlags(fs, &o)
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("bench failover: unexpected arguments %q", fs.Args())
+	}
+	if err := o.checkFenced(); err != nil {
+		return o, err
 	}
 	cfg, err := profileConfig(o.profile)
 	if err != nil {
@@ -123,6 +132,15 @@ type failoverSummary struct {
 	AgentCPUPct       float64   `json:"agent_cpu_pct"`
 	Seed              uint64    `json:"seed"`
 	SamplesMs         []float64 `json:"samples_ms"`
+	// Fenced: every partition was under fenced takeover (S4 waived), with
+	// the leader's FencedAfter (0: the profile's 3 heartbeat periods).
+	Fenced        bool    `json:"fenced,omitempty"`
+	FencedAfterMs float64 `json:"fenced_after_ms,omitempty"`
+	// FencedEarly counts runs whose shard had already moved before the
+	// kill (a live owner taken for dead: S4 is waived for fenced shards,
+	// and the witness counts the overlap); they are left out of the
+	// samples.
+	FencedEarly int `json:"fenced_early,omitempty"`
 }
 
 // agentWorkspace resolves what a benchmark that starts agent processes
@@ -151,7 +169,7 @@ func agentWorkspace(bin, dir, prefix string) (string, string, func(), error) {
 	return bin, dir, cleanup, nil
 }
 
-func runBenchFailover(ctx context.Context, m *Main, args []string) error {
+func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	o, err := parseFailoverFlags(args, m.Stderr)
 	if err != nil {
 		return err
@@ -180,12 +198,16 @@ func runBenchFailover(ctx context.Context, m *Main, args []string) error {
 	if err := c.waitSettled(ctx, rec, 3*time.Minute); err != nil {
 		return err
 	}
+	if err := c.setFenced(ctx); err != nil {
+		return err
+	}
 	rss, cpu := c.idleUsage(ctx, 2*time.Second)
 	progress("cluster settled; agents idle at %.0f MiB RSS, %.1f%% CPU each (median)", rss, cpu)
 
 	rng := rand.New(rand.NewPCG(o.seed, 0xfa11))
 	s := failoverSummary{Mode: o.mode, Profile: o.profile, Runs: o.runs, Nodes: o.nodes, Partitions: o.partitions,
-		LeaseMs: o.lease.Milliseconds(), TickMs: float64(o.tick.Microseconds()) / 1000, AgentRSSMB: rss, AgentCPUPct: cpu, Seed: o.seed}
+		LeaseMs: o.lease.Milliseconds(), TickMs: float64(o.tick.Microseconds()) / 1000, AgentRSSMB: rss, AgentCPUPct: cpu, Seed: o.seed,
+		Fenced: o.fenced, FencedAfterMs: ms(o.fencedAfter)}
 	s.Measured = "kill→acting"
 	if o.mode == "drain" {
 		s.Measured = "handoff gap"
@@ -219,6 +241,11 @@ func runBenchFailover(ctx context.Context, m *Main, args []string) error {
 			return fmt.Errorf("bench failover: after run %d: %w", i+1, err)
 		}
 	}
+	if o.fenced {
+		s.SamplesMs, s.FencedEarly = splitEarly(s.SamplesMs)
+		leaderMs, _ = splitEarly(leaderMs)
+		otherMs, _ = splitEarly(otherMs)
+	}
 	sorted := slices.Clone(s.SamplesMs)
 	slices.Sort(sorted)
 	s.Samples = len(sorted)
@@ -244,7 +271,7 @@ func runBenchFailover(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintln(m.Stdout, string(b))
 		return nil
 	}
-	fmt.Fprintf(m.Stdout, "tenure %s, profile %s (lease %v), %d agents, %d shards, tick %v\n", s.Mode, s.Profile, o.lease, s.Nodes, s.Partitions, o.tick)
+	fmt.Fprintf(m.Stdout, "tenure %s, profile %s (lease %v), %d agents, %d shards, tick %v%s\n", s.Mode, s.Profile, o.lease, s.Nodes, s.Partitions, o.tick, o.fencedNote())
 	fmt.Fprintf(m.Stdout, "  %s over %d samples: min %.1f  p50 %.1f  p99 %.1f  max %.1f ms; overlapping runs %d\n",
 		s.Measured, s.Samples, s.MinMs, s.P50Ms, s.P99Ms, s.MaxMs, s.Overlaps)
 	if len(commits) > 0 {
@@ -258,6 +285,9 @@ func runBenchFailover(ctx context.Context, m *Main, args []string) error {
 	}
 	if len(drainCalls) > 0 {
 		fmt.Fprintf(m.Stdout, "  POST /v1/drain returned after: p50 %.1f ms\n", s.DrainCallP50Ms)
+	}
+	if o.fenced {
+		fmt.Fprintf(m.Stdout, "  fenced: %d runs left out, their shard moved before the kill (a live owner taken for dead; the witness counts the overlaps)\n", s.FencedEarly)
 	}
 	fmt.Fprintf(m.Stdout, "  witness: %d ticks, %d violations; idle agent %.0f MiB RSS, %.1f%% CPU\n", s.WitnessTicks, s.WitnessViolations, s.AgentRSSMB, s.AgentCPUPct)
 	return nil
@@ -489,7 +519,7 @@ func (c *foCluster) start(ctx context.Context) error {
 
 func (c *foCluster) agentArgs(a *foAgent) []string {
 	seeds := []string{c.agents[0].gossip, c.agents[1].gossip, c.agents[2].gossip}
-	return []string{"agent",
+	args := []string{"agent",
 		"--node-id", a.id,
 		"--data-dir", filepath.Join(c.dir, a.id),
 		"--seeds", strings.Join(seeds, ","),
@@ -505,6 +535,10 @@ func (c *foCluster) agentArgs(a *foAgent) []string {
 		"--log-format", "json",
 		"--log-level", "warn",
 	}
+	if c.opts.fencedAfter > 0 {
+		args = append(args, "--fenced-after", c.opts.fencedAfter.String())
+	}
+	return args
 }
 
 func (c *foCluster) spawn(a *foAgent) error {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -72,7 +73,7 @@ type placementCase struct {
 	LoadCountsKept       bool    `json:"load_counts_kept"`
 }
 
-func benchPlacement(_ context.Context, m *Main, args []string) error {
+func benchPlacement(_ context.Context, m *Env, args []string) error {
 	fs := flag.NewFlagSet("bench placement", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per case")
@@ -87,7 +88,7 @@ func benchPlacement(_ context.Context, m *Main, args []string) error {
 		fmt.Fprintln(m.Stderr, "reports max/avg, min/avg, shards moved and the optimum (P/(N+1) join, P/N leave).")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
