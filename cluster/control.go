@@ -21,6 +21,10 @@ var (
 	// ErrNoLeader: no Raft leader was known before the context ended. The
 	// command was not submitted.
 	ErrNoLeader = errors.New("cluster: no raft leader")
+	// errNobodyLeft: a graceful leave gave up because no leader was
+	// reachable for several election timeouts (Shutdown: the whole
+	// cluster is stopping).
+	errNobodyLeft = errors.New("cluster: nobody left to hear the leave")
 	// ErrNotLeader: this node is not the Raft leader (leader-only call).
 	ErrNotLeader = errors.New("cluster: not the raft leader")
 	// ErrLeadershipLost: the command reached a leader that lost leadership
@@ -421,8 +425,11 @@ func (g *ControlGroup) Leadership() <-chan LeadershipEvent { return g.events.out
 // first if it is a voter), then closes. Use Close to stop without leaving (a
 // restart: the node keeps its place and catches up from its data dir). The
 // removal is best effort within ctx, and given up once no leader has been
-// reachable for 3·ElectionTimeout (the whole cluster stopping); its error
-// is returned after closing.
+// reachable for 3·ElectionTimeout: the whole cluster is stopping (voters
+// first), nobody is left to remove the node, and it closes without an
+// error — the configuration entry is removed by the next leader's
+// reconciliation, as any dead server's is after DeadVoterTimeout. Any
+// other removal error is returned after closing.
 func (g *ControlGroup) Shutdown(ctx context.Context) error {
 	var leaveErr error
 	servers, err := g.Servers()
@@ -439,6 +446,10 @@ func (g *ControlGroup) Shutdown(ctx context.Context) error {
 			// Without a leader for a few election timeouts the cluster
 			// is stopping too: nobody can remove us, so stop anyway.
 			leaveErr = g.forwardRemove(ctx, wire.RemoveArgs{ID: g.cfg.NodeID, Incarnation: g.inc.Load(), Leave: true}, 3*g.cfg.ElectionTimeout)
+			if errors.Is(leaveErr, errNobodyLeft) {
+				g.log.Info("cluster: no control-group leader left to hear the leave; stopping without it", "err", leaveErr)
+				leaveErr = nil
+			}
 		}
 	}
 	closeErr := g.Close(ctx)

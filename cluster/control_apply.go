@@ -249,7 +249,8 @@ func (g *ControlGroup) RemoveServer(ctx context.Context, id string) error {
 // the first attempt succeeded.
 //
 // leaderless > 0 gives up once no leader has been reachable for that long
-// (a node leaving while the whole cluster stops); 0 waits for ctx.
+// (a node leaving while the whole cluster stops), with an error that
+// wraps errNobodyLeft and ErrNoLeader; 0 waits for ctx.
 func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, leaderless time.Duration) error {
 	backoff := 5 * time.Millisecond
 	uncertain := false
@@ -282,7 +283,7 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 			if noLeaderSince.IsZero() {
 				noLeaderSince = time.Now()
 			} else if leaderless > 0 && time.Since(noLeaderSince) >= leaderless {
-				return fmt.Errorf("%w: remove %s: no leader reachable for %v (last: %v)", ErrNoLeader, args.ID, leaderless, err)
+				return fmt.Errorf("%w: %w: remove %s: no leader reachable for %v (last: %v)", errNobodyLeft, ErrNoLeader, args.ID, leaderless, err)
 			}
 		} else {
 			noLeaderSince = time.Time{}

@@ -19,6 +19,8 @@ import (
 // bootstrapping node wins the first election and replicates the
 // configuration to the rest. Conditions, all re-checked on every attempt:
 //
+//  0. the node has tried to join its seeds (ControlConfig.BootstrapGate):
+//     a node that has not yet heard from them would see itself alone;
 //  1. this node has no Raft state (no log, no snapshot);
 //  2. gossip shows at least BootstrapExpect alive members with a Raft
 //     address that do not gossip VoterNever; the initial voters are the
@@ -105,6 +107,13 @@ func (g *ControlGroup) bootstrapChoice() []string {
 }
 
 func (g *ControlGroup) bootstrapLoop() {
+	if g.cfg.BootstrapGate != nil {
+		select {
+		case <-g.cfg.BootstrapGate:
+		case <-g.closing:
+			return
+		}
+	}
 	t := time.NewTicker(g.cfg.BootstrapInterval)
 	defer t.Stop()
 	for {

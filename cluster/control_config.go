@@ -29,6 +29,13 @@ type ControlConfig struct {
 	// BootstrapExpect is the number of voters the cluster is formed with
 	// (1, 3 or 5); 0 means never bootstrap (only join an existing cluster).
 	BootstrapExpect int
+	// BootstrapGate, if set, holds every bootstrap attempt until it is
+	// closed: the node closes it once its first join of its seeds has
+	// ended (answered or failed), so the attempt sees an existing cluster
+	// in gossip and its probes find that cluster's Raft state instead of
+	// a node alone forming a second control group (BootstrapExpect 1
+	// with seeds). nil attempts at once.
+	BootstrapGate <-chan struct{}
 	// MaxVoters is the number of voters the reconcile loop keeps (odd, ≥
 	// BootstrapExpect). Other nodes are non-voters.
 	MaxVoters int

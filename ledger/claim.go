@@ -12,8 +12,9 @@ const VersionDisklessMembers uint32 = 3
 const KindClaimIncarnation Kind = 20
 
 // ClaimIncarnation registers a new process of node Node at an incarnation
-// the ledger picks: one above the node's recorded incarnation (1 for an
-// unknown node). A process that keeps no state across restarts (a
+// the ledger picks: one above the node's recorded incarnation (for an
+// unknown node 1, or from VersionForgetNodes on the claim's log index, see
+// ForgetNode). A process that keeps no state across restarts (a
 // disk-less member) cannot count its own incarnations; the ledger can,
 // because every earlier incarnation of the id it ever accepted is in its
 // record. Apply is a Heartbeat at that incarnation (liveness epoch +1, so
@@ -33,11 +34,11 @@ type ClaimIncarnation struct {
 
 func (ClaimIncarnation) kind() Kind { return KindClaimIncarnation }
 
-func (f *FSM) claimIncarnation(c ClaimIncarnation) Result {
+func (f *FSM) claimIncarnation(index uint64, c ClaimIncarnation) Result {
 	if c.Node == "" {
 		return Result{Err: errf(ErrInvalid, "incarnation claim with empty node id")}
 	}
-	n, _ := f.st.Node(c.Node)
+	n, known := f.st.Node(c.Node)
 	if !f.st.VersionActive(VersionDisklessMembers) {
 		// The leader refuses the command before the log (node's
 		// CheckCommand); a replica that meets one anyway rejects it the
@@ -45,6 +46,6 @@ func (f *FSM) claimIncarnation(c ClaimIncarnation) Result {
 		return Result{Node: n, Err: errf(ErrVersion, "incarnation claims need cluster version %d; the cluster runs %d",
 			VersionDisklessMembers, f.st.ActiveVersion())}
 	}
-	return f.heartbeat(Heartbeat{Node: c.Node, Incarnation: n.Incarnation + 1, Now: c.Now,
+	return f.heartbeat(Heartbeat{Node: c.Node, Incarnation: f.st.claimedIncarnation(index, n, known), Now: c.Now,
 		MinVersion: c.MinVersion, MaxVersion: c.MaxVersion})
 }

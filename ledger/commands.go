@@ -267,6 +267,8 @@ func (k Kind) String() string {
 		return "ExcludeNode"
 	case KindClaimIncarnation:
 		return "ClaimIncarnation"
+	case KindForgetNode:
+		return "ForgetNode"
 	case KindSetTakeoverPolicy:
 		return "SetTakeoverPolicy"
 	case KindLogSettings:

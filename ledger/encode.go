@@ -18,7 +18,7 @@ import (
 // Version 2 added Release.Avoid and DeclareElection; version 3
 // Heartbeat.MinVersion/MaxVersion and ClusterConfig; version 4 Session (a
 // command with a request id); version 5 PinShard, ExcludeNode and
-// ClaimIncarnation; version 6 SetTakeoverPolicy and LogSettings. Encode
+// ClaimIncarnation; version 6 SetTakeoverPolicy, LogSettings and ForgetNode. Encode
 // writes the oldest version that can express the command (version 1 for
 // everything else), so nodes of the previous release keep reading it;
 // Decode reads versions 1 to 6.
@@ -46,6 +46,8 @@ func versionFor(c Command) byte {
 		return max(4, versionFor(c.Command))
 	case PinShard, ExcludeNode, ClaimIncarnation:
 		return 5
+	case ForgetNode:
+		return 6
 	case SetTakeoverPolicy:
 		return encodingFencedTakeover
 	case LogSettings:
@@ -428,6 +430,19 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.bool(c.Exclude)
 		w.str(c.Reason)
 		w.i(c.Now)
+	case ForgetNode:
+		if err := checkStrs("node", c.Node); err != nil {
+			return err
+		}
+		if w.ver < 6 {
+			return fmt.Errorf("%w: ForgetNode needs encoding version 6", ErrInvalid)
+		}
+		w.b = append(w.b, byte(KindForgetNode))
+		w.str(c.Node)
+		w.u(c.Incarnation)
+		w.u(c.Liveness)
+		w.u(c.Seq)
+		w.i(c.Now)
 	case ClaimIncarnation:
 		if err := checkStrs("node", c.Node); err != nil {
 			return err
@@ -574,6 +589,12 @@ func decodeBody(r *reader, inBatch bool) Command {
 			return nil
 		}
 		return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
+	case KindForgetNode:
+		if r.ver < 6 {
+			r.fail(fmt.Errorf("%w: ForgetNode in a version %d entry", ErrMalformed, r.ver))
+			return nil
+		}
+		return ForgetNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
 	case KindClaimIncarnation:
 		if r.ver < 5 {
 			r.fail(fmt.Errorf("%w: ClaimIncarnation in a version %d entry", ErrMalformed, r.ver))

@@ -141,13 +141,25 @@ const (
 	dirtyShards
 	dirtyJobs
 	dirtySessions
-	dirtyAll = dirtyNodes | dirtyShards | dirtyJobs | dirtySessions
+	// dirtyOwners: a node record appeared or changed its incarnation or
+	// liveness, which OwnershipValid reads (a heartbeat changes neither).
+	dirtyOwners
+	dirtyAll = dirtyNodes | dirtyShards | dirtyJobs | dirtySessions | dirtyOwners
 )
+
+// ownershipGenerations numbers the published states whose shard records
+// or owner validity may differ from the state before
+// (State.OwnershipGeneration); one counter for every FSM of the process,
+// so a restored or second FSM never repeats a number.
+var ownershipGenerations atomic.Uint64
 
 func (f *FSM) publish() {
 	prev := f.pub.Load()
 	if prev == nil {
 		f.dirty = dirtyAll
+	}
+	if f.dirty&(dirtyShards|dirtyOwners) != 0 {
+		f.st.ownership = ownershipGenerations.Add(1)
 	}
 	c := *f.st
 	if f.dirty&dirtyNodes != 0 {
@@ -392,7 +404,9 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	case ClusterConfig:
 		r = f.clusterConfig(c)
 	case ClaimIncarnation:
-		r = f.claimIncarnation(c)
+		r = f.claimIncarnation(index, c)
+	case ForgetNode:
+		r = f.forgetNode(index, c)
 	case DeclareElection:
 		r = f.declareElection(c)
 	case PinShard:
@@ -584,8 +598,11 @@ func (f *FSM) transfer(c Transfer) Result {
 // ---- jobs ----
 
 func (f *FSM) putNode(n NodeRecord) {
-	f.st.nodes.ReplaceOrInsert(n)
+	old, ok := f.st.nodes.ReplaceOrInsert(n)
 	f.dirty |= dirtyNodes
+	if !ok || old.Incarnation != n.Incarnation || old.Liveness != n.Liveness {
+		f.dirty |= dirtyOwners
+	}
 }
 
 func (f *FSM) putShard(r ShardRecord) {

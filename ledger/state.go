@@ -65,6 +65,8 @@ type State struct {
 	// append time (unix ns) of the entries applied since the version was
 	// active; 0 before.
 	logTime int64
+	// ownership is the OwnershipGeneration.
+	ownership uint64
 }
 
 func newStateTables(s LedgerSettings) *State {
@@ -146,6 +148,15 @@ func (s *State) Shards() []ShardRecord {
 func (s *State) Node(id string) (NodeRecord, bool) {
 	return s.nodes.Get(NodeRecord{ID: id})
 }
+
+// OwnershipGeneration is a number that changes whenever a shard record,
+// or a node's incarnation or liveness (what OwnershipValid reads), may
+// have changed since the state before: two states with the same number
+// have the same shard records and the same valid owners. A reader that
+// derives something from every shard (an ownership view, events) redoes
+// it only when the number moves; heartbeats, which change neither, leave
+// it alone. In memory only; never on the wire or on disk.
+func (s *State) OwnershipGeneration() uint64 { return s.ownership }
 
 // Nodes returns every node record, sorted by id.
 func (s *State) Nodes() []NodeRecord {

@@ -19,10 +19,12 @@ const (
 	// clock (VersionLogTime) and disk-less members that claim their
 	// incarnation from the ledger (ClaimIncarnation;
 	// VersionDisklessMembers): encoding and snapshot version 5. Version
-	// 4: fenced takeover (SetTakeoverPolicy; VersionFencedTakeover) and the
+	// 4: fenced takeover (SetTakeoverPolicy; VersionFencedTakeover), the
 	// settings Apply judges with from the log (LogSettings;
-	// VersionLogSettings): encoding and snapshot version 6; lease renewals
-	// off the log (VersionLeaseRenewals; no new command or encoding).
+	// VersionLogSettings) and the leader forgetting the records of nodes
+	// gone for good (ForgetNode; VersionForgetNodes): encoding and snapshot
+	// version 6; lease renewals off the log (VersionLeaseRenewals; no new
+	// command or encoding).
 	MaxClusterVersion uint32 = 4
 )
 

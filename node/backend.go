@@ -26,6 +26,9 @@ type backend interface {
 	shard(s uint32) (ShardInfo, bool)
 	// shards returns every committed shard record, sorted by shard.
 	shards() []ShardInfo
+	// ownershipGen is the replica's ledger.State.OwnershipGeneration: while
+	// it stays the same, so do shards' answers (0: unknown, assume changed).
+	ownershipGen() uint64
 	// acting reports whether this node may act on s at now by the lease
 	// protocol (docs/protocol.md, node side, rule 4), at which epoch, until
 	// when (by this node's clock) unless renewed, and whether the shard is

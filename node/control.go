@@ -58,6 +58,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	cc.NodeID, cc.Incarnation = d.id, d.incarnation
 	cc.BindAddr, cc.AdvertiseAddr = d.cfg.RaftAddr, d.cfg.RaftAdvertise
 	cc.BootstrapExpect = d.cfg.BootstrapExpect
+	cc.BootstrapGate = d.joined
 	cc.Voter = d.cfg.Voter
 	if cc.MaxVoters < cc.BootstrapExpect {
 		cc.MaxVoters = cc.BootstrapExpect | 1

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // disklessConfig is node i of an n-node cluster on tr, as a disk-less
@@ -38,7 +39,8 @@ func startAll(t *testing.T, ctx context.Context, cfgs []Config) []*Node {
 
 // TestDisklessMembers: three voters keep their storage, two disk-less
 // members keep none. The members get incarnations from the control group
-// (1 on a first start, one more on every restart, crash or graceful),
+// (the claim's log index on a first start, one more on every restart,
+// crash or graceful),
 // rebuild their replicas, own shards; a second live process with a
 // member's id is refused and the first keeps its incarnation.
 func TestDisklessMembers(t *testing.T) {
@@ -57,9 +59,13 @@ func TestDisklessMembers(t *testing.T) {
 				t.Fatalf("%s not settled: %v", n.ID(), err)
 			}
 		}
+		// A first claim gets the claim's log index (cluster version 4,
+		// ledger.VersionForgetNodes), every later one the next number.
+		first := map[string]uint64{}
 		for _, n := range nodes[3:] {
-			if n.Incarnation() != 1 {
-				t.Errorf("%s: first incarnation %d, want 1", n.ID(), n.Incarnation())
+			first[n.ID()] = n.Incarnation()
+			if n.Incarnation() == 0 {
+				t.Errorf("%s: first incarnation 0", n.ID())
 			}
 		}
 		ownedBy := func(id string) int {
@@ -83,8 +89,8 @@ func TestDisklessMembers(t *testing.T) {
 			t.Fatalf("restart n4: %v", err)
 		}
 		nodes[3] = n4
-		if n4.Incarnation() != 2 {
-			t.Errorf("restarted n4: incarnation %d, want 2", n4.Incarnation())
+		if n4.Incarnation() != first["n4"]+1 {
+			t.Errorf("restarted n4: incarnation %d, want %d", n4.Incarnation(), first["n4"]+1)
 		}
 		if err := n4.WaitSettled(ctx); err != nil {
 			t.Fatalf("n4 not settled after its restart: %v", err)
@@ -106,11 +112,11 @@ func TestDisklessMembers(t *testing.T) {
 		if !errors.Is(err, ErrDuplicateID) {
 			t.Fatalf("duplicate n5: %v, want ErrDuplicateID", err)
 		}
-		if nodes[4].Incarnation() != 1 {
+		if nodes[4].Incarnation() != first["n5"] {
 			t.Fatalf("n5's incarnation moved to %d", nodes[4].Incarnation())
 		}
 		for _, m := range nodes[0].Members() {
-			if m.ID == "n5" && (m.Incarnation != 1 || m.Addr != cfgs[4].GossipAddr || !m.Live) {
+			if m.ID == "n5" && (m.Incarnation != first["n5"] || m.Addr != cfgs[4].GossipAddr || !m.Live) {
 				t.Fatalf("n1 sees n5 as %+v after the duplicate was refused", m)
 			}
 		}
@@ -124,8 +130,8 @@ func TestDisklessMembers(t *testing.T) {
 			t.Fatalf("restart n5: %v", err)
 		}
 		nodes[4] = n5
-		if n5.Incarnation() != 2 {
-			t.Errorf("restarted n5: incarnation %d, want 2", n5.Incarnation())
+		if n5.Incarnation() != first["n5"]+1 {
+			t.Errorf("restarted n5: incarnation %d, want %d", n5.Incarnation(), first["n5"]+1)
 		}
 		if err := n5.WaitSettled(ctx); err != nil {
 			t.Fatalf("n5 not settled after its restart: %v", err)
@@ -215,4 +221,104 @@ func TestDisklessConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDisklessMemberClosesAfterVoters: voters stopped before a member (a
+// whole-cluster stop in the wrong order) leave the member no leader to
+// hear its leave; its Close still succeeds, within a few election
+// timeouts, instead of failing with "no raft leader".
+func TestDisklessMemberClosesAfterVoters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := seededNetwork(11)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cfgs := []Config{memNetConfig(tr, 0, 4), memNetConfig(tr, 1, 4), memNetConfig(tr, 2, 4),
+			disklessConfig(tr, 3, 4)}
+		for i := range cfgs {
+			cfgs[i].BootstrapExpect = 3
+		}
+		nodes := startAll(t, ctx, cfgs)
+		for _, n := range nodes {
+			if err := n.WaitSettled(ctx); err != nil {
+				t.Fatalf("%s not settled: %v", n.ID(), err)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, n := range nodes[:3] {
+			wg.Go(func() {
+				if err := n.Close(ctx); err != nil {
+					t.Errorf("close voter %s: %v", n.ID(), err)
+				}
+			})
+		}
+		wg.Wait()
+		start := time.Now()
+		if err := nodes[3].Close(ctx); err != nil {
+			t.Errorf("close member %s after every voter: %v", nodes[3].ID(), err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("member close took %v", d)
+		}
+	})
+}
+
+// TestDisklessMemberForgotten: a disk-less member that crashed for good
+// is forgotten by the leader once it has been gone ForgetAfter and owns
+// nothing (ForgetNode); a process of the same id that starts afterwards
+// claims an incarnation above every earlier one and owns shards again,
+// and no shard record names the old incarnation.
+func TestDisklessMemberForgotten(t *testing.T) {
+	defer func(old func(*ownership.Config)) { tuneOwnership = old }(tuneOwnership)
+	tuneOwnership = func(c *ownership.Config) { c.ForgetAfter = 5 * time.Second }
+	synctest.Test(t, func(t *testing.T) {
+		tr := seededNetwork(13)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cfgs := []Config{memNetConfig(tr, 0, 4), memNetConfig(tr, 1, 4), memNetConfig(tr, 2, 4),
+			disklessConfig(tr, 3, 4)}
+		for i := range cfgs {
+			cfgs[i].BootstrapExpect = 3
+		}
+		nodes := startAll(t, ctx, cfgs)
+		defer func() {
+			for i := len(nodes) - 1; i >= 0; i-- {
+				_ = nodes[i].Close(ctx)
+			}
+		}()
+		for _, n := range nodes {
+			if err := n.WaitSettled(ctx); err != nil {
+				t.Fatalf("%s not settled: %v", n.ID(), err)
+			}
+		}
+		old := nodes[3].Incarnation()
+		state := func() *ledger.State { return nodes[0].be.(*netBackend).fsm.State() }
+		tr.Crash(nodes[3])
+		if !waitTrue(ctx, func() bool { _, ok := state().Node("n4"); return !ok }) {
+			t.Fatalf("n4 never forgotten: %+v", state().Nodes())
+		}
+		for _, rec := range state().Shards() {
+			if rec.Owner == "n4" && rec.State != ledger.ShardUnowned {
+				t.Fatalf("shard %d still names the forgotten n4: %+v", rec.Shard, rec)
+			}
+		}
+		n4, err := Start(ctx, cfgs[3])
+		if err != nil {
+			t.Fatalf("restart n4: %v", err)
+		}
+		nodes[3] = n4
+		if n4.Incarnation() <= old {
+			t.Fatalf("n4 came back at incarnation %d, not above its forgotten %d", n4.Incarnation(), old)
+		}
+		if err := n4.WaitSettled(ctx); err != nil {
+			t.Fatalf("n4 not settled after coming back: %v", err)
+		}
+		if !waitTrue(ctx, func() bool { return len(n4.Owned()) > 0 }) {
+			t.Fatal("n4 owns nothing after coming back")
+		}
+		for _, rec := range state().Shards() {
+			if rec.Owner == "n4" && rec.OwnerIncarnation == old {
+				t.Fatalf("shard %d granted to n4's forgotten incarnation %d", rec.Shard, old)
+			}
+		}
+	})
 }

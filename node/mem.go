@@ -145,9 +145,9 @@ func (t *MemNetwork) place(cfg Config) Config {
 			cfg.Seeds = append(cfg.Seeds, hostAddr(h, memGossipPort))
 		}
 		// The first node forms the cluster alone; the others join it and
-		// must never form one of their own: the control group starts
-		// before gossip has joined the seeds, and a node expecting 1 voter
-		// would bootstrap alone in that gap. Expecting
+		// must never form one of their own. A node bootstraps only after
+		// its join of the seeds has ended, but one expecting 1 voter whose
+		// seeds did not answer would still form a cluster alone. Expecting
 		// DefaultBootstrapExpect, a joining node bootstraps only if it sees
 		// that many members none of which has Raft state — never while
 		// the first node runs.

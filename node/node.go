@@ -183,6 +183,12 @@ type Node struct {
 	wg   sync.WaitGroup
 
 	refreshMu sync.Mutex // serialises refresh so events keep their order
+	// viewGen is the ledger's OwnershipGeneration of refresh's last full
+	// pass (0: none yet), ownRecs that pass's records of the shards this
+	// node owned (refresh's fast path re-checks only their acting state).
+	// Guarded by refreshMu.
+	viewGen uint64
+	ownRecs []ShardInfo
 
 	mu         sync.Mutex
 	closing    bool          // Close or kill started
@@ -465,6 +471,9 @@ func (n *Node) Owned() []Token {
 	var out []Token
 	now := time.Now()
 	for _, rec := range n.be.shards() {
+		if rec.Owner != n.cfg.NodeID {
+			continue // see decorate
+		}
 		if tok, _, err := n.actingToken(rec.Shard, now); err == nil {
 			out = append(out, tok)
 		}
@@ -472,7 +481,13 @@ func (n *Node) Owned() []Token {
 	return out
 }
 
+// decorate fills rec's acting state. A node acts only on shards whose
+// committed record names it (the backend's acting state follows the
+// latest applied record), so the others are answered without asking.
 func (n *Node) decorate(rec ShardInfo, now time.Time) ShardInfo {
+	if rec.Owner != n.cfg.NodeID {
+		return rec
+	}
 	if _, until, err := n.actingToken(rec.Shard, now); err == nil {
 		rec.Acting = true
 		rec.LeaseRemaining = until.Sub(now)
@@ -599,7 +614,19 @@ func (n *Node) refresh(now time.Time) time.Time {
 	n.refreshMu.Lock()
 	defer n.refreshMu.Unlock()
 	closed := n.isClosed()
-	recs := n.be.shards()
+	// With the ledger's OwnershipGeneration unchanged since the last full
+	// pass (a heartbeat was applied, a lease renewed or ran out), every
+	// shard's owner, epoch and validity are too: only acting can change,
+	// and only on the shards this node owns. Read the generation before
+	// the records: a change in between only makes the next pass full.
+	gen := n.be.ownershipGen()
+	full := closed || gen == 0 || gen != n.viewGen
+	var recs []ShardInfo
+	if full {
+		recs = n.be.shards()
+	} else {
+		recs = n.ownRecs
+	}
 	acting := make(map[uint32]Token)
 	var next time.Time
 	for _, rec := range recs {
@@ -635,9 +662,25 @@ func (n *Node) refresh(now time.Time) time.Time {
 	var evs []Event
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	seen := make(map[uint32]bool, len(recs))
+	if full {
+		n.viewGen, n.ownRecs = gen, n.ownRecs[:0]
+		for _, rec := range recs {
+			if rec.Owner == n.cfg.NodeID {
+				n.ownRecs = append(n.ownRecs, rec)
+			}
+		}
+		if closed {
+			n.viewGen = 0
+		}
+	}
+	var seen map[uint32]bool
+	if full {
+		seen = make(map[uint32]bool, len(recs))
+	}
 	for _, rec := range recs {
-		seen[rec.Shard] = true
+		if full {
+			seen[rec.Shard] = true
+		}
 		old := n.view[rec.Shard]
 		cur := shardView{epoch: rec.Epoch}
 		if rec.State != ShardUnowned && rec.Valid {
@@ -649,10 +692,12 @@ func (n *Node) refresh(now time.Time) time.Time {
 		evs = appendDiff(evs, rec.Shard, old, cur, now)
 		n.view[rec.Shard] = cur
 	}
-	for _, sh := range sortedShards(n.view) {
-		if !seen[sh] {
-			evs = appendDiff(evs, sh, n.view[sh], shardView{}, now)
-			delete(n.view, sh)
+	if full {
+		for _, sh := range sortedShards(n.view) {
+			if !seen[sh] {
+				evs = appendDiff(evs, sh, n.view[sh], shardView{}, now)
+				delete(n.view, sh)
+			}
 		}
 	}
 	if len(evs) > 0 {

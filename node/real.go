@@ -69,6 +69,9 @@ type controlDeps struct {
 	// renew judges a renewal this node received as leader
 	// (netBackend.serveRenew): the record is the node's in this replica.
 	renew func(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error)
+	// joined is closed once the node's first join of its seeds has ended
+	// (cluster.ControlConfig.BootstrapGate).
+	joined <-chan struct{}
 }
 
 // newControlPlane builds the control group (control.go); a variable so
@@ -221,8 +224,12 @@ func ownershipConfig(cfg Config) ownership.Config {
 	if cfg.LoadSettle != 0 {
 		oc.Load.Settle = cfg.LoadSettle
 	}
+	tuneOwnership(&oc)
 	return oc
 }
+
+// tuneOwnership overrides ownership settings in tests.
+var tuneOwnership = func(*ownership.Config) {}
 
 // membershipConfig maps a node profile to the gossip configuration.
 func membershipConfig(cfg Config) (cluster.Config, error) {
@@ -349,7 +356,11 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	}
 	cleanup = append(cleanup, func() { _ = b.gossip.Shutdown() })
 
-	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing,
+	// The control group starts before the join (gossip must carry its
+	// Raft address), but bootstraps only after it: a node that has not
+	// heard from its seeds would take itself for the whole cluster.
+	joined := make(chan struct{})
+	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing, joined: joined,
 		renew: b.serveRenew})
 	if err != nil {
 		return nil, err
@@ -370,6 +381,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 			}
 		}
 	}
+	close(joined)
 	// Before the first heartbeat: a second process with a live node's id
 	// must exit without registering (docs/operations.md).
 	if err := b.gossip.ClaimID(ctx); errors.Is(err, cluster.ErrIDInUse) {
@@ -504,13 +516,39 @@ func (p loopProposer) Propose(ctx context.Context, cmd ledger.Command) error {
 	return r.Err
 }
 
+// ProposeAll implements ownership.BatchProposer: the round's commands go
+// through the backend's batcher at once, which commits them in a few Batch
+// entries (each command with its own result) instead of one entry and one
+// commit round trip each.
+func (p loopProposer) ProposeAll(ctx context.Context, cmds []ledger.Command) []error {
+	errs := make([]error, len(cmds))
+	if h, ok := p.b.fsm.HaltedAt(); ok {
+		for i := range errs {
+			errs[i] = fmt.Errorf("node: not proposing from a halted replica: %w", h)
+		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for i, c := range cmds {
+		wg.Go(func() {
+			r, err := p.b.batcher.Apply(ctx, c)
+			if err == nil {
+				err = r.Err
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
 // loopSource feeds the planner: gossip's view plus the committed table.
 type loopSource struct{ b *netBackend }
 
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.Excluded(), Fenced: st.FencedRanges(), Settings: st.Settings()}
+		Pins: st.Pins(), Excluded: st.Excluded(), Fenced: st.FencedRanges(), Settings: st.Settings(), Applied: st.AppliedIndex()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()
@@ -818,6 +856,8 @@ func (b *netBackend) shard(s uint32) (ShardInfo, bool) {
 	}
 	return shardInfo(st, r), true
 }
+
+func (b *netBackend) ownershipGen() uint64 { return b.fsm.State().OwnershipGeneration() }
 
 func (b *netBackend) shards() []ShardInfo {
 	st := b.fsm.State()

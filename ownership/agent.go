@@ -431,6 +431,8 @@ func Touched(c ledger.Command) (nodes []string, shards []uint32) {
 		return []string{c.Node}, nil
 	case ledger.ExpireNode:
 		return []string{c.Node}, nil
+	case ledger.ForgetNode:
+		return []string{c.Node}, nil
 	case ledger.SetDraining:
 		return []string{c.Node}, nil
 	case ledger.Grant:

@@ -40,6 +40,12 @@ type Config struct {
 	// MinHealth is the minimum gossiped health score (0..1) for a node to be
 	// eligible to own shards.
 	MinHealth float64
+	// ForgetAfter is how long a node stays expired, absent from gossip and
+	// owning nothing before the leader removes its record
+	// (ledger.ForgetNode, from cluster version ledger.VersionForgetNodes):
+	// disk-less members get a new id per pod, and their records would
+	// otherwise pile up. 0 never forgets.
+	ForgetAfter time.Duration
 	// Ring configures placement; Ring.Partitions is the shard count. The
 	// planner places with ring.Assign, which uses only Partitions (Load,
 	// ReplicationFactor and MinLoad apply to the bounded-load ring.New).
@@ -96,6 +102,9 @@ func DefaultLoadConfig() LoadConfig {
 	return LoadConfig{Threshold: 0.25, MinGain: 0.05, SwapsPerMinute: 2, Settle: 15 * time.Second}
 }
 
+// DefaultForgetAfter is every profile's ForgetAfter.
+const DefaultForgetAfter = 10 * time.Minute
+
 // FastConfig is the fast profile of docs/protocol.md: 1 s lease, 100 ms
 // renewals (off the log from cluster version 4), δ = 2%
 // (docs/guarantees.md).
@@ -108,6 +117,7 @@ func FastConfig() Config {
 		MaxMovesInFlight: 32,
 		StableFor:        time.Second,
 		MinHealth:        0.5,
+		ForgetAfter:      DefaultForgetAfter,
 		Ring:             ring.DefaultConfig(),
 		Load:             LoadConfig{Threshold: 0.25, MinGain: 0.05, SwapsPerMinute: 2, Settle: 5 * time.Second},
 	}
@@ -125,6 +135,7 @@ func DefaultConfig() Config {
 		MaxMovesInFlight: 16,
 		StableFor:        3 * time.Second,
 		MinHealth:        0.5,
+		ForgetAfter:      DefaultForgetAfter,
 		Ring:             ring.DefaultConfig(),
 		Load:             DefaultLoadConfig(),
 	}
@@ -141,6 +152,7 @@ func SafeConfig() Config {
 		MaxMovesInFlight: 8,
 		StableFor:        10 * time.Second,
 		MinHealth:        0.5,
+		ForgetAfter:      DefaultForgetAfter,
 		Ring:             ring.DefaultConfig(),
 		Load:             DefaultLoadConfig(),
 	}
@@ -188,6 +200,8 @@ func (c Config) Validate() error {
 		return bad("MaxDrift = %v, want in [0, 0.5)", c.MaxDrift)
 	case c.DrainTimeout <= 0:
 		return bad("DrainTimeout = %v, want > 0", c.DrainTimeout)
+	case c.ForgetAfter < 0:
+		return bad("ForgetAfter = %v, want ≥ 0 (0: never)", c.ForgetAfter)
 	case c.MaxMovesInFlight < 1:
 		return bad("MaxMovesInFlight = %d, want ≥ 1", c.MaxMovesInFlight)
 	case c.StableFor < 0:

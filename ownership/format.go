@@ -14,6 +14,8 @@ func FormatCommand(c ledger.Command) string {
 		return fmt.Sprintf("heartbeat %s inc=%d live=%d", c.Node, c.Incarnation, c.Liveness)
 	case ledger.ExpireNode:
 		return fmt.Sprintf("expire %s inc=%d live=%d seq=%d", c.Node, c.Incarnation, c.Liveness, c.Seq)
+	case ledger.ForgetNode:
+		return fmt.Sprintf("forget %s inc=%d live=%d seq=%d", c.Node, c.Incarnation, c.Liveness, c.Seq)
 	case ledger.SetDraining:
 		return fmt.Sprintf("set-draining %s inc=%d draining=%t", c.Node, c.Incarnation, c.Draining)
 	case ledger.Grant:

@@ -24,6 +24,19 @@ type Proposer interface {
 	Propose(ctx context.Context, cmd ledger.Command) error
 }
 
+// BatchProposer is a Proposer that can commit many commands together
+// (group commit into ledger.Batch entries). LeaderLoop commits a round's
+// proposals through it when the Proposer has it: a cold start's thousands
+// of grants then cost a few log entries instead of one commit round trip
+// each. Every command is a CAS on what the planner saw, so committing them
+// together or in any order is as safe as one by one.
+type BatchProposer interface {
+	Proposer
+	// ProposeAll commits cmds and returns each one's outcome, in order,
+	// with Propose's meaning.
+	ProposeAll(ctx context.Context, cmds []ledger.Command) []error
+}
+
 // Source supplies the planner's input: the leader's gossip view and its
 // committed ledger table. It must reflect at least every entry applied
 // before the call.
@@ -75,7 +88,7 @@ type LoopStats struct {
 // leader: on becoming leader it waits for a Barrier and calls Establish;
 // then it runs a round on every Notify (coalesced: a burst of events causes
 // one round) and every Interval, and commits the round's proposals one by
-// one. A proposal whose outcome is unknown is never specially handled: the
+// one (together, if the Proposer is a BatchProposer). A proposal whose outcome is unknown is never specially handled: the
 // next round sees the committed table and, because every command is a CAS
 // on what the planner saw, re-proposing is safe.
 type LeaderLoop struct {
@@ -215,8 +228,22 @@ func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
 		l.log.Error("ownership: planner", "err", err)
 	}
 	accepted := 0
-	for _, c := range cmds {
-		err := l.prop.Propose(ctx, c)
+	var errs []error
+	if bp, ok := l.prop.(BatchProposer); ok && len(cmds) > 1 {
+		errs = bp.ProposeAll(ctx, cmds)
+		if len(errs) != len(cmds) {
+			l.log.Error("ownership: ProposeAll returned the wrong number of outcomes", "cmds", len(cmds), "outcomes", len(errs))
+			return false
+		}
+	}
+	lost = false
+	for i, c := range cmds {
+		var err error
+		if errs != nil {
+			err = errs[i]
+		} else {
+			err = l.prop.Propose(ctx, c)
+		}
 		l.count(func(s *LoopStats) { s.Proposed++ })
 		switch {
 		case err == nil:
@@ -226,13 +253,19 @@ func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
 		case errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrNotLeader):
 			l.count(func(s *LoopStats) { s.LeadershipLost++ })
 			l.log.Warn("ownership: proposal outcome unknown", "cmd", ledger.KindOf(c).String(), "err", err)
-			return true
+			if errs == nil {
+				return true
+			}
+			lost = true // the others' outcomes are in: count them
 		case ctx.Err() != nil:
 			return false
 		default:
 			l.count(func(s *LoopStats) { s.Rejected++ })
 			l.log.Debug("ownership: proposal rejected", "cmd", ledger.KindOf(c).String(), "err", err)
 		}
+	}
+	if lost {
+		return true
 	}
 	if accepted > 0 {
 		l.Notify() // the table changed: plan the next step right away

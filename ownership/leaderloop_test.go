@@ -260,3 +260,75 @@ func TestLeaderLoopRenewAndBound(t *testing.T) {
 		<-done
 	})
 }
+
+// batchRaft is a fakeRaft that commits a round's proposals together.
+type batchRaft struct {
+	*fakeRaft
+	calls, cmds int
+}
+
+func (b *batchRaft) ProposeAll(ctx context.Context, cmds []ledger.Command) []error {
+	b.mu.Lock()
+	b.calls++
+	b.cmds += len(cmds)
+	b.mu.Unlock()
+	errs := make([]error, len(cmds))
+	for i, c := range cmds {
+		errs[i] = b.Propose(ctx, c)
+	}
+	return errs
+}
+
+// TestLeaderLoopBatchProposer: with a BatchProposer the loop hands a
+// round's proposals over at once, counts every outcome, and an unknown
+// outcome among them still ends the term (Barrier, Establish) as one does
+// when proposing one by one.
+func TestLeaderLoopBatchProposer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := TestConfig()
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &batchRaft{fakeRaft: &fakeRaft{l: newTestLedger(), loseNext: true}}
+		for _, id := range []string{"n1", "n2", "n3"} {
+			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
+		}
+		f.heartbeatAll()
+		loop := NewLeaderLoop(p, f, f, LoopConfig{})
+		leaderCh := make(chan bool, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- loop.Run(ctx, leaderCh) }()
+		leaderCh <- true
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			time.Sleep(cfg.RenewEvery)
+			f.heartbeatAll()
+			total := 0
+			for _, n := range f.owners() {
+				total += n
+			}
+			if total == cfg.Ring.Partitions && loop.Stats().Terms >= 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not every shard owned, or no new term after the unknown outcome, after 10s (virtual): %v, stats %+v", f.owners(), loop.Stats())
+			}
+		}
+		leaderCh <- false
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Fatalf("Run returned %v", err)
+		}
+		st := loop.Stats()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.calls == 0 || f.cmds < cfg.Ring.Partitions {
+			t.Fatalf("ProposeAll: %d calls, %d commands; want the grants of %d shards", f.calls, f.cmds, cfg.Ring.Partitions)
+		}
+		if st.Proposed < uint64(f.cmds) || st.LeadershipLost != 1 || f.barriers < 2 || st.Terms < 2 {
+			t.Fatalf("stats %+v, barriers %d, batched commands %d", st, f.barriers, f.cmds)
+		}
+	})
+}

@@ -193,7 +193,43 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	if err := p.buildRing(t); err != nil {
 		return nil, err
 	}
-	return p.placement(now, t), nil
+	return append(p.placement(now, t), p.forgets(now, in, t)...), nil
+}
+
+// forgets proposes ForgetNode for every node the leader expired at least
+// ForgetAfter ago (by its clock, since it became leader at the earliest),
+// that gossip does not show alive and that no shard names, once the
+// cluster runs ledger.VersionForgetNodes. The FSM re-checks the record
+// (a CAS on incarnation, liveness and seq: a heartbeat that lands first
+// keeps the node) and the shards. A record whose incarnation is not below
+// the table's applied index is left alone (the FSM would refuse it).
+func (p *Planner) forgets(now time.Time, in Input, t table) []ledger.Command {
+	if p.cfg.ForgetAfter <= 0 || in.Applied == 0 || max(in.Cluster.Version, 1) < ledger.VersionForgetNodes {
+		return nil
+	}
+	named := make(map[string]bool)
+	for _, rec := range t.shards {
+		if rec.State != ledger.ShardUnowned {
+			named[rec.Owner] = true
+		}
+		if rec.Target != "" {
+			named[rec.Target] = true
+		}
+	}
+	for _, m := range in.Members {
+		if m.State == GossipAlive || m.State == GossipSuspect {
+			named[m.ID] = true
+		}
+	}
+	var out []ledger.Command
+	for _, id := range t.ids {
+		tr, n := p.nodes[id], t.nodes[id]
+		if tr == nil || !tr.expired || now.Sub(tr.lastSeen) < p.cfg.ForgetAfter || named[id] || n.Incarnation >= in.Applied {
+			continue
+		}
+		out = append(out, ledger.ForgetNode{Node: id, Incarnation: n.Incarnation, Liveness: n.Liveness, Seq: n.Seq, Now: now.UnixNano()})
+	}
+	return out
 }
 
 // clusterConfig proposes the cluster's first configuration, or a raise of

@@ -400,3 +400,59 @@ func TestPlannerReExpiresTransferTargetWithoutLease(t *testing.T) {
 		t.Fatalf("proposals %v, want only %v", cmds, FormatCommand(want))
 	}
 }
+
+// TestPlannerForgetsGoneNodes: a node the leader expired, that gossip no
+// longer shows and that owns nothing is forgotten (ForgetNode) once it has
+// been gone ForgetAfter, and only when the cluster runs
+// ledger.VersionForgetNodes; a node still named by a shard is kept.
+func TestPlannerForgetsGoneNodes(t *testing.T) {
+	cfg := TestConfig()
+	cfg.ForgetAfter = time.Minute
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	a := ledger.NodeRecord{ID: "a", Incarnation: 1, Liveness: 1, Seq: 1}
+	m := ledger.NodeRecord{ID: "m", Incarnation: 2, Liveness: 1, Seq: 1}
+	k := ledger.NodeRecord{ID: "k", Incarnation: 3, Liveness: 1, Seq: 1}
+	input := func(version uint32) Input {
+		return Input{
+			Members: []Member{{ID: "a", Incarnation: 1, State: GossipAlive, Health: 1}},
+			Nodes:   []ledger.NodeRecord{a, m, k},
+			// k is still named by a revocation's target.
+			Shards:  []ledger.ShardRecord{{Shard: 0, Epoch: 3, Owner: "a", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardRevoking, Target: "k"}},
+			Cluster: ledger.ClusterInfo{Name: "c", Partitions: uint32(cfg.Ring.Partitions), Version: version},
+			Applied: 100,
+		}
+	}
+	p.Establish(t0, input(ledger.VersionForgetNodes), time.Time{})
+	// m and k expire (liveness moves without a heartbeat); a heartbeats.
+	m.Liveness, k.Liveness = 2, 2
+	forgotten := func(now time.Time, version uint32) []string {
+		a.Seq++
+		cmds, err := p.Plan(now, input(version))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range cmds {
+			if f, ok := c.(ledger.ForgetNode); ok {
+				if f.Incarnation != 2 || f.Liveness != 2 || f.Seq != 1 {
+					t.Fatalf("forget %+v, want m's record", f)
+				}
+				ids = append(ids, f.Node)
+			}
+		}
+		return ids
+	}
+	if ids := forgotten(t0.Add(cfg.RenewEvery), ledger.VersionForgetNodes); len(ids) != 0 {
+		t.Fatalf("forgot %v at once", ids)
+	}
+	if ids := forgotten(t0.Add(cfg.ForgetAfter+time.Second), ledger.VersionForgetNodes-1); len(ids) != 0 {
+		t.Fatalf("forgot %v at cluster version %d", ids, ledger.VersionForgetNodes-1)
+	}
+	if ids := forgotten(t0.Add(cfg.ForgetAfter+2*time.Second), ledger.VersionForgetNodes); len(ids) != 1 || ids[0] != "m" {
+		t.Fatalf("forgot %v, want [m] (k is a revocation's target)", ids)
+	}
+}

@@ -114,6 +114,9 @@ type Input struct {
 	// the ring at once (a hard signal, like a drain).
 	Pins     []ledger.PinRecord
 	Excluded []ledger.ExcludeRecord
+	// Applied is the log index the table was read at (0: unknown; the
+	// planner then forgets no node, see Config.ForgetAfter).
+	Applied uint64
 	// Fenced are the shards under fenced takeover
 	// (ledger.State.FencedRanges; fenced.go).
 	Fenced []ledger.ShardRange
