@@ -51,6 +51,11 @@ type Checker struct {
 	// policies are the accepted SetTakeoverPolicy commands in log order:
 	// a shard is fenced when the last one covering it says so.
 	policies []ledger.SetTakeoverPolicy
+	// version is the cluster version the accepted ClusterConfigs raised
+	// (0: none yet); forgotten is the highest incarnation of every id whose
+	// record an accepted ForgetNode removed.
+	version   uint32
+	forgotten map[string]uint64
 }
 
 // fencedTakeover reports whether the accepted policies put shard under
@@ -141,6 +146,12 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 		c.heartbeat(index, cmd, res)
 	case ledger.ClaimIncarnation:
 		c.claim(index, cmd, res)
+	case ledger.ClusterConfig:
+		if res.Err == nil {
+			c.version = max(c.version, cmd.Version)
+		}
+	case ledger.ForgetNode:
+		c.forget(index, cmd, res)
 	case ledger.SetTakeoverPolicy:
 		if res.Err == nil && !res.Duplicate {
 			c.policies = append(c.policies, cmd)
@@ -297,22 +308,54 @@ func (c *Checker) heartbeat(index uint64, cmd ledger.Heartbeat, res ledger.Resul
 // claim checks an incarnation claim: it registers the node one
 // incarnation above the record the model holds, with the liveness epoch
 // moved on (a new record starts at liveness 1), so no two processes of an
-// id share an incarnation and every grant of the earlier one dies.
+// id share an incarnation and every grant of the earlier one dies. An id
+// with no record starts at incarnation 1 — from ledger.VersionForgetNodes
+// on at the claim's log index, which is above every incarnation a
+// forgotten record of that id held.
 func (c *Checker) claim(index uint64, cmd ledger.ClaimIncarnation, res ledger.Result) {
 	if res.Err != nil {
 		return
 	}
 	pre, known := c.nodes[cmd.Node]
 	post := res.Node
-	wantLiveness := uint64(1)
-	if known {
+	wantInc, wantLiveness := pre.Incarnation+1, uint64(1)
+	switch {
+	case known:
 		wantLiveness = pre.Liveness + 1
+	case c.version >= ledger.VersionForgetNodes:
+		wantInc = max(index, 1)
 	}
-	if post.ID != cmd.Node || post.Incarnation != pre.Incarnation+1 || post.Liveness != wantLiveness {
+	if post.ID != cmd.Node || post.Incarnation != wantInc || post.Liveness != wantLiveness {
 		c.fail("liveness", index, cmd, "claim from %+v (known %v) gave %+v: want incarnation %d at liveness %d",
-			pre, known, post, pre.Incarnation+1, wantLiveness)
+			pre, known, post, wantInc, wantLiveness)
+	}
+	if old := c.forgotten[cmd.Node]; !known && post.Incarnation <= old {
+		c.fail("liveness", index, cmd, "claim gave incarnation %d to %s, whose forgotten record held %d", post.Incarnation, cmd.Node, old)
 	}
 	c.nodes[cmd.Node] = post
+}
+
+// forget checks a ForgetNode: accepted only for the record the model
+// holds (incarnation, liveness, seq) and only while no shard names the
+// node; the record is then gone.
+func (c *Checker) forget(index uint64, cmd ledger.ForgetNode, res ledger.Result) {
+	if res.Err != nil {
+		return
+	}
+	pre, known := c.nodes[cmd.Node]
+	if !known || pre.Incarnation != cmd.Incarnation || pre.Liveness != cmd.Liveness || pre.Seq != cmd.Seq {
+		c.fail("liveness", index, cmd, "forget accepted against %+v (known %v)", pre, known)
+	}
+	for _, rec := range c.shards {
+		if (rec.State != ledger.ShardUnowned && rec.Owner == cmd.Node) || rec.Target == cmd.Node {
+			c.fail("liveness", index, cmd, "forget accepted while shard %d names %s", rec.Shard, cmd.Node)
+		}
+	}
+	if c.forgotten == nil {
+		c.forgotten = make(map[string]uint64)
+	}
+	c.forgotten[cmd.Node] = max(c.forgotten[cmd.Node], pre.Incarnation)
+	delete(c.nodes, cmd.Node)
 }
 
 // checkGrantee: the new owner's record matches (inc, liveness).
