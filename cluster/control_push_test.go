@@ -17,7 +17,10 @@ func TestControlPushCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const commitTick = 2 * time.Second
 		h := newMemHarness(t, 1)
-		h.cfg = func(c *ControlConfig) { c.CommitTimeout = commitTick }
+		h.cfg = func(c *ControlConfig) {
+			c.CommitTimeout = commitTick
+			c.PushCommand = []byte("push")
+		}
 		defer h.closeAll()
 		for _, id := range []string{"n1", "n2", "n3"} {
 			h.start(id)
@@ -76,6 +79,13 @@ func TestControlPushCommit(t *testing.T) {
 		}
 		if d := applyAndTime("pushed-again", true); d >= commitTick/4 {
 			t.Fatalf("every replica applied the second pushed command after %v, want < %v", d, commitTick/4)
+		}
+		// The push is a command every FSM applies (not a Barrier, which
+		// FSMs never see).
+		for _, n := range h.running() {
+			if !slices.Contains(n.fsm.entries(), "push") {
+				t.Errorf("%s's FSM did not apply the push command: %q", n.id, n.fsm.entries())
+			}
 		}
 	})
 }

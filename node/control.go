@@ -105,6 +105,13 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	if err := controlSecurity(&cc, d.cfg, d.fsm, cc.Logger); err != nil {
 		return nil, err
 	}
+	// An empty Batch: every release decodes it (minimum encoding version)
+	// and applies it as a no-op that advances the replica's applied index.
+	push, err := ledger.Encode(ledger.Batch{})
+	if err != nil {
+		return nil, fmt.Errorf("node: encode the commit push: %w", err)
+	}
+	cc.PushCommand = push
 	// The hook is registered before the group starts applying; it reaches
 	// the group through an atomic pointer set once the group exists.
 	var pushTo atomic.Pointer[cluster.ControlGroup]

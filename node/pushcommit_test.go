@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/tenurehq/tenure/ledger"
 )
 
@@ -28,5 +30,43 @@ func TestHandsOver(t *testing.T) {
 		if got := handsOver(tc.c, tc.r); got != tc.want {
 			t.Errorf("handsOver(%T, err %v) = %v, want %v", tc.c, tc.r.Err, got, tc.want)
 		}
+	}
+}
+
+// The commit push (cluster.ControlConfig.PushCommand) is an empty Batch:
+// encoded at the ledger's oldest encoding version, so every release reads
+// it, and applied as a no-op that still advances the replica's applied
+// index — what a renewal's acknowledgement waits for.
+func TestPushCommandIsNoop(t *testing.T) {
+	b, err := ledger.Encode(ledger.Batch{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ledger.Decode(b)
+	if err != nil {
+		t.Fatalf("decode the push: %v", err)
+	}
+	if bc, ok := c.(ledger.Batch); !ok || len(bc.Commands) != 0 {
+		t.Fatalf("push decodes to %#v, want an empty Batch", c)
+	}
+	f, err := ledger.NewFSM(ledger.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ApplyCommand(1, ledger.Heartbeat{Node: "n1", Incarnation: 1})
+	before := f.State()
+	var hooked int
+	f.OnApply(func(uint64, ledger.Command, ledger.Result) { hooked++ })
+	res := f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: b})
+	if r, ok := res.(ledger.Result); !ok || r.Err != nil {
+		t.Fatalf("apply the push: %#v", res)
+	}
+	after := f.State()
+	if after.AppliedIndex() != 2 {
+		t.Fatalf("applied index after the push = %d, want 2", after.AppliedIndex())
+	}
+	if hooked != 0 || len(after.Nodes()) != len(before.Nodes()) || len(after.Shards()) != len(before.Shards()) {
+		t.Fatalf("the push changed the state: hooks %d, nodes %d→%d, shards %d→%d",
+			hooked, len(before.Nodes()), len(after.Nodes()), len(before.Shards()), len(after.Shards()))
 	}
 }
