@@ -146,6 +146,7 @@ type ControlGroup struct {
 	notifySig    chan struct{}
 	reconcileSig chan struct{}
 	bootstrapSig chan struct{}
+	pushSig      chan struct{} // PushCommit (control_push.go)
 
 	established  atomic.Uint64 // term of established leadership, 0 if none
 	confirms     *confirmLog   // lastConfirm per term (control_confirm.go)
@@ -197,6 +198,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		notifySig:    make(chan struct{}, 1),
 		reconcileSig: make(chan struct{}, 1),
 		bootstrapSig: make(chan struct{}, 1),
+		pushSig:      make(chan struct{}, 1),
 		left:         map[string]uint64{},
 		events:       newEventQueue(),
 		closing:      make(chan struct{}),
@@ -305,6 +307,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	}
 	g.goLoop(g.notifyLoop)
 	g.goLoop(g.leaderLoop)
+	g.goLoop(g.pushLoop)
 	g.goLoop(g.events.run(g.closing))
 	if g.sub != nil {
 		g.goLoop(g.membershipLoop)

@@ -99,6 +99,11 @@ type ControlConfig struct {
 	// It requires a StreamLayer whose address equals its LocalAddr.
 	Transport raft.Transport
 
+	// PushCommand is the command PushCommit appends: one the FSM applies
+	// as a no-op (it must see it, so that a replica's applied index
+	// reaches the log's last index). nil disables PushCommit.
+	PushCommand []byte
+
 	// Raft timings.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/cluster"
@@ -105,10 +106,26 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	if err := controlSecurity(&cc, d.cfg, d.fsm, cc.Logger); err != nil {
 		return nil, err
 	}
+	// An empty Batch: every release decodes it (minimum encoding version)
+	// and applies it as a no-op that advances the replica's applied index.
+	push, err := ledger.Encode(ledger.Batch{})
+	if err != nil {
+		return nil, fmt.Errorf("node: encode the commit push: %w", err)
+	}
+	cc.PushCommand = push
+	// The hook is registered before the group starts applying; it reaches
+	// the group through an atomic pointer set once the group exists.
+	var pushTo atomic.Pointer[cluster.ControlGroup]
+	d.fsm.OnApply(func(_ uint64, c ledger.Command, r ledger.Result) {
+		if g := pushTo.Load(); g != nil && handsOver(c, r) {
+			g.PushCommit()
+		}
+	})
 	g, err := cluster.NewControlGroup(cc, cluster.AdaptPeers[*cluster.Subscription](d.members))
 	if err != nil {
 		return nil, fmt.Errorf("node: control group: %w", err)
 	}
+	pushTo.Store(g)
 	c := &clusterControl{g: g, lead: make(chan bool), done: make(chan struct{})}
 	go func() {
 		defer close(c.lead)
@@ -207,4 +224,23 @@ func (c *clusterControl) Shutdown(ctx context.Context) error {
 		close(c.done)
 	}
 	return c.g.Shutdown(ctx)
+}
+
+// handsOver reports whether an applied command gave a shard to a new owner
+// (a Grant, or a Transfer from a draining owner) — the commands whose
+// commit another node is waiting to apply before it acts. On the leader the
+// control group then pushes the commit index to the followers at once
+// (cluster.ControlGroup.PushCommit) instead of letting the new owner learn
+// it at Raft's next commit tick, up to 2·CommitTimeout later
+// (docs/handoff.md). A Release needs no push: the Grant the leader's
+// planner proposes after it is one of these.
+func handsOver(c ledger.Command, r ledger.Result) bool {
+	if r.Err != nil {
+		return false
+	}
+	switch c.(type) {
+	case ledger.Grant, ledger.Transfer:
+		return true
+	}
+	return false
 }

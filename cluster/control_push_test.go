@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// hashicorp/raft tells followers that an entry committed only with a later
+// AppendEntries that carries its commit index: the next entries, or the
+// replication loop's idle send every CommitTimeout..2·CommitTimeout
+// (heartbeats carry none). With a long CommitTimeout and nothing else
+// appended, a follower applies a committed command only after that tick;
+// after PushCommit it applies it at once (one Barrier round).
+func TestControlPushCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const commitTick = 2 * time.Second
+		h := newMemHarness(t, 1)
+		h.cfg = func(c *ControlConfig) {
+			c.CommitTimeout = commitTick
+			c.PushCommand = []byte("push")
+		}
+		defer h.closeAll()
+		for _, id := range []string{"n1", "n2", "n3"} {
+			h.start(id)
+		}
+		h.waitConfig(time.Minute, "n1:V n2:V n3:V")
+		leader := h.waitLeader(time.Minute)
+		h.waitApplied(time.Minute, nil)
+		// Let the followers learn every commit so far (the configuration
+		// changes): nothing is appended afterwards but what the test applies.
+		synctest.Wait()
+		time.Sleep(3 * commitTick)
+
+		// Every replica, the leader included, must apply cmd. A follower
+		// whose AppendEntries left after the commit learns it with it; the
+		// one whose ack made the quorum waits for the commit tick.
+		var follower *testNode
+		for _, n := range h.running() {
+			if n != leader {
+				follower = n
+				break
+			}
+		}
+		applyAndTime := func(cmd string, push bool) time.Duration {
+			t0 := time.Now()
+			h.apply(leader, cmd, time.Minute)
+			if push {
+				leader.g.PushCommit()
+			}
+			for _, n := range h.running() {
+				waitFor(t, time.Minute, n.id+" applies "+cmd, func() bool {
+					return slices.Contains(n.fsm.entries(), cmd)
+				})
+			}
+			return time.Since(t0)
+		}
+
+		// Without a push the follower waits for the commit tick: this is
+		// what makes the push worth an entry (if a raft upgrade makes
+		// heartbeats carry the commit index, this fails and PushCommit can go).
+		if d := applyAndTime("plain", false); d < commitTick {
+			t.Fatalf("every replica applied an unpushed command after %v, before the %v commit tick: the premise of PushCommit no longer holds", d, commitTick)
+		} else {
+			t.Logf("unpushed: every replica applied after %v", d)
+		}
+		// With a push it applies the command well inside the tick.
+		if d := applyAndTime("pushed", true); d >= commitTick/4 {
+			t.Fatalf("every replica applied a pushed command after %v, want < %v", d, commitTick/4)
+		} else {
+			t.Logf("pushed: every replica applied after %v", d)
+		}
+		// Pushes asked for while one is in flight coalesce, and a push on a
+		// follower does nothing: neither blocks.
+		for range 5 {
+			leader.g.PushCommit()
+			follower.g.PushCommit()
+		}
+		if d := applyAndTime("pushed-again", true); d >= commitTick/4 {
+			t.Fatalf("every replica applied the second pushed command after %v, want < %v", d, commitTick/4)
+		}
+		// The push is a command every FSM applies (not a Barrier, which
+		// FSMs never see).
+		for _, n := range h.running() {
+			if !slices.Contains(n.fsm.entries(), "push") {
+				t.Errorf("%s's FSM did not apply the push command: %q", n.id, n.fsm.entries())
+			}
+		}
+	})
+}
