@@ -99,7 +99,7 @@ func (g *ControlGroup) renewLocal(ctx context.Context, req RenewRequest) (RenewR
 	if g.raft.State() != raft.Leader {
 		return RenewResult{}, ErrNotLeader
 	}
-	commit := g.raft.LastIndex()
+	commit := g.renewIndex()
 	rec, err := g.cfg.Renew(time.Now(), req)
 	if err != nil {
 		return RenewResult{Record: rec}, err
@@ -162,3 +162,29 @@ func (s *controlRPC) Renew(args *wire.RenewArgs, reply *wire.RenewReply) error {
 	reply.Code = codeOf(err)
 	return nil
 }
+
+// renewIndex is the commit index a renewal ack carries: the last command
+// in the leader's log (an entry the FSM applies), read after receipt.
+// Entries the FSM never sees — a new leader's no-op, a Barrier, a
+// configuration change — are skipped: a node waiting for its replica to
+// apply such an index would wait for the next command, and its lease would
+// lapse in an idle cluster. Skipping them loses nothing: they change no
+// state the node reads. It reads back at most renewScan entries; when it
+// finds no command there (or cannot read the log) it answers LastIndex, the
+// conservative index.
+func (g *ControlGroup) renewIndex() uint64 {
+	last := g.raft.LastIndex()
+	var l raft.Log
+	for i := last; i > 0 && last-i < renewScan; i-- {
+		if err := g.cfg.LogStore.GetLog(i, &l); err != nil {
+			break
+		}
+		if l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return last
+}
+
+// renewScan bounds renewIndex's read-back.
+const renewScan = 64

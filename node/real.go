@@ -612,11 +612,6 @@ func (b *netBackend) sawVersion(v uint32) {
 	}
 }
 
-// renewing reports whether renewals off the log are active in this replica.
-func (b *netBackend) renewing() bool {
-	return b.fsm.State().ActiveVersion() >= ledger.VersionLeaseRenewals
-}
-
 // leaderBound is the new leader's bound (LoopConfig.Bound; design steps
 // 8–9): the confirm records' bound, never earlier than the moment this
 // process first saw version 4 active (every lease a log heartbeat granted
