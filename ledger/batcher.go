@@ -145,28 +145,61 @@ func NewBatcher(a Applier, cfg BatcherConfig) (*Batcher, error) {
 // the command may still be committed. Batches cannot be nested: c must not
 // be a Batch.
 func (b *Batcher) Apply(ctx context.Context, c Command) (Result, error) {
-	w := &writer{ver: versionFor(c)}
-	if err := encodeBody(w, c, true); err != nil {
+	req, err := b.enqueue(ctx, c)
+	if err != nil {
 		return Result{}, err
 	}
+	return req.wait(ctx)
+}
+
+// ApplyAll is Apply for several commands that must commit in the given
+// order (a planner round: an ExpireNode before the grants it makes
+// possible). They enter the queue in order, so the entries carry them in
+// order; entries commit in order while MaxInFlight is 1 (the default).
+// Each command gets its own Result and error, with Apply's meaning.
+func (b *Batcher) ApplyAll(ctx context.Context, cmds []Command) ([]Result, []error) {
+	res, errs := make([]Result, len(cmds)), make([]error, len(cmds))
+	reqs := make([]*batchReq, len(cmds))
+	for i, c := range cmds {
+		reqs[i], errs[i] = b.enqueue(ctx, c)
+	}
+	for i, r := range reqs {
+		if r != nil {
+			res[i], errs[i] = r.wait(ctx)
+		}
+	}
+	return res, errs
+}
+
+// enqueue encodes c and queues it for the next entry.
+func (b *Batcher) enqueue(ctx context.Context, c Command) (*batchReq, error) {
+	w := &writer{ver: versionFor(c)}
+	if err := encodeBody(w, c, true); err != nil {
+		return nil, err
+	}
 	if len(w.b)+16 > b.cfg.MaxBytes {
-		return Result{}, fmt.Errorf("%w: command of %d bytes exceeds batch MaxBytes %d", ErrTooLarge, len(w.b), b.cfg.MaxBytes)
+		return nil, fmt.Errorf("%w: command of %d bytes exceeds batch MaxBytes %d", ErrTooLarge, len(w.b), b.cfg.MaxBytes)
 	}
 	req := batchReq{ctx: ctx, cmd: c, ver: w.ver, body: w.b, done: make(chan batchResp, 1)}
 	b.closeMu.RLock()
 	if b.closed {
 		b.closeMu.RUnlock()
-		return Result{}, ErrClosed
+		return nil, ErrClosed
 	}
 	select {
 	case b.reqs <- req:
 		b.closeMu.RUnlock()
 	case <-ctx.Done():
 		b.closeMu.RUnlock()
-		return Result{}, ctx.Err()
+		return nil, ctx.Err()
 	}
+	return &req, nil
+}
+
+// wait returns the outcome of a queued request.
+func (r *batchReq) wait(ctx context.Context) (Result, error) {
 	select {
-	case resp := <-req.done:
+	case resp := <-r.done:
 		return resp.r, resp.err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()

@@ -353,3 +353,62 @@ func TestBatcherReleasesAbandonedEntry(t *testing.T) {
 		}
 	})
 }
+
+// orderApplier records the commands of every entry, in log order.
+type orderApplier struct {
+	fsmApplier
+	order []string
+}
+
+func (a *orderApplier) Apply(ctx context.Context, data []byte) (Result, error) {
+	c, err := Decode(data)
+	if err != nil {
+		return Result{}, err
+	}
+	cmds := []Command{c}
+	if b, ok := c.(Batch); ok {
+		cmds = b.Commands
+	}
+	a.mu.Lock()
+	for _, sc := range cmds {
+		a.order = append(a.order, sc.(JobEnqueue).Key)
+	}
+	a.mu.Unlock()
+	return a.fsmApplier.Apply(ctx, data)
+}
+
+// TestBatcherApplyAllKeepsOrder: ApplyAll's commands reach the log in the
+// given order, across entries, each with its own result.
+func TestBatcherApplyAllKeepsOrder(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	a := &orderApplier{fsmApplier: fsmApplier{f: f}}
+	b, err := NewBatcher(a, BatcherConfig{MaxCommands: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const n = 100
+	cmds := make([]Command, n)
+	for i := range cmds {
+		cmds[i] = JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("k", i)}
+	}
+	res, errs := b.ApplyAll(context.Background(), cmds)
+	for i := range cmds {
+		if errs[i] != nil || res[i].Err != nil {
+			t.Fatalf("command %d: %v %v", i, errs[i], res[i].Err)
+		}
+		if res[i].Job.Key != cmds[i].(JobEnqueue).Key {
+			t.Fatalf("command %d got the result of another: %+v", i, res[i].Job)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, k := range a.order {
+		if k != cmds[i].(JobEnqueue).Key {
+			t.Fatalf("log order %v, want the given order", a.order)
+		}
+	}
+	if len(a.order) != n {
+		t.Fatalf("%d commands in the log, want %d", len(a.order), n)
+	}
+}

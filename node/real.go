@@ -517,7 +517,8 @@ func (p loopProposer) Propose(ctx context.Context, cmd ledger.Command) error {
 }
 
 // ProposeAll implements ownership.BatchProposer: the round's commands go
-// through the backend's batcher at once, which commits them in a few Batch
+// through the backend's batcher at once, in order (a round's expiries come
+// before the grants they make possible), which commits them in a few Batch
 // entries (each command with its own result) instead of one entry and one
 // commit round trip each.
 func (p loopProposer) ProposeAll(ctx context.Context, cmds []ledger.Command) []error {
@@ -528,17 +529,12 @@ func (p loopProposer) ProposeAll(ctx context.Context, cmds []ledger.Command) []e
 		}
 		return errs
 	}
-	var wg sync.WaitGroup
-	for i, c := range cmds {
-		wg.Go(func() {
-			r, err := p.b.batcher.Apply(ctx, c)
-			if err == nil {
-				err = r.Err
-			}
-			errs[i] = err
-		})
+	res, errs := p.b.batcher.ApplyAll(ctx, cmds)
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = res[i].Err
+		}
 	}
-	wg.Wait()
 	return errs
 }
 

@@ -735,8 +735,8 @@ func (lc *loopCluster) crash(t *testing.T) {
 	}
 	leaders := stop()
 	// The leader expires n4 Lease·(1+δ) after it last saw a heartbeat
-	// (≤ the kill), proposes ExpireNode, then grants in the next round; the
-	// new owner acts when it applies the grant. 2 s covers the commits and
+	// (≤ the kill) and proposes ExpireNode and the grants in one round
+	// (expiry first); the new owner acts when it applies the grant. 2 s covers the commits and
 	// rounds on a loaded machine; a control-group leader change in the
 	// window restarts the wait (the new leader honours unseen leases).
 	bound := lc.expiry() + 2*time.Second

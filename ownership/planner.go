@@ -26,9 +26,12 @@ import (
 //     committed owners: sticky, balanced, one move per change).
 //   - placement: grants, takeovers and revokes (churn budget).
 //
-// Rounds do one kind of change: if any node must be expired, a round
-// proposes only ExpireNode commands (grants depend on their outcome);
-// otherwise it proposes grants, takeovers and revokes, which touch disjoint
+// A round that expires nodes proposes the ExpireNode commands first, then
+// the grants, takeovers and revokes planned on the table as it will be once
+// they applied (expireView: the expired nodes' shards are invalid, the
+// nodes themselves out of the ring), so one Batch commits a failover's
+// expiry and its grants; a cluster configuration or log settings change
+// waits for a round without expiries. Shard changes touch disjoint
 // shards. Every proposal is a compare-and-set on what the planner saw, so a
 // proposal that loses a race, or is retried after ErrLeadershipLost, fails
 // harmlessly in the ledger.
@@ -161,10 +164,12 @@ func (p *Planner) StepDown() {
 func (p *Planner) RingMembers() []string { return slices.Clone(p.ringKey) }
 
 // Plan runs one round at now and returns the proposals, sorted (expiries by
-// node id, then shard changes by shard). It returns nil when not leading.
-// The error reports a placement ring that cannot be built (a configuration
-// problem such as more ring members than partitions); expiries are still
-// proposed in that case.
+// node id, then shard changes by shard, then forgets); they must be
+// committed in that order (one Batch, or one by one): a grant of an
+// expired node's shard is valid only after its ExpireNode applied. It
+// returns nil when not leading. The error reports a placement ring that
+// cannot be built (a configuration problem such as more ring members than
+// partitions); expiries are still proposed in that case.
 func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	if !p.leading {
 		return nil, nil
@@ -180,20 +185,25 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	}
 	t.fenced = newFencedView(in)
 	p.observe(now, t)
-	if exp := p.expiries(now, t); len(exp) > 0 {
-		return exp, nil
-	}
-	if c, ok := p.clusterConfig(now, in.Cluster, t); ok {
-		return []ledger.Command{c}, nil
-	}
-	if c, ok := logSettings(now, in); ok {
-		return []ledger.Command{c}, nil
+	exp := p.expiries(now, t)
+	if len(exp) == 0 {
+		if c, ok := p.clusterConfig(now, in.Cluster, t); ok {
+			return []ledger.Command{c}, nil
+		}
+		if c, ok := logSettings(now, in); ok {
+			return []ledger.Command{c}, nil
+		}
+	} else {
+		// Plan the rest of the round on the table as it will be once the
+		// expiries applied (they are proposed first): the expired nodes'
+		// shards are granted in this round, not the next.
+		t.expireView(exp)
 	}
 	p.updateRing(now, t, sortedMembers(in.Members))
 	if err := p.buildRing(t); err != nil {
-		return nil, err
+		return exp, err
 	}
-	return append(p.placement(now, t), p.forgets(now, in, t)...), nil
+	return append(exp, append(p.placement(now, t), p.forgets(now, in, t)...)...), nil
 }
 
 // forgets proposes ForgetNode for every node the leader expired at least
@@ -445,6 +455,12 @@ func (p *Planner) updateRing(now time.Time, t table, members []Member) {
 		}
 	}
 	for _, id := range t.ids {
+		if t.expiring[id] {
+			// Out of this round's ring (buildRing), its streak kept: if
+			// the expiry loses its compare-and-set to a heartbeat, the
+			// node is back next round with nothing moved.
+			continue
+		}
 		n := t.nodes[id]
 		m, known := byID[id]
 		e := p.elig[id]
@@ -502,7 +518,7 @@ func (p *Planner) inRing(id string) bool {
 func (p *Planner) buildRing(t table) error {
 	members := make([]string, 0, len(p.elig))
 	for id, e := range p.elig {
-		if e.inRing {
+		if e.inRing && !t.expiring[id] {
 			members = append(members, id)
 		}
 	}

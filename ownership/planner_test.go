@@ -395,9 +395,16 @@ func TestPlannerReExpiresTransferTargetWithoutLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ledger.ExpireNode{Node: "n2", Incarnation: 1, Liveness: 2, Seq: 5, Now: t0.Add(200 * time.Millisecond).UnixNano()}
-	if len(cmds) != 1 || cmds[0] != ledger.Command(want) {
-		t.Fatalf("proposals %v, want only %v", cmds, FormatCommand(want))
+	// The same round grants the shard on (the expiry first): the ledger
+	// accepts the grant once the re-expiry applied, and refuses it if a
+	// heartbeat of n2 lands first.
+	now := t0.Add(200 * time.Millisecond).UnixNano()
+	want := []ledger.Command{
+		ledger.ExpireNode{Node: "n2", Incarnation: 1, Liveness: 2, Seq: 5, Now: now},
+		ledger.Grant{Shard: 0, ExpectedEpoch: 2, Owner: "n1", OwnerIncarnation: 1, OwnerLiveness: 1, Now: now, Reason: "owner n2 expired"},
+	}
+	if !slices.Equal(cmds, want) {
+		t.Fatalf("proposals %v, want %v", cmds, want)
 	}
 }
 
@@ -454,5 +461,66 @@ func TestPlannerForgetsGoneNodes(t *testing.T) {
 	}
 	if ids := forgotten(t0.Add(cfg.ForgetAfter+2*time.Second), ledger.VersionForgetNodes); len(ids) != 1 || ids[0] != "m" {
 		t.Fatalf("forgot %v, want [m] (k is a revocation's target)", ids)
+	}
+}
+
+// A round that expires a node also grants its shards (expiry first), never
+// to the expiring node. If the expiry loses its compare-and-set (the
+// node's heartbeat lands first), the ledger refuses those grants and the
+// next round finds the node still in the ring: nothing moves.
+func TestPlannerExpiresAndGrantsInOneRound(t *testing.T) {
+	cfg := TestConfig()
+	cfg.Ring.Partitions = 4
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
+	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
+	var shards []ledger.ShardRecord
+	for s := range uint32(4) {
+		owner := []string{"n1", "n2"}[s%2]
+		shards = append(shards, ledger.ShardRecord{Shard: s, Epoch: 1, Owner: owner, OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned})
+	}
+	in := func() Input {
+		n1.Seq++ // n1 keeps heartbeating
+		return Input{Members: members, Nodes: []ledger.NodeRecord{n1, n2}, Shards: slices.Clone(shards)}
+	}
+	p.Establish(t0, in(), time.Time{})
+	for at := 100 * time.Millisecond; at < cfg.expireAfter(); at += 100 * time.Millisecond {
+		if cmds, _ := p.Plan(t0.Add(at), in()); len(cmds) > 0 {
+			t.Fatalf("at %v (before the expiry): %v", at, cmds)
+		}
+	}
+	now := t0.Add(cfg.expireAfter())
+	cmds, err := p.Plan(now, in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) != 3 {
+		t.Fatalf("proposals %v, want the expiry of n2 and two grants", cmds)
+	}
+	if e, ok := cmds[0].(ledger.ExpireNode); !ok || e.Node != "n2" || e.Liveness != 1 {
+		t.Fatalf("first proposal %v, want expire n2 at liveness 1", FormatCommand(cmds[0]))
+	}
+	for _, c := range cmds[1:] {
+		g, ok := c.(ledger.Grant)
+		if !ok || g.Owner != "n1" || g.Shard%2 != 1 || g.ExpectedEpoch != 1 || g.Takeover {
+			t.Fatalf("proposal %v, want a grant of one of n2's shards to n1", FormatCommand(c))
+		}
+	}
+	// The expiry loses its CAS: n2's heartbeat landed first. Its shards
+	// are still validly owned (the ledger refuses the grants) and it
+	// keeps its place in the ring.
+	n2.Seq++
+	for at := 100 * time.Millisecond; at <= time.Second; at += 100 * time.Millisecond {
+		n2.Seq++
+		if cmds, err := p.Plan(now.Add(at), in()); err != nil || len(cmds) > 0 {
+			t.Fatalf("%v after the lost expiry: %v %v", at, cmds, err)
+		}
+	}
+	if got := p.RingMembers(); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Fatalf("ring %v, want n1 and n2", got)
 	}
 }

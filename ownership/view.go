@@ -135,6 +135,9 @@ type table struct {
 	nodes    map[string]ledger.NodeRecord
 	ids      []string // node ids, sorted
 	groups   groupView
+	// expiring are the nodes this round proposes ExpireNode for
+	// (expireView): the rest of the round plans as if those had applied.
+	expiring map[string]bool
 }
 
 func newTable(shards []ledger.ShardRecord, nodes []ledger.NodeRecord) table {
@@ -154,6 +157,32 @@ func newTable(shards []ledger.ShardRecord, nodes []ledger.NodeRecord) table {
 	}
 	slices.Sort(t.ids)
 	return t
+}
+
+// expireView applies a round's ExpireNode commands to the view, as the
+// ledger will when they commit ahead of the round's other proposals: each
+// expired node's liveness epoch moves on, so the shards it owns are
+// invalid and are granted in the same round, and it is marked expiring, so
+// the round places nothing on it. If an ExpireNode loses its compare-and-set
+// (a heartbeat landed first), the grants of that node's shards are refused
+// by the ledger (the ownership is still valid) and nothing is lost.
+func (t *table) expireView(cmds []ledger.Command) {
+	for _, c := range cmds {
+		e, ok := c.(ledger.ExpireNode)
+		if !ok {
+			continue
+		}
+		n, known := t.nodes[e.Node]
+		if !known {
+			continue
+		}
+		if t.expiring == nil {
+			t.expiring = make(map[string]bool)
+		}
+		n.Liveness = e.Liveness + 1
+		t.nodes[e.Node] = n
+		t.expiring[e.Node] = true
+	}
 }
 
 func (t table) shard(s uint32) ledger.ShardRecord {

@@ -466,7 +466,11 @@ func (s *Sim) round(n *node) {
 			}
 		}
 		n.roundInflight++
-		s.raft.propose(n, c, func(ledger.Result, uint64, error) { n.roundInflight-- })
+	}
+	if len(cmds) > 0 {
+		// Together and in order, as the LeaderLoop's BatchProposer: a
+		// round's expiries commit before the grants they make possible.
+		s.raft.proposeAll(n, cmds, func(ledger.Result, uint64, error) { n.roundInflight-- })
 	}
 	// Timer-driven rounds every 100 ms of the leader's clock.
 	s.kickRound(n, n.trueAfter(100*time.Millisecond))

@@ -185,6 +185,16 @@ func (r *raftModel) establish(n *node) {
 // propose sends cmd from n to the leader; done (may be nil) receives the
 // result on n, or ErrLeadershipLost when the outcome is unknown.
 func (r *raftModel) propose(n *node, cmd ledger.Command, done func(ledger.Result, uint64, error)) {
+	r.proposeAll(n, []ledger.Command{cmd}, done)
+}
+
+// proposeAll sends cmds from n to the leader together, as the LeaderLoop's
+// BatchProposer does with a round's proposals: they commit at one instant,
+// in the given order, each with its own result (a Batch entry's
+// sub-commands). done (may be nil) receives each command's result on n,
+// or ErrLeadershipLost. An election in between commits or loses each
+// in-flight command on its own.
+func (r *raftModel) proposeAll(n *node, cmds []ledger.Command, done func(ledger.Result, uint64, error)) {
 	s := r.s
 	fail := func(d time.Duration) {
 		if done != nil {
@@ -192,21 +202,26 @@ func (r *raftModel) propose(n *node, cmd ledger.Command, done func(ledger.Result
 		}
 	}
 	if r.leader < 0 || !r.link(n.idx, r.leader) {
-		fail(s.jitter(5*time.Millisecond, 100*time.Millisecond))
+		for range cmds {
+			fail(s.jitter(5*time.Millisecond, 100*time.Millisecond))
+		}
 		return
 	}
-	if s.chance(0.01) {
-		// A duplicate of the proposal arrives much later (a client retry
-		// after an unknown outcome, or a delayed network duplicate): it must
-		// fail its compare-and-set.
-		s.after(s.jitter(50*time.Millisecond, time.Second), evCommit, n.idx, func() {
-			if r.leader >= 0 {
-				r.commit(cmd, n.idx)
-			}
-		})
+	ps := make([]*proposal, len(cmds))
+	for i, cmd := range cmds {
+		if s.chance(0.01) {
+			// A duplicate of the proposal arrives much later (a client retry
+			// after an unknown outcome, or a delayed network duplicate): it must
+			// fail its compare-and-set.
+			s.after(s.jitter(50*time.Millisecond, time.Second), evCommit, n.idx, func() {
+				if r.leader >= 0 {
+					r.commit(cmd, n.idx)
+				}
+			})
+		}
+		ps[i] = &proposal{cmd: cmd, from: n, gen: n.gen, term: r.term, done: done}
+		r.pending = append(r.pending, ps[i])
 	}
-	p := &proposal{cmd: cmd, from: n, gen: n.gen, term: r.term, done: done}
-	r.pending = append(r.pending, p)
 	// Network to the leader, replication to a quorum, fsync.
 	d := s.jitter(500*time.Microsecond, 3*time.Millisecond)
 	if s.chance(0.05) {
@@ -214,8 +229,8 @@ func (r *raftModel) propose(n *node, cmd ledger.Command, done func(ledger.Result
 	}
 	var try func()
 	try = func() {
-		if p.term != r.term {
-			return // the election committed or lost it
+		if ps[0].term != r.term {
+			return // the election committed or lost them
 		}
 		if !r.quorum(r.leader) {
 			// No quorum: it waits, until the leader regains its quorum or
@@ -223,28 +238,36 @@ func (r *raftModel) propose(n *node, cmd ledger.Command, done func(ledger.Result
 			s.after(20*time.Millisecond, evCommit, n.idx, try)
 			return
 		}
-		for i, q := range r.pending {
-			if q == p {
-				r.pending = append(r.pending[:i], r.pending[i+1:]...)
-				break
+		for _, p := range ps {
+			for i, q := range r.pending {
+				if q == p {
+					r.pending = append(r.pending[:i], r.pending[i+1:]...)
+					break
+				}
 			}
 		}
-		res, index := r.commit(cmd, n.idx)
+		res := make([]ledger.Result, len(ps))
+		index := make([]uint64, len(ps))
+		for i, p := range ps {
+			res[i], index[i] = r.commit(p.cmd, n.idx)
+		}
 		if done == nil {
 			return
 		}
-		if !r.link(r.leader, n.idx) {
-			fail(s.jitter(100*time.Millisecond, 300*time.Millisecond)) // response lost: timeout
-			return
+		for i, p := range ps {
+			if !r.link(r.leader, n.idx) {
+				fail(s.jitter(100*time.Millisecond, 300*time.Millisecond)) // response lost: timeout
+				continue
+			}
+			back := s.jitter(200*time.Microsecond, 2*time.Millisecond)
+			if s.chance(0.05) {
+				back += s.jitter(10*time.Millisecond, 200*time.Millisecond) // slow response
+			}
+			s.onNodeGen(n, p.gen, back, evDeliver, func() {
+				s.check.ack(index[i], p.cmd)
+				done(res[i], index[i], nil)
+			})
 		}
-		back := s.jitter(200*time.Microsecond, 2*time.Millisecond)
-		if s.chance(0.05) {
-			back += s.jitter(10*time.Millisecond, 200*time.Millisecond) // slow response
-		}
-		s.onNodeGen(n, p.gen, back, evDeliver, func() {
-			s.check.ack(index, cmd)
-			done(res, index, nil)
-		})
 	}
 	s.after(d, evCommit, n.idx, try)
 }
