@@ -251,3 +251,37 @@ func TestConfirmLogFolds(t *testing.T) {
 		t.Fatalf("newestBefore(9) = %v", got)
 	}
 }
+
+// A renewal's commit index is the last command the FSM applies, never an
+// entry it does not see: after a Barrier (and after a new leader's no-op)
+// the log's tail is such an entry, and a node waiting for its replica to
+// apply it would wait for the next command while its lease ran out.
+func TestRenewIndexSkipsEntriesTheFSMNeverSees(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := renewHarness(t, 3)
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		l := h.waitLeader(10 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a, err := l.g.Apply(ctx, []byte("cmd-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := l.g.Barrier(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if last := l.g.LastIndex(); last <= a.Index {
+			t.Fatalf("last index %d after the barriers, want > the command's %d", last, a.Index)
+		}
+		res, err := l.g.Renew(ctx, RenewRequest{Node: l.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.CommitIndex != a.Index {
+			t.Fatalf("renewal commit index %d, want the last command's %d (last index %d)", res.CommitIndex, a.Index, l.g.LastIndex())
+		}
+	})
+}
