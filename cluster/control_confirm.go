@@ -333,7 +333,13 @@ func (g *ControlGroup) EstablishBound(ctx context.Context, now time.Time) time.T
 				var reply wire.ConfirmAgeReply
 				err := g.pool.call(ctx, addr, "Control.ConfirmAge", &args, &reply)
 				recv := time.Now()
-				answers <- answer{at: recv.Add(-reply.Age), ok: err == nil && reply.Code == wire.CodeOK && reply.Age >= 0}
+				if err != nil {
+					// reply is not ours to read: after a timeout net/rpc may
+					// still decode a late answer into it.
+					answers <- answer{}
+					return
+				}
+				answers <- answer{at: recv.Add(-reply.Age), ok: reply.Code == wire.CodeOK && reply.Age >= 0}
 			}()
 		}
 		failed := 0
