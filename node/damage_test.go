@@ -142,6 +142,11 @@ func TestStartWipedDataDirReusingID(t *testing.T) {
 					_ = n.Close(ctx)
 				}
 			}
+			// memberlist's in-flight probes (probeNode, an indirect ping's
+			// nack timer) have no shutdown case: they end on their own
+			// timers, which in the bubble only fire while it runs. Let
+			// virtual time pass them, or the bubble ends with them blocked.
+			time.Sleep(time.Minute)
 		}()
 		var wg sync.WaitGroup
 		for i := range nodes {
