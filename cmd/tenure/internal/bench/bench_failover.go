@@ -178,29 +178,43 @@ func agentWorkspace(bin, dir, prefix string) (string, string, func(), error) {
 	return bin, dir, cleanup, nil
 }
 
+// newWitnessedCluster prepares a bench cluster of agents (not started): its
+// workspace (agentWorkspace) and a witness recorder serving the agents'
+// ticks on loopback. closeAll stops the agents, then the witness, then
+// removes the workspace.
+func newWitnessedCluster(o failoverOptions, agentBin, dir, prefix string, progress func(string, ...any)) (c *foCluster, rec *foRecorder, closeAll func(), err error) {
+	bin, parent, cleanup, err := agentWorkspace(agentBin, dir, prefix)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rec = newFoRecorder()
+	wl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	wsrv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	go wsrv.Serve(wl)
+	c = &foCluster{bin: bin, dir: parent, opts: o, witness: "http://" + wl.Addr().String() + "/ticks", log: progress}
+	return c, rec, func() {
+		c.stopAll()
+		_ = wsrv.Close()
+		cleanup()
+	}, nil
+}
+
 func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	o, err := parseFailoverFlags(args, m.Stderr)
 	if err != nil {
 		return err
 	}
-	bin, parent, cleanup, err := agentWorkspace(o.agentBin, o.dir, "tenure-bench-failover-")
-	if err != nil {
-		return err
-	}
-	defer cleanup()
 	progress := func(format string, a ...any) { fmt.Fprintf(m.Stderr, format+"\n", a...) }
-	rec := newFoRecorder()
-	wl, err := net.Listen("tcp", "127.0.0.1:0")
+	c, rec, closeAll, err := newWitnessedCluster(o, o.agentBin, o.dir, "tenure-bench-failover-", progress)
 	if err != nil {
 		return err
 	}
-	wsrv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
-	go wsrv.Serve(wl)
-	defer wsrv.Close()
-
-	c := &foCluster{bin: bin, dir: parent, opts: o, witness: "http://" + wl.Addr().String() + "/ticks", log: progress}
-	defer c.stopAll()
-	progress("starting %d agents (profile %s, %d shards, tick %v) in %s", o.nodes, o.profile, o.partitions, o.tick, parent)
+	defer closeAll()
+	progress("starting %d agents (profile %s, %d shards, tick %v) in %s", o.nodes, o.profile, o.partitions, o.tick, c.dir)
 	if err := c.start(ctx); err != nil {
 		return err
 	}
@@ -569,12 +583,16 @@ func (c *foCluster) agentArgs(a *foAgent) []string {
 	return args
 }
 
-func (c *foCluster) spawn(a *foAgent) error {
-	lf, err := os.OpenFile(filepath.Join(c.dir, a.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (c *foCluster) spawn(a *foAgent) error { return spawnAgent(c.bin, c.dir, a, c.agentArgs(a)) }
+
+// spawnAgent starts agent a as `bin args…`, its output appended to
+// dir/<id>.log, and closes a.exited when the process is gone.
+func spawnAgent(bin, dir string, a *foAgent, args []string) error {
+	lf, err := os.OpenFile(filepath.Join(dir, a.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(c.bin, c.agentArgs(a)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -583,7 +601,7 @@ func (c *foCluster) spawn(a *foAgent) error {
 	}
 	a.cmd, a.logf, a.exited = cmd, lf, make(chan struct{})
 	go func(done chan struct{}) {
-		cmd.Wait()
+		_ = cmd.Wait()
 		lf.Close()
 		close(done)
 	}(a.exited)

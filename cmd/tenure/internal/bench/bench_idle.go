@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -87,25 +86,14 @@ func runBenchIdle(ctx context.Context, m *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	bin, parent, cleanup, err := agentWorkspace(o.agentBin, o.dir, "tenure-bench-idle-")
-	if err != nil {
-		return err
-	}
-	defer cleanup()
 	progress := func(format string, a ...any) { fmt.Fprintf(m.Stderr, format+"\n", a...) }
-	rec := newFoRecorder()
-	wl, err := net.Listen("tcp", "127.0.0.1:0")
+	fo := failoverOptions{nodes: o.nodes, profile: o.profile, partitions: o.partitions, tick: 100 * time.Millisecond}
+	c, rec, closeAll, err := newWitnessedCluster(fo, o.agentBin, o.dir, "tenure-bench-idle-", progress)
 	if err != nil {
 		return err
 	}
-	wsrv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
-	go wsrv.Serve(wl)
-	defer wsrv.Close()
-
-	fo := failoverOptions{nodes: o.nodes, profile: o.profile, partitions: o.partitions, tick: 100 * time.Millisecond}
-	c := &foCluster{bin: bin, dir: parent, opts: fo, witness: "http://" + wl.Addr().String() + "/ticks", log: progress}
-	defer c.stopAll()
-	progress("starting %d agents (profile %s, %d shards) in %s", o.nodes, o.profile, o.partitions, parent)
+	defer closeAll()
+	progress("starting %d agents (profile %s, %d shards) in %s", o.nodes, o.profile, o.partitions, c.dir)
 	if err := c.start(ctx); err != nil {
 		return err
 	}

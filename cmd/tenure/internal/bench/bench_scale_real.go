@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -136,26 +135,7 @@ func (c *realCluster) args(a *foAgent) []string {
 	return append(args, "--voter", "never", "--diskless")
 }
 
-func (c *realCluster) spawn(a *foAgent) error {
-	lf, err := os.OpenFile(filepath.Join(c.dir, a.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(c.bin, c.args(a)...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = childProcAttr()
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return fmt.Errorf("start agent %s: %w", a.id, err)
-	}
-	a.cmd, a.logf, a.exited = cmd, lf, make(chan struct{})
-	go func(done chan struct{}) {
-		_ = cmd.Wait()
-		lf.Close()
-		close(done)
-	}(a.exited)
-	return nil
-}
+func (c *realCluster) spawn(a *foAgent) error { return spawnAgent(c.bin, c.dir, a, c.args(a)) }
 
 func (c *realCluster) kill(a *foAgent) {
 	if a.running() {
