@@ -521,15 +521,15 @@ func (p *Planner) entryWait(id string) time.Duration {
 	return reentryWait(p.cfg.StableFor, tr.strikes)
 }
 
-// Re-entry after a restart (docs/protocol.md, "re-entry"). StableFor keeps
-// a node whose gossip flaps, or that just appeared, out of the ring until it
-// has been eligible for a while. A node that comes back with a new
-// incarnation after its place was lost (it was expired while down, or
-// drained before a restart) has proved more than that: the ledger
-// committed its registration and the leader has seen it renew since. So its
-// first restart in a while re-enters at once, and only restarts that follow
-// each other within reentryWindow (a crash loop) wait again, longer with
-// each strike, up to StableFor. What it gets back is its ring share,
+// Re-entry after a restart (docs/protocol.md, "Re-entry after a restart").
+// StableFor keeps a node whose gossip flaps, or that just appeared, out of
+// the ring until it has been eligible for a while. A node that comes back
+// with a new incarnation after its place was lost (it was expired while
+// down, or drained before a restart) has proved more than that: the ledger
+// committed its registration and the leader has seen it renew since. So
+// its first restart in a while re-enters at once, and only restarts that
+// follow each other within reentryWindow (a crash loop) wait again, longer
+// with each strike, up to StableFor. What it gets back is its ring share,
 // moved by planned handoffs (Revoke, drained, Transfer) within the churn
 // budget, never by waiting out a lease. Quick restarts, before the lease
 // expired, never lose their place and take no path through here.
