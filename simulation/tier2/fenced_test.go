@@ -21,7 +21,9 @@ type writeLog struct {
 	ok map[string]int
 }
 
-func writeKey(id string, tok node.Token) string { return fmt.Sprintf("%s@%d/%d", id, tok.Shard, tok.Epoch) }
+func writeKey(id string, tok node.Token) string {
+	return fmt.Sprintf("%s@%d/%d", id, tok.Shard, tok.Epoch)
+}
 
 func (w *writeLog) note(id string, tok node.Token, err error) {
 	w.mu.Lock()
@@ -69,9 +71,9 @@ func (w *writeLog) worker(ctx context.Context, env *Env, tok node.Token) error {
 // owner of a low shard (not the control-group leader) is cut off both
 // networks twice — 700 ms (shorter than the 1 s lease: a pause, a blip)
 // and 4 s (longer: a dead node as far as anyone can tell). Each time:
-//   - each fenced shard it acted on is granted to a successor within the
-//     lease (FencedAfter is 300 ms in the fast profile), at a strictly
-//     greater epoch;
+//   - each fenced shard it acted on is granted to a successor after
+//     FencedAfter (300 ms in the fast profile, from the last heartbeat)
+//     and within the lease, at a strictly greater epoch;
 //   - its other shards wait out the lease: nobody else acts on them
 //     before Lease − RenewEvery after the cut (after the short cut they
 //     do not move at all);
@@ -83,6 +85,7 @@ func (w *writeLog) worker(ctx context.Context, env *Env, tok node.Token) error {
 func TestTier2FencedTakeover(t *testing.T) {
 	const seed = 6001
 	const lease, renew = time.Second, 100 * time.Millisecond // node.ProfileFast
+	const fencedAfter = 3 * renew                            // its default
 	fenced := func(s uint32) bool { return s <= 3 }
 	w := &writeLog{stale: map[string]int{}, ok: map[string]int{}}
 	sc := Scenario{Name: "fenced-takeover", Seed: seed, Nodes: 3, Partitions: 8, Duration: 45 * time.Second, FaultsUntil: 22 * time.Second,
@@ -147,6 +150,11 @@ func TestTier2FencedTakeover(t *testing.T) {
 			case next == nil:
 				t.Errorf("seed %d fault %d (%s): fenced shard %d of %s was never taken over", sc.Seed, i, f, s, v)
 				continue
+			case next.Begin < f.At+fencedAfter-renew:
+				// The owner's last heartbeat was at most one period before
+				// the cut, and the leader waits FencedAfter from it.
+				t.Errorf("seed %d fault %d (%s): fenced shard %d of %s went to %s %v after the cut: before FencedAfter (%v) less one heartbeat period",
+					sc.Seed, i, f, s, v, next.Node, next.Begin-f.At, fencedAfter)
 			case next.Begin >= f.At+lease:
 				t.Errorf("seed %d fault %d (%s): fenced shard %d of %s went to %s only %v after the cut: not before its lease ends",
 					sc.Seed, i, f, s, v, next.Node, next.Begin-f.At)
