@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/node"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -29,6 +30,9 @@ func logResult(t *testing.T, res *Result, wall time.Duration) {
 		res.Scenario.Seed, res.Scenario.Nodes, len(res.Faults), res.Applies, res.Acks, res.JobsCompleted, len(res.Terms),
 		res.StaleRejected, res.StaleProbes, res.L1, wall.Round(time.Millisecond))
 	t.Logf("trace %s seed=%d %016x", res.Scenario.Name, res.Scenario.Seed, res.Trace)
+	if len(res.Scenario.Fenced) > 0 {
+		t.Logf("fenced takeover on %v: %d overlaps (S4 waived)", res.Scenario.Fenced, len(res.FencedOverlaps))
+	}
 	if *verbose || res.Failed() {
 		for _, f := range res.Faults {
 			t.Logf("  fault %s", f)
@@ -37,7 +41,9 @@ func logResult(t *testing.T, res *Result, wall time.Duration) {
 }
 
 // TestTier2 runs a batch of random scenarios (-tier2.seeds, or the one
-// -tier2.seed).
+// -tier2.seed). Every third seed (1000, 1003, …) puts half the shards under
+// fenced takeover, so random faults meet that rule too (and tier 3, which
+// replays seeds 1000–1002, replays 1000).
 func TestTier2(t *testing.T) {
 	seeds := make([]int64, 0, *seedsFlag)
 	if *seedFlag != 0 {
@@ -52,6 +58,9 @@ func TestTier2(t *testing.T) {
 			t.Parallel()
 			sc := Scenario{Name: "random", Seed: seed, Nodes: 3 + int(seed%2), RandomFaults: true,
 				Replay: replay("TestTier2", seed)}
+			if seed%3 == 1 {
+				sc.Name, sc.Fenced = "random-fenced", []node.ShardRange{{First: 0, Last: 3}} // of the default 8
+			}
 			start := time.Now()
 			res := Test(t, sc)
 			logResult(t, res, time.Since(start))
