@@ -48,8 +48,8 @@ func TestDockerChaos(t *testing.T) {
 		partitions = 32
 		lease      = time.Second // the fast profile
 	)
-	// TENURE_DOCKER_KILLS=N runs N owner kills and N leader kills instead
-	// of the fault tour; TENURE_DOCKER_LOG=debug runs the agents at debug
+	// TENURE_DOCKER_KILLS=N runs N owner kills, N leader kills and N
+	// leader pauses instead of the fault tour; TENURE_DOCKER_LOG=debug runs the agents at debug
 	// level and prints the survivors' log lines of each failover;
 	// TENURE_DOCKER_BIN names a static binary to run instead of building
 	// this tree's (to compare commits).
@@ -230,7 +230,14 @@ func TestDockerChaos(t *testing.T) {
 	if kills > 0 {
 		// Kills only, alternating (docs/benchmarks.md, failover between
 		// containers): an owner kill that is not the leader, then a leader kill.
-		var owner, leader []time.Duration
+		var owner, leader, paused []time.Duration
+		var pausedAt time.Time
+		pause := func(name string) { dk.run("pause", name); pausedAt = time.Now() }
+		unpause := func(name string) {
+			// The fault's length, not a wait for a condition (as below).
+			<-time.After(time.Until(pausedAt.Add(5 * lease)))
+			dk.run("unpause", name)
+		}
 		for range kills {
 			_, l := leaderShard()
 			notLeader := func() (uint32, string) {
@@ -242,9 +249,11 @@ func TestDockerChaos(t *testing.T) {
 			}
 			owner = append(owner, failover("docker kill (SIGKILL) of an owner (not the leader)", notLeader, kill, restartC))
 			leader = append(leader, failover("docker kill (SIGKILL) of the control-group leader", leaderShard, kill, restartC))
+			paused = append(paused, failover("docker pause of the control-group leader (5 lease periods)", leaderShard, pause, unpause))
 		}
 		op, lp := medianDuration(owner), medianDuration(leader)
 		t.Logf("kills: owner %v p50 %v; leader %v p50 %v; leader/owner %.2f", owner, op, leader, lp, float64(lp)/float64(op))
+		t.Logf("leader paused: %v p50 %v", paused, medianDuration(paused))
 	} else {
 		failover("docker kill (SIGKILL) of an owner", randomOwner, kill, restartC)
 		failover("docker kill (SIGKILL) of the control-group leader", leaderShard, kill, restartC)
