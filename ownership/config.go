@@ -243,6 +243,12 @@ func (c Config) nodeLease() time.Duration { return scale(c.Lease, 1-c.MaxDrift) 
 // heartbeat it saw before expiring a node: D·(1+δ), at least D of real time.
 func (c Config) expireAfter() time.Duration { return scale(c.Lease, 1+c.MaxDrift) }
 
+// establishGrace is how long a new leader gives every node to renew with it
+// before it may expire it (Planner.Establish), however long the election
+// took: one renewal period to learn of the new leader and one to renew. It
+// only delays expiries (liveness), never shortens a wait.
+func (c Config) establishGrace() time.Duration { return 2 * c.RenewEvery }
+
 // nodeDrain is how long after first seeing a Revoke a node may keep acting
 // to drain: T·(1−δ) on its clock, at most T real.
 func (c Config) nodeDrain() time.Duration { return scale(c.DrainTimeout, 1-c.MaxDrift) }

@@ -524,3 +524,54 @@ func TestPlannerExpiresAndGrantsInOneRound(t *testing.T) {
 		t.Fatalf("ring %v, want n1 and n2", got)
 	}
 }
+
+// A new leader whose election took longer than the lease (its bound is
+// more than Lease·(1+δ) old) does not expire a node that renews with it
+// within establishGrace: it gives every node that long to renew. A node
+// that stays silent is expired when the grace ends, and NextDeadline names
+// that instant.
+func TestPlannerEstablishGraceAfterSlowElection(t *testing.T) {
+	cfg := TestConfig()
+	cfg.Ring.Partitions = 4
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
+	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
+	var shards []ledger.ShardRecord
+	for s := range uint32(4) {
+		owner := []string{"n1", "n2"}[s%2]
+		shards = append(shards, ledger.ShardRecord{Shard: s, Epoch: 1, Owner: owner, OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned})
+	}
+	in := Input{Members: members, Nodes: []ledger.NodeRecord{n1, n2}, Shards: shards}
+	// The last confirm of the old term was two leases ago.
+	p.Establish(t0, in, t0.Add(-2*cfg.Lease))
+	grace := cfg.establishGrace()
+	if got := p.NextDeadline(); !got.Equal(t0.Add(grace)) {
+		t.Fatalf("NextDeadline %v after establishing, want the end of the grace %v", got.Sub(t0), grace)
+	}
+	if cmds, _ := p.Plan(t0, in); len(cmds) > 0 {
+		t.Fatalf("expired at once after a slow election: %v", cmds)
+	}
+	// n1 renews within the grace; n2 does not.
+	if err := p.Renew(t0.Add(grace/2), n1, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	cmds, _ := p.Plan(t0.Add(grace), in)
+	if len(cmds) == 0 {
+		t.Fatalf("silent n2 not expired when the grace ended")
+	}
+	for _, c := range cmds {
+		if e, ok := c.(ledger.ExpireNode); ok && e.Node != "n2" {
+			t.Fatalf("expired %s, which renewed within the grace", e.Node)
+		}
+	}
+	if e, ok := cmds[0].(ledger.ExpireNode); !ok || e.Node != "n2" {
+		t.Fatalf("first proposal %v, want expire n2", FormatCommand(cmds[0]))
+	}
+	if got, want := p.NextDeadline(), t0.Add(grace/2+cfg.expireAfter()); !got.Equal(want) {
+		t.Fatalf("NextDeadline %v, want n1's expiry %v (n2 is expiring)", got.Sub(t0), want.Sub(t0))
+	}
+}
