@@ -187,7 +187,7 @@ func (p *Planner) NextDeadline() time.Time {
 		}
 		consider(tr.lastSeen.Add(p.expireAfter()))
 		if p.fencedOn {
-			consider(tr.lastSeen.Add(p.cfg.fencedAfter()))
+			consider(p.fencedSeen(tr).Add(p.cfg.fencedAfter()))
 		}
 	}
 	for _, r := range p.revokes {
