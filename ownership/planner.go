@@ -110,7 +110,11 @@ func (p *Planner) Leading() bool { return p.leading }
 // leader granted was asked (docs/protocol.md, leader side, establish; the
 // shell computes it from the voters' confirm records, cluster version 4).
 // A zero bound, or one after now, means now: the node waits every lease out
-// in full, as before version 4. Every Revoking shard counts as revoked at
+// in full, as before version 4. After an election that outlasted the lease
+// (bound more than Lease·(1+δ) − establishGrace old), every node counts as
+// seen establishGrace before its expiry instead: it gets that long to renew
+// with the new leader (liveness only; later only lengthens the waits).
+// Every Revoking shard counts as revoked at
 // now. Nodes that own a validly owned shard, or are the target of a valid
 // Revoking one, start in the placement ring (no movement on a leader
 // change); other nodes must be eligible for StableFor first.
