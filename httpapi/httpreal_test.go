@@ -96,3 +96,46 @@ func TestRealNodeEnqueueLimits(t *testing.T) {
 		t.Fatalf("enqueue on a full shard: %d %s", r.code, r.body)
 	}
 }
+
+// Over a real single-node cluster: /v1/shards and /v1/shards/{id} say
+// which shards are under fenced takeover, from the committed policy.
+func TestRealNodeShardsFenced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n := startRealNode(t, ctx, nil)
+	a, err := httpapi.New(n, httpapi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	srv := httptest.NewServer(a)
+	defer srv.Close()
+
+	fenced := func() []bool {
+		var out []bool
+		for _, s := range decodeAs[[]apitypes.Shard](t, do(t, srv, "GET", "/v1/shards", "")) {
+			out = append(out, s.Fenced)
+		}
+		return out
+	}
+	if got := fenced(); fmt.Sprint(got) != "[false false false false]" {
+		t.Fatalf("fenced before any policy: %v", got)
+	}
+	// The cluster version that has fenced takeover is finalized shortly
+	// after the start.
+	waitFor(t, 30*time.Second, "fenced takeover committed", func() bool {
+		return n.SetFencedTakeover(ctx, 1, 2, true) == nil
+	})
+	if got := fenced(); fmt.Sprint(got) != "[false true true false]" {
+		t.Fatalf("fenced after putting shards 1-2 under it: %v", got)
+	}
+	if s := decodeAs[apitypes.Shard](t, do(t, srv, "GET", "/v1/shards/2", "")); !s.Fenced {
+		t.Fatalf("/v1/shards/2 = %+v, want fenced", s)
+	}
+	if s := decodeAs[apitypes.Shard](t, do(t, srv, "GET", "/v1/shards/3", "")); s.Fenced {
+		t.Fatalf("/v1/shards/3 = %+v, want not fenced", s)
+	}
+}

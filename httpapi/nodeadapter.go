@@ -77,6 +77,7 @@ func shardFrom(s node.ShardInfo) apitypes.Shard {
 		Election:         s.Election,
 		ChangedAt:        s.ChangedAt,
 		Reason:           s.Reason,
+		Fenced:           s.Fenced,
 	}
 }
 

@@ -208,7 +208,11 @@ func (r *batchReq) wait(ctx context.Context) (Result, error) {
 
 // ApplyEncoded is Apply for a command already in wire form (e.g. forwarded
 // from a follower over RPC). A Batch is unpacked and its commands applied
-// (and grouped) individually; the result then has one entry per command.
+// (and grouped with others) individually, in the batch's order, as
+// ApplyAll does: a follower's batch carries a planner round (an expiry
+// before the grants it makes possible), which must commit in the order it
+// was sent. The result then has one entry per command; any command's
+// error is returned instead.
 func (b *Batcher) ApplyEncoded(ctx context.Context, data []byte) (Result, error) {
 	c, err := Decode(data)
 	if err != nil {
@@ -218,23 +222,14 @@ func (b *Batcher) ApplyEncoded(ctx context.Context, data []byte) (Result, error)
 	if !ok {
 		return b.Apply(ctx, c)
 	}
-	out := Result{Results: make([]Result, len(batch.Commands))}
-	errs := make([]error, len(batch.Commands))
-	var wg sync.WaitGroup
-	for i, sc := range batch.Commands {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out.Results[i], errs[i] = b.Apply(ctx, sc)
-		}()
-	}
-	wg.Wait()
+	res, errs := b.ApplyAll(ctx, batch.Commands)
 	for _, err := range errs {
 		if err != nil {
 			return Result{}, err
 		}
 	}
-	for _, r := range out.Results {
+	out := Result{Results: res}
+	for _, r := range res {
 		out.Index = max(out.Index, r.Index)
 	}
 	return out, nil

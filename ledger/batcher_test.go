@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -410,5 +411,45 @@ func TestBatcherApplyAllKeepsOrder(t *testing.T) {
 	}
 	if len(a.order) != n {
 		t.Fatalf("%d commands in the log, want %d", len(a.order), n)
+	}
+}
+
+// TestBatcherApplyEncodedOrder: a batch forwarded from a follower commits
+// in the order it was sent, even when every command goes out in its own
+// entry (MaxCommands 1) — submitted concurrently, they would not.
+func TestBatcherApplyEncodedOrder(t *testing.T) {
+	f, _ := newTestFSM(t, DefaultConfig())
+	a := &orderApplier{fsmApplier: fsmApplier{f: f}}
+	b, err := NewBatcher(a, BatcherConfig{MaxCommands: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for round := range 5 {
+		var cmds []Command
+		var want []string
+		for i := range 64 {
+			k := fmt.Sprintf("r%d-k%02d", round, i)
+			cmds = append(cmds, JobEnqueue{Shard: uint32(i % 3), Key: k})
+			want = append(want, k)
+		}
+		a.mu.Lock()
+		a.order = nil
+		a.mu.Unlock()
+		r, err := b.ApplyEncoded(context.Background(), MustEncode(Batch{Commands: cmds}))
+		if err != nil || len(r.Results) != len(cmds) {
+			t.Fatalf("round %d: %d results, %v", round, len(r.Results), err)
+		}
+		for i, res := range r.Results {
+			if res.Err != nil || res.Job.Key != want[i] {
+				t.Fatalf("round %d: command %d got %+v (%v), want job %s", round, i, res.Job, res.Err, want[i])
+			}
+		}
+		a.mu.Lock()
+		got := slices.Clone(a.order)
+		a.mu.Unlock()
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: committed in the order %v, want %v", round, got, want)
+		}
 	}
 }

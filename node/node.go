@@ -162,6 +162,11 @@ type ShardInfo struct {
 	ChangedAt time.Time
 	// Reason is a short human reason for the last change.
 	Reason string
+	// Fenced reports that the shard is under fenced takeover
+	// (SetFencedTakeover): a successor may be granted it before its
+	// owner's lease ends, so only its fencing token keeps a stale owner's
+	// writes out (S4 waived; docs/guarantees.md).
+	Fenced bool
 }
 
 // Token returns the shard's current fencing token.

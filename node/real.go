@@ -835,7 +835,7 @@ func (b *netBackend) appliedIndex() uint64 { return b.fsm.State().AppliedIndex()
 func shardInfo(st *ledger.State, r ledger.ShardRecord) ShardInfo {
 	return ShardInfo{
 		Shard: r.Shard, Epoch: r.Epoch, Owner: r.Owner, State: r.State, Target: r.Target,
-		Valid: st.OwnershipValid(r), ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason,
+		Valid: st.OwnershipValid(r), ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason, Fenced: st.Fenced(r.Shard),
 	}
 }
 

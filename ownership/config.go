@@ -35,7 +35,10 @@ type Config struct {
 	// it has been eligible (alive, healthy, not draining) for StableFor, and
 	// leaves it on a soft signal (gossip suspicion or death, low health) only
 	// after that signal has lasted StableFor. Hard signals — lease expiry,
-	// draining, a graceful leave — take effect at once.
+	// draining, a graceful leave — take effect at once. A node that lost
+	// its place and comes back with a new incarnation (a restart) re-enters
+	// sooner, after its first renewal, unless it restarts again and again
+	// (planner.go, reentryWait: at most StableFor).
 	StableFor time.Duration
 	// MinHealth is the minimum gossiped health score (0..1) for a node to be
 	// eligible to own shards.

@@ -127,6 +127,17 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		wit = newWitness(c.Witness, log, metrics)
 		goRun(func() { wit.run(runCtx) })
 	}
+	if len(c.FencedShards) > 0 {
+		if fn, ok := n.(fencedNode); !ok {
+			log.Error("fenced-shards: not applied: this node keeps no fenced-takeover policy")
+		} else {
+			goRun(func() {
+				if err := ensureFenced(runCtx, fn, c.FencedShards, time.Second, log); err != nil && runCtx.Err() == nil {
+					log.Error("fenced-shards: not applied", "err", err)
+				}
+			})
+		}
+	}
 	if c.Workload {
 		wl := &workload{src: n, node: n.ID(), every: c.TickEvery, witness: wit, metrics: metrics, jobs: n}
 		goRun(func() { wl.run(runCtx) })

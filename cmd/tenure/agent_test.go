@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +167,11 @@ func TestAgentConfigErrorsNameTheKey(t *testing.T) {
 		{"no node id", map[string]string{"HOSTNAME": ""}, "", []string{"--bootstrap-expect", "1"}, []string{"node-id is empty"}},
 		{"voter", map[string]string{"TENURE_VOTER": "sometimes"}, "", []string{"--bootstrap-expect", "1"}, []string{`voter "sometimes"`}},
 		{"diskless voter", nil, "", []string{"--seeds", "a:1", "--diskless"}, []string{`diskless with voter "auto"`, "--voter=never"}},
+		{"fenced range", nil, "", []string{"--bootstrap-expect", "1", "--fenced-shards", "0-7,9-3"}, []string{`"9-3"`, "first after last"}},
+		{"fenced not a shard", nil, "fenced-shards = 0-7,x\n", nil, []string{`key "fenced-shards"`, `"x"`, "want F or F-L"}},
+		{"fenced past the last shard", nil, "", []string{"--bootstrap-expect", "1", "--partitions", "64", "--fenced-shards", "0-3,60-64"},
+			[]string{"fenced-shards 60-64", "shard 64 does not exist", "partitions 64"}},
+		{"fenced json", nil, `{"fenced-shards": [0, 1]}`, nil, []string{`key "fenced-shards"`, "not a string"}},
 		{"voter without data dir", nil, "", []string{"--bootstrap-expect", "1", "--data-dir", ""}, []string{"data-dir is empty", `voter "auto"`}},
 	}
 	for _, c := range cases {
@@ -228,5 +235,43 @@ func TestDashboardURL(t *testing.T) {
 	}
 	if got := dashboardURL("127.0.0.1:7948", true); got != "https://127.0.0.1:7948/" {
 		t.Errorf("dashboardURL over TLS = %q", got)
+	}
+}
+
+// TestAgentFencedShards: --fenced-shards, TENURE_FENCED_SHARDS and the
+// config key (a string or an array of strings) all give the ranges.
+func TestAgentFencedShards(t *testing.T) {
+	want := []node.ShardRange{{First: 0, Last: 63}, {First: 128, Last: 128}}
+	for name, load := range map[string]func() (agentConfig, error){
+		"flag": func() (agentConfig, error) {
+			return loadCfg(t, map[string]string{"HOSTNAME": "n1"}, "--bootstrap-expect", "1", "--fenced-shards", "0-63, 128")
+		},
+		"env": func() (agentConfig, error) {
+			return loadCfg(t, map[string]string{"HOSTNAME": "n1", "TENURE_FENCED_SHARDS": "0-63,128"}, "--bootstrap-expect", "1")
+		},
+		"file": func() (agentConfig, error) {
+			return loadCfg(t, map[string]string{"HOSTNAME": "n1"}, "--config", writeFile(t, "a.conf", "bootstrap-expect = 1\nfenced-shards = 0-63,128\n"))
+		},
+		"json": func() (agentConfig, error) {
+			return loadCfg(t, map[string]string{"HOSTNAME": "n1"}, "--config", writeFile(t, "a.json", `{"bootstrap-expect": 1, "fenced-shards": ["0-63", "128"]}`))
+		},
+	} {
+		c, err := load()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !slices.Equal(c.FencedShards, want) {
+			t.Fatalf("%s: fenced shards %v, want %v", name, c.FencedShards, want)
+		}
+		if s := c.FencedShards.String(); s != "0-63,128" {
+			t.Fatalf("%s: String() = %q", name, s)
+		}
+	}
+	var many []string
+	for i := range maxFencedRanges + 1 {
+		many = append(many, fmt.Sprint(i))
+	}
+	if _, err := loadCfg(t, map[string]string{"HOSTNAME": "n1"}, "--fenced-shards", strings.Join(many, ",")); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("%d ranges: %v", len(many), err)
 	}
 }

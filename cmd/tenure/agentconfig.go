@@ -58,6 +58,9 @@ type agentConfig struct {
 	DrainOnStop           time.Duration
 	LogFormat             string // auto, text, json
 	LogLevel              string // debug, info, warn, error
+	// FencedShards are the shards the agent puts under fenced takeover
+	// once the cluster version allows it (agentfenced.go).
+	FencedShards shardRangesFlag
 }
 
 // defaultAgentConfig returns the defaults before file, env and flags, with
@@ -105,6 +108,7 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.DurationVar(&c.DrainOnStop, "drain-timeout", c.DrainOnStop, "on SIGTERM/SIGINT, how long to wait for shards to hand over before leaving anyway")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: auto (text on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
+	fs.Var(&c.FencedShards, "fenced-shards", "comma-separated shards and ranges (0-63,128) to put under fenced takeover: each moves to a successor as soon as its owner is detected dead (--fenced-after), without waiting out its lease, so a stale owner may act at the same time and only the fencing token keeps its writes out (S4 waived; docs/guarantees.md). Only adds: undo with `tenure fenced --unset`. Needs cluster version 4")
 }
 
 // envName is the environment variable of a flag: TENURE_DATA_DIR (ff's
@@ -411,6 +415,14 @@ func (c agentConfig) Validate() error {
 	}
 	if c.MaxPendingJobs < 0 {
 		bad("max-pending-jobs %d: want >= 0 (0: no cap)", c.MaxPendingJobs)
+	}
+	for _, r := range c.FencedShards {
+		if int64(r.Last) >= int64(c.Partitions) {
+			bad("fenced-shards %s: shard %d does not exist (partitions %d: shards 0..%d)", (&shardRangesFlag{r}).String(), r.Last, c.Partitions, c.Partitions-1)
+		}
+	}
+	if c.FencedAfter < 0 {
+		bad("fenced-after %s: want >= 0 (0: 3 heartbeat periods)", c.FencedAfter)
 	}
 	if _, err := cluster.ParseVoterPreference(string(c.Voter)); err != nil {
 		bad("voter %q: want auto, always or never", c.Voter)

@@ -217,6 +217,9 @@ func runShards(ctx context.Context, m *Main, args []string) error {
 			if s.Target != "" {
 				state += " → " + s.Target
 			}
+			if s.Fenced {
+				state += " (fenced)" // under fenced takeover: S4 waived
+			}
 			fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%t\t%t\t%s\t%s\n", s.Shard, orDash(s.Owner), s.Epoch, state, s.Valid, s.Acting, lease, orDash(s.Reason))
 		}
 	})

@@ -30,7 +30,7 @@ func TestCLIReadCommands(t *testing.T) {
 		want []string
 	}{
 		{[]string{"status"}, []string{"n1 (group default", "control leader  n2", "n1, n2, n3", "healthy", "acting on", "3 of 8 shards", "ID", "LEADER"}},
-		{[]string{"shards"}, []string{"SHARD", "OWNER", "EPOCH", "unowned", "join n3", "900ms"}},
+		{[]string{"shards"}, []string{"SHARD", "OWNER", "EPOCH", "unowned", "join n3", "900ms", "owned (fenced)"}},
 		{[]string{"shards", "--owner", "n3"}, []string{"join n3"}},
 		{[]string{"members"}, []string{"n1", "n2", "n3", "127.0.0.1:9946"}},
 		{[]string{"elections"}, []string{"cron", "NAME"}},

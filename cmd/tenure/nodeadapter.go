@@ -65,6 +65,12 @@ var _ runningNode = (*realNode)(nil)
 
 func (a *realNode) ID() string { return a.n.ID() }
 
+func (a *realNode) FencedShards() ([]node.ShardRange, error) { return a.n.FencedShards() }
+
+func (a *realNode) SetFencedTakeover(ctx context.Context, first, last uint32, fenced bool) error {
+	return a.n.SetFencedTakeover(ctx, first, last, fenced)
+}
+
 // API serves the node with httpapi.New.
 func (a *realNode) API(o httpapi.Options) (*httpapi.Handler, error) { return httpapi.New(a.n, o) }
 

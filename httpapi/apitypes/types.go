@@ -66,6 +66,11 @@ type Shard struct {
 	// Load is the load the serving node reported for the shard, when it
 	// owns it and reports one (node.ReportLoad).
 	Load *float64 `json:"load,omitempty"`
+	// Fenced reports that the shard is under fenced takeover (GET
+	// /v1/fenced): its successor may be granted before the owner's lease
+	// ends, so two owners may act at once and only the token tells the
+	// stale one's writes apart (S4 waived; docs/guarantees.md).
+	Fenced bool `json:"fenced"`
 }
 
 // Owner is GET /v1/owner?key=K: the shard a key hashes to and that

@@ -141,21 +141,21 @@ function renderRing(shards) {
 function renderShards(shards) {
   const grid = document.getElementById("shard-grid");
   const cells = shards.map(s => {
-    const cls = ["shard", s.state === "unowned" || !s.valid ? "unowned" : "", s.state === "revoking" ? "revoking" : ""];
+    const cls = ["shard", s.state === "unowned" || !s.valid ? "unowned" : "", s.state === "revoking" ? "revoking" : "", s.fenced ? "fenced" : ""];
     const prev = lastEpoch.get(s.shard);
     if (prev !== undefined && prev !== s.epoch) cls.push("changed");
     lastEpoch.set(s.shard, s.epoch);
     return el("div", {
       class: cls.filter(Boolean).join(" "), style: `background:${colorOf(s.owner)}`,
-      "data-shard": s.shard, "data-owner": s.owner, "data-epoch": s.epoch, "data-state": s.state,
-      title: `shard ${s.shard}\nowner ${s.owner || "-"}\nepoch ${s.epoch}\nstate ${s.state}\n${s.reason || ""}`,
+      "data-shard": s.shard, "data-owner": s.owner, "data-epoch": s.epoch, "data-state": s.state, "data-fenced": s.fenced ? "1" : "0",
+      title: `shard ${s.shard}\nowner ${s.owner || "-"}\nepoch ${s.epoch}\nstate ${s.state}${s.fenced ? "\nfenced takeover (S4 waived)" : ""}\n${s.reason || ""}`,
     }, el("div", {}, (s.acting ? "★" : "") + s.shard), el("div", { class: "ep" }, "e" + s.epoch));
   });
   grid.replaceChildren(...cells);
   const tbody = document.querySelector("#shard-table tbody");
   tbody.replaceChildren(...shards.map(s => el("tr", { "data-shard": s.shard, "data-owner": s.owner },
     el("td", {}, s.shard), el("td", {}, s.owner || "-"), el("td", {}, s.epoch), el("td", {}, s.state),
-    el("td", {}, s.valid ? "yes" : "no"), el("td", {}, s.acting ? s.lease_remaining_ms + " ms" : "-"), el("td", {}, s.reason || "-"))));
+    el("td", {}, s.valid ? "yes" : "no"), el("td", {}, s.fenced ? "yes" : "-"), el("td", {}, s.acting ? s.lease_remaining_ms + " ms" : "-"), el("td", {}, s.reason || "-"))));
 }
 
 // unownedFor is, for a grant, how long its shard was unowned before it as

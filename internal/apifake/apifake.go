@@ -48,7 +48,7 @@ var _ httpapi.Backend = (*Node)(nil)
 var Epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // NewNode returns the fake: n1 of n1..n3, 8 shards, shard 7 unowned, an
-// election "cron" on shard 6.
+// election "cron" on shard 6, shard 5 under fenced takeover.
 func NewNode() *Node {
 	f := &Node{jobs: map[string]apitypes.Job{}, keys: map[string]string{}}
 	owners := []string{"n1", "n2", "n3"}
@@ -61,6 +61,7 @@ func NewNode() *Node {
 	}
 	f.shards[7] = apitypes.Shard{Shard: 7, Epoch: 3, State: "unowned", Reason: "release", ChangedAt: Epoch}
 	f.shards[6].Election = "cron"
+	f.shards[5].Fenced = true
 	for i, id := range owners {
 		f.members = append(f.members, apitypes.Member{
 			ID: id, Group: "default", Incarnation: 1, Addr: "127.0.0.1:" + strconv.Itoa(7946+i),

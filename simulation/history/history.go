@@ -58,6 +58,10 @@ type Checker struct {
 	forgotten map[string]uint64
 }
 
+// Fenced reports whether the accepted SetTakeoverPolicy commands so far
+// put shard under fenced takeover (S4 waived for it; S2 still checked).
+func (c *Checker) Fenced(shard uint32) bool { return c.fencedTakeover(shard) }
+
 // fencedTakeover reports whether the accepted policies put shard under
 // fenced takeover (ledger.SetTakeoverPolicy): the last one covering it
 // decides.

@@ -31,7 +31,7 @@ func TestTier2Mutations(t *testing.T) {
 			scenario := func(seed int64) Scenario {
 				return Scenario{Name: "mutation-" + c.sw.String(), Seed: seed, Nodes: 4,
 					Duration: 30 * time.Second, FaultsUntil: 15 * time.Second, Faults: []Fault{c.fault},
-					App: App{Worker: c.worker}}
+					App: App{Worker: c.worker}, Fenced: c.fenced}
 			}
 			// The control: the scenario is clean with every rule on.
 			if res := runQuiet(t, scenario(1)); res.Failed() {
@@ -63,6 +63,7 @@ var mutationCases = []struct {
 	want   string // the guarantee a violation must name
 	fault  Fault
 	worker func(context.Context, *Env, node.Token) error // nil: returns when its context ends
+	fenced []node.ShardRange                             // Scenario.Fenced
 }{
 	// skip-expiry-wait is not here: the tier-1 sweep catches it within two
 	// seeds (mutations.json), and in tier 2 under the race detector the
@@ -71,7 +72,14 @@ var mutationCases = []struct {
 	// The leader takes over a revoked shard without waiting out lease
 	// and drain timeout, while its draining owner's worker is still
 	// finishing (within the drain timeout): the successor overlaps it.
-	{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}, slowDrain},
+	{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}, slowDrain, nil},
+	// Under fenced takeover the token check is all that keeps a cut-off
+	// owner's writes out once its successor is granted (S4 is waived):
+	// with the ledger's App epoch check off, the owner of shard 0 (fenced),
+	// cut off for 700 ms — past FencedAfter, within its lease — writes
+	// with its old token after the takeover and is accepted.
+	{mutation.AppStaleEpoch, "S2", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 700 * time.Millisecond},
+		(&writeLog{stale: map[string]int{}, ok: map[string]int{}}).worker, []node.ShardRange{{First: 0, Last: 3}}},
 }
 
 // slowDrain is a worker that needs 400 ms to wind down once its term ends

@@ -48,6 +48,13 @@ type Scenario struct {
 	// L1Bound is how long after FaultsUntil every shard must have an
 	// acting owner (default 15 s).
 	L1Bound time.Duration
+	// Fenced are shard ranges put under fenced takeover
+	// (node.SetFencedTakeover) once the cluster has settled, before any
+	// fault: their owner, once the leader believes it dead, is succeeded
+	// at once, without waiting out its lease. S4 is waived for them (an
+	// overlap is counted in Result.FencedOverlaps, not reported); S2 is
+	// not. Empty: no shard is.
+	Fenced []node.ShardRange
 	// App is the application under test; the zero App runs the built-in
 	// workload (fenced commands to a replicated log, jobs).
 	App App
@@ -94,6 +101,11 @@ type Result struct {
 	// L1 is how long after FaultsUntil every shard had an acting owner
 	// (-1 if never within L1Bound).
 	L1 time.Duration
+	// FencedOverlaps are the acting intervals of a shard under fenced
+	// takeover that began while another node process still acted on it
+	// (S4 waived for those shards: each would be an S4 violation
+	// elsewhere), as "shard N: old -> new" lines.
+	FencedOverlaps []string
 	// Version is the highest cluster version a committed ClusterConfig
 	// set (ledger.VersionLeaseRenewals and above: leases renewed off the
 	// log).
@@ -147,6 +159,11 @@ func (sc Scenario) Validate() error {
 	}
 	if sc.FaultsUntil+sc.L1Bound > sc.Duration {
 		errs = append(errs, fmt.Errorf("scenario faults until %v + L1 bound %v > Duration %v: no time left to judge liveness", sc.FaultsUntil, sc.L1Bound, sc.Duration))
+	}
+	for i, r := range sc.Fenced {
+		if r.First > r.Last || int64(r.Last) >= int64(sc.Partitions) {
+			errs = append(errs, fmt.Errorf("fenced range %d: %d-%d: want First ≤ Last < Partitions (%d)", i, r.First, r.Last, sc.Partitions))
+		}
 	}
 	for i, f := range sc.Faults {
 		if err := f.validate(sc.Nodes); err != nil {
@@ -330,6 +347,10 @@ func (h *harness) run(parent context.Context) (*Result, error) {
 		h.teardown()
 		return nil, fmt.Errorf("cluster did not settle: %w", err)
 	}
+	if err := h.setFenced(); err != nil {
+		h.teardown()
+		return nil, err
+	}
 
 	h.goBackground(h.enqueueLoop)
 	h.goBackground(h.staleProbeLoop)
@@ -357,7 +378,43 @@ func (h *harness) run(parent context.Context) (*Result, error) {
 	res.StaleProbes, res.StaleRejected = h.rec.stale.probes, h.rec.stale.rejected
 	res.Trace = h.rec.trace
 	res.Version = h.rec.version
+	res.FencedOverlaps = slices.Clone(h.rec.fencedOverlaps)
 	return res, nil
+}
+
+// setFenced commits Scenario.Fenced through the first node, as an
+// operator would (tenure fenced --set), once the cluster runs a version
+// that has fenced takeover, and waits until every node's replica has it.
+func (h *harness) setFenced() error {
+	if len(h.sc.Fenced) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer cancel()
+	n := h.live()[0]
+	for _, r := range h.sc.Fenced {
+		for {
+			err := n.SetFencedTakeover(ctx, r.First, r.Last, true)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil || !(errors.Is(err, node.ErrVersionInactive) || errors.Is(err, node.ErrNoQuorum)) {
+				return fmt.Errorf("fenced takeover for shards %d-%d: %w", r.First, r.Last, err)
+			}
+			h.sleep(100 * time.Millisecond)
+		}
+	}
+	for _, m := range h.live() {
+		for _, r := range h.sc.Fenced {
+			for !m.Shard(r.First).Fenced || !m.Shard(r.Last).Fenced {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%s never applied the fenced-takeover policy for shards %d-%d", m.ID(), r.First, r.Last)
+				}
+				h.sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	return nil
 }
 
 func (h *harness) goBackground(f func()) {

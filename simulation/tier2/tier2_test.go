@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/node"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 var (
@@ -28,6 +30,9 @@ func logResult(t *testing.T, res *Result, wall time.Duration) {
 		res.Scenario.Seed, res.Scenario.Nodes, len(res.Faults), res.Applies, res.Acks, res.JobsCompleted, len(res.Terms),
 		res.StaleRejected, res.StaleProbes, res.L1, wall.Round(time.Millisecond))
 	t.Logf("trace %s seed=%d %016x", res.Scenario.Name, res.Scenario.Seed, res.Trace)
+	if len(res.Scenario.Fenced) > 0 {
+		t.Logf("fenced takeover on %v: %d overlaps (S4 waived)", res.Scenario.Fenced, len(res.FencedOverlaps))
+	}
 	if *verbose || res.Failed() {
 		for _, f := range res.Faults {
 			t.Logf("  fault %s", f)
@@ -36,7 +41,9 @@ func logResult(t *testing.T, res *Result, wall time.Duration) {
 }
 
 // TestTier2 runs a batch of random scenarios (-tier2.seeds, or the one
-// -tier2.seed).
+// -tier2.seed). Every third seed (1000, 1003, …) puts half the shards under
+// fenced takeover, so random faults meet that rule too (and tier 3, which
+// replays seeds 1000–1002, replays 1000).
 func TestTier2(t *testing.T) {
 	seeds := make([]int64, 0, *seedsFlag)
 	if *seedFlag != 0 {
@@ -51,6 +58,9 @@ func TestTier2(t *testing.T) {
 			t.Parallel()
 			sc := Scenario{Name: "random", Seed: seed, Nodes: 3 + int(seed%2), RandomFaults: true,
 				Replay: replay("TestTier2", seed)}
+			if seed%3 == 1 {
+				sc.Name, sc.Fenced = "random-fenced", []node.ShardRange{{First: 0, Last: 3}} // of the default 8
+			}
 			start := time.Now()
 			res := Test(t, sc)
 			logResult(t, res, time.Since(start))
@@ -219,5 +229,45 @@ func TestTier2Diskless(t *testing.T) {
 		if len(incs[id]) < 2 {
 			t.Errorf("seed %d: disk-less member %s acted under incarnations %v, want at least 2 (restarts)", sc.Seed, id, incs[id])
 		}
+	}
+}
+
+// TestTier2RestartReentry: a shard owner crashes and stays down for
+// longer than its lease (fast profile: it is expired and its shards move),
+// then restarts with a new incarnation. Its first restart in a while, it
+// re-enters the placement ring once the leader has seen it renew, not
+// after StableFor (docs/protocol.md, "Re-entry after a restart"): it acts
+// on a shard again within StableFor of its restart — which the StableFor
+// wait alone, counted from its registration, plus a handoff, would exceed.
+func TestTier2RestartReentry(t *testing.T) {
+	const seed = 6001
+	const at, down = 5 * time.Second, 5 * time.Second
+	stableFor := ownership.FastConfig().StableFor
+	sc := Scenario{Name: "restart-reentry", Seed: seed, Nodes: 5, Duration: 30 * time.Second, FaultsUntil: 12 * time.Second,
+		Faults: []Fault{{At: at, Kind: Crash, Node: Shard0Owner, For: down}},
+		Replay: replay("TestTier2RestartReentry", seed)}
+	if *seedFlag != 0 {
+		sc.Seed = *seedFlag
+	}
+	start := time.Now()
+	res := Test(t, sc)
+	logResult(t, res, time.Since(start))
+	if res == nil || len(res.Faults) != 1 || res.Faults[0].Resolved == "" {
+		t.Fatalf("the fault did not run: %+v", res)
+	}
+	victim, restart := res.Faults[0].Resolved, at+down
+	first := time.Duration(-1)
+	for _, term := range res.Terms {
+		if term.Node == victim && term.Begin >= restart && (first < 0 || term.Begin < first) {
+			first = term.Begin
+		}
+	}
+	switch {
+	case first < 0:
+		t.Errorf("seed %d: %s never acted again after its restart at %v", sc.Seed, victim, restart)
+	case first-restart >= stableFor:
+		t.Errorf("seed %d: %s acted again %v after its restart, want < StableFor %v", sc.Seed, victim, first-restart, stableFor)
+	default:
+		t.Logf("seed %d: %s acted again %v after its restart", sc.Seed, victim, first-restart)
 	}
 }
