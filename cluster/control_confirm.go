@@ -26,6 +26,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -205,41 +206,78 @@ func (g *ControlGroup) confirmOnce() error {
 	if _, ok := voters[g.cfg.NodeID]; !ok {
 		return fmt.Errorf("%w: not a voter of the latest configuration", ErrNotLeader)
 	}
-	quorum := len(voters)/2 + 1
-	yes, no := 1, 0
-	if yes >= quorum {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.confirmTimeout())
 	defer cancel()
-	answers := make(chan bool, len(voters))
 	args := wire.ConfirmArgs{Term: term, Leader: g.cfg.NodeID}
+	q, err := quorumCall(ctx, g, voters, "Control.Confirm", &args, func(r *wire.ConfirmReply, _ time.Time) bool { return r.Yes })
+	if err != nil && !errors.Is(err, ErrTimeout) {
+		return err
+	}
+	if !q.reached() {
+		return fmt.Errorf("%w: %d of %d voters confirmed term %d (quorum %d)", ErrLeadershipLost, q.yes, q.voters, term, q.quorum)
+	}
+	return nil
+}
+
+// quorumTally is the outcome of a quorumCall: yes counts this node.
+type quorumTally struct{ yes, voters, quorum int }
+
+func (q quorumTally) reached() bool { return q.yes >= q.quorum }
+
+// quorumCall sends one call of method to every voter but this node, in
+// parallel, counts this node as the first yes, and returns as soon as a
+// quorum (a majority of voters) said yes or so many failed or said no that
+// no quorum can — without waiting for the slowest voters, a dead one
+// included. accept judges one successful reply (on the caller's goroutine,
+// one at a time; recv is when the reply arrived). It returns ErrTimeout
+// when ctx ended first and ErrControlClosed when the group closes; the
+// tally says how far it got either way. The one place ConfirmLeadership
+// and EstablishBound count a quorum.
+func quorumCall[R any](ctx context.Context, g *ControlGroup, voters map[string]string, method string, args any, accept func(r *R, recv time.Time) bool) (quorumTally, error) {
+	q := quorumTally{yes: 1, voters: len(voters), quorum: len(voters)/2 + 1}
+	if q.reached() {
+		return q, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the calls still out end (their replies are not read)
+	type answer struct {
+		reply R
+		recv  time.Time
+		ok    bool
+	}
+	answers := make(chan answer, len(voters))
 	for id, addr := range voters {
 		if id == g.cfg.NodeID {
 			continue
 		}
 		go func() {
-			var reply wire.ConfirmReply
-			err := g.pool.call(ctx, addr, "Control.Confirm", &args, &reply)
-			answers <- err == nil && reply.Yes
+			var reply R
+			err := g.pool.call(ctx, addr, method, args, &reply)
+			if err != nil {
+				// reply is not ours to read: after a timeout net/rpc may
+				// still decode a late answer into it.
+				answers <- answer{}
+				return
+			}
+			answers <- answer{reply: reply, recv: time.Now(), ok: true}
 		}()
 	}
-	for yes < quorum && no <= len(voters)-quorum {
+	no := 0
+	for !q.reached() && no <= q.voters-q.quorum {
 		select {
-		case ok := <-answers:
-			if ok {
-				yes++
+		case a := <-answers:
+			if a.ok && accept(&a.reply, a.recv) {
+				q.yes++
 			} else {
 				no++
 			}
+		case <-ctx.Done():
+			return q, fmt.Errorf("%w: %s: %w", ErrTimeout, method, ctx.Err())
 		case <-g.closing:
-			return ErrControlClosed
+			return q, ErrControlClosed
 		}
 	}
-	if yes < quorum {
-		return fmt.Errorf("%w: %d of %d voters confirmed term %d (quorum %d)", ErrLeadershipLost, yes, len(voters), term, quorum)
-	}
-	return nil
+	return q, nil
 }
 
 // Confirm is a leader's confirm round (see ConfirmLeadership). The voter
@@ -313,58 +351,24 @@ func (g *ControlGroup) EstablishBound(ctx context.Context, now time.Time) time.T
 	if _, ok := voters[g.cfg.NodeID]; !ok || term == 0 {
 		return now
 	}
-	quorum := len(voters)/2 + 1
 	bound := g.confirms.newestBefore(term)
-	got := 1
-	if got < quorum {
-		ctx, cancel := context.WithTimeout(ctx, g.confirmTimeout())
-		defer cancel()
-		type answer struct {
-			at time.Time
-			ok bool
+	ctx, cancel := context.WithTimeout(ctx, g.confirmTimeout())
+	defer cancel()
+	args := wire.ConfirmAgeArgs{Term: term}
+	q, _ := quorumCall(ctx, g, voters, "Control.ConfirmAge", &args, func(r *wire.ConfirmAgeReply, recv time.Time) bool {
+		if r.Code != wire.CodeOK || r.Age < 0 {
+			return false
 		}
-		answers := make(chan answer, len(voters))
-		args := wire.ConfirmAgeArgs{Term: term}
-		for id, addr := range voters {
-			if id == g.cfg.NodeID {
-				continue
-			}
-			go func() {
-				var reply wire.ConfirmAgeReply
-				err := g.pool.call(ctx, addr, "Control.ConfirmAge", &args, &reply)
-				recv := time.Now()
-				if err != nil {
-					// reply is not ours to read: after a timeout net/rpc may
-					// still decode a late answer into it.
-					answers <- answer{}
-					return
-				}
-				answers <- answer{at: recv.Add(-reply.Age), ok: reply.Code == wire.CodeOK && reply.Age >= 0}
-			}()
+		if at := recv.Add(-r.Age); at.After(bound) {
+			bound = at
 		}
-		failed := 0
-		for got < quorum && failed <= len(voters)-quorum {
-			select {
-			case a := <-answers:
-				if !a.ok {
-					failed++
-					continue
-				}
-				got++
-				if a.at.After(bound) {
-					bound = a.at
-				}
-			case <-ctx.Done():
-				failed = len(voters)
-			case <-g.closing:
-				failed = len(voters)
-			}
-		}
-		if got < quorum {
-			g.log.Info("cluster: no quorum of confirm ages; new leader's bound is now", "answers", got, "quorum", quorum)
-			return now
-		}
+		return true
+	})
+	if !q.reached() {
+		g.log.Info("cluster: no quorum of confirm ages; new leader's bound is now", "answers", q.yes, "quorum", q.quorum)
+		return now
 	}
+	g.log.Debug("cluster: new leader's bound", "term", term, "answers", q.yes, "took", time.Since(now), "before_now", now.Sub(bound))
 	if bound.After(now) {
 		return now
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -282,6 +284,189 @@ func TestRenewIndexSkipsEntriesTheFSMNeverSees(t *testing.T) {
 		}
 		if res.CommitIndex != a.Index {
 			t.Fatalf("renewal commit index %d, want the last command's %d (last index %d)", res.CommitIndex, a.Index, l.g.LastIndex())
+		}
+	})
+}
+
+// dialCounter wraps a node's stream layer and counts its dials per address.
+type dialCounter struct {
+	StreamLayer
+	mu    sync.Mutex
+	dials map[string]int
+}
+
+func (d *dialCounter) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	d.dials[addr]++
+	d.mu.Unlock()
+	return d.StreamLayer.Dial(ctx, addr)
+}
+
+func (d *dialCounter) count(addr string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dials[addr]
+}
+
+// countingHarness is renewHarness with every node's dials counted.
+func countingHarness(t *testing.T, n int) (*harness, map[string]*dialCounter) {
+	h := renewHarness(t, 0)
+	renew := h.cfg
+	counters := map[string]*dialCounter{}
+	h.cfg = func(c *ControlConfig) {
+		renew(c)
+		c.BootstrapExpect, c.MaxVoters = n, n
+		d := &dialCounter{StreamLayer: c.StreamLayer, dials: map[string]int{}}
+		counters[c.NodeID] = d
+		c.StreamLayer = d
+	}
+	for i := 1; i <= n; i++ {
+		h.start(fmt.Sprintf("n%d", i))
+	}
+	return h, counters
+}
+
+// A voter whose host vanished (blackholed: no resets, dials hang) costs a
+// confirm round nothing while a quorum answers, and is not re-dialled every
+// round: at most one dial to it is in flight, and a connection is dropped
+// only after it stayed silent, not because a round stopped waiting for it
+// — the live voters that lose the race for the quorum keep theirs.
+func TestConfirmRoundsWithSilentVoter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, dials := countingHarness(t, 5)
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V n4:V n5:V")
+		l := h.waitLeader(10 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := l.g.ConfirmLeadership(ctx); err != nil {
+			t.Fatalf("confirm: %v", err)
+		}
+		var dead *testNode
+		var live []*testNode
+		for _, n := range h.running() {
+			switch {
+			case n == l:
+			case dead == nil:
+				dead = n
+			default:
+				live = append(live, n)
+			}
+		}
+		h.mem.Blackhole(dead.addr)
+		before := map[string]int{}
+		for _, n := range live {
+			before[n.id] = dials[l.id].count(n.addr)
+		}
+		start := time.Now()
+		const rounds = 200
+		for i := range rounds {
+			t0 := time.Now()
+			if err := l.g.ConfirmLeadership(ctx); err != nil {
+				t.Fatalf("round %d with %s blackholed: %v", i, dead.id, err)
+			}
+			if took := time.Since(t0); took > 50*time.Millisecond {
+				t.Fatalf("round %d took %v: it waited for the blackholed voter", i, took)
+			}
+			time.Sleep(25 * time.Millisecond) // pace the rounds (virtual time): 5 s in all
+		}
+		elapsed := time.Since(start)
+		// One dial at a time, each up to rpcDialTimeout, after a silence of
+		// rpcSilentDrop: a handful in 5 s, not one per round.
+		maxDials := int(elapsed/(rpcDialTimeout+rpcSilentDrop)) + 2
+		if got := dials[l.id].count(dead.addr); got > maxDials {
+			t.Errorf("%d dials to the blackholed voter in %d rounds over %v, want ≤ %d", got, rounds, elapsed, maxDials)
+		}
+		for _, n := range live {
+			if got := dials[l.id].count(n.addr) - before[n.id]; got > 0 {
+				t.Errorf("%d new dials to live voter %s in %d rounds: its connection was dropped when a round had its quorum without it", got, n.id, rounds)
+			}
+		}
+	})
+}
+
+// A renewal sent to a leader whose host vanished (no TCP reset) ends as
+// soon as the member sees another leader, not when its deadline does, and
+// the member then renews with the new leader.
+func TestRenewAbandonsSilentLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := renewHarness(t, 3)
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		old := h.waitLeader(10 * time.Second)
+		var f *testNode
+		for _, n := range h.running() {
+			if n != old {
+				f = n
+				break
+			}
+		}
+		waitFor(t, 5*time.Second, "follower knows the leader", func() bool {
+			id, _ := f.g.Leader()
+			return id == old.id
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := f.g.Renew(ctx, RenewRequest{Node: f.id}); err != nil {
+			t.Fatalf("renew before: %v", err) // the connection to the leader is open
+		}
+		h.mem.Blackhole(old.addr)
+		start := time.Now()
+		_, err := f.g.Renew(ctx, RenewRequest{Node: f.id})
+		took := time.Since(start)
+		if err == nil || !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("renewal to a silent leader: %v, want ErrNotLeader", err)
+		}
+		if took > 5*time.Second {
+			t.Fatalf("renewal to a silent leader took %v (deadline 1m): it waited for the dead leader", took)
+		}
+		t.Logf("renewal to the silent leader ended after %v: %v", took, err)
+		waitFor(t, 10*time.Second, "a renewal with the new leader", func() bool {
+			rctx, rcancel := context.WithTimeout(ctx, time.Second)
+			defer rcancel()
+			_, err := f.g.Renew(rctx, RenewRequest{Node: f.id})
+			return err == nil
+		})
+		if id, _ := f.g.Leader(); id == old.id {
+			t.Fatalf("renewed with the blackholed leader %s", id)
+		}
+	})
+}
+
+// A new leader's bound needs a quorum of confirm ages, not every voter's:
+// with the old leader's host blackholed it returns well within the
+// confirm timeout, with a bound from the answers (not the fallback now).
+func TestEstablishBoundWithSilentVoter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := renewHarness(t, 5)
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V n4:V n5:V")
+		old := h.waitLeader(10 * time.Second)
+		time.Sleep(3 * time.Second) // virtual: move the clock past every process start
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		lastStart := time.Now()
+		if err := old.g.ConfirmLeadership(ctx); err != nil {
+			t.Fatalf("confirm: %v", err)
+		}
+		h.mem.Blackhole(old.addr)
+		var fresh *testNode
+		waitFor(t, 10*time.Second, "a new leader", func() bool {
+			for _, n := range h.running() {
+				if n != old && n.g.EstablishedTerm() != 0 {
+					fresh = n
+					return true
+				}
+			}
+			return false
+		})
+		now := time.Now()
+		bound := fresh.g.EstablishBound(ctx, now)
+		if took := time.Since(now); took >= fresh.g.confirmTimeout()/2 {
+			t.Fatalf("EstablishBound took %v (confirm timeout %v): it waited for the blackholed voter", took, fresh.g.confirmTimeout())
+		}
+		if bound.Equal(now) || bound.Before(lastStart) {
+			t.Fatalf("bound %v: want from a quorum of answers, in [last confirm start %v, now %v)", bound, lastStart, now)
 		}
 	})
 }

@@ -60,9 +60,19 @@ func (g *ControlGroup) Renew(ctx context.Context, req RenewRequest) (RenewResult
 	}
 	args := wire.RenewArgs{Node: req.Node, Incarnation: req.Incarnation, Liveness: req.Liveness, Timeout: timeoutFrom(ctx)}
 	var reply wire.RenewReply
-	if err := g.pool.call(ctx, addr, "Control.Renew", &args, &reply); err != nil {
-		if ctx.Err() != nil {
+	// A leader whose host vanished (no TCP reset) would hold the renewal
+	// until ctx ends — a whole lease — while a new leader already serves:
+	// the call ends as soon as this node sees another leader, or none.
+	cctx, cancel := g.whileLeader(ctx, addr)
+	defer cancel()
+	start := time.Now()
+	if err := g.pool.call(cctx, addr, "Control.Renew", &args, &reply); err != nil {
+		g.log.Debug("cluster: renewal failed", "leader", addr, "after", time.Since(start), "err", err)
+		switch {
+		case ctx.Err() != nil:
 			return RenewResult{}, fmt.Errorf("%w: renewing with %s: %w", ErrTimeout, addr, ctx.Err())
+		case cctx.Err() != nil:
+			return RenewResult{}, fmt.Errorf("%w: renewing with %s: %w", ErrNotLeader, addr, context.Cause(cctx))
 		}
 		return RenewResult{}, fmt.Errorf("%w: renewing with %s: %v", ErrNotLeader, addr, err)
 	}

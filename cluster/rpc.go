@@ -347,22 +347,96 @@ func (r *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 }
 
 // rpcPool keeps one net/rpc client per remote address; net/rpc multiplexes
-// concurrent calls on it.
+// concurrent calls on it. A peer whose host vanished (no TCP reset: its
+// SYNs and segments are dropped) must not make calls wait on it longer
+// than their own deadlines, nor cost a fresh dial per call: at most one
+// dial per address is in flight (bounded by rpcDialTimeout, shared by the
+// callers that wait for it, each within its own ctx), and a connection is
+// dropped only once it has been silent — requests out, no reply — for
+// rpcSilentDrop, not whenever one caller stops waiting (a confirm round
+// stops waiting for the slower voters as soon as it has its quorum).
 type rpcPool struct {
 	stream     StreamLayer
 	maxMessage int
-	mu         sync.Mutex
-	conns      map[string]*pooledClient
-	closed     bool
+	// dialTimeout bounds one dial (TCP, TLS and the protocol byte);
+	// silentDrop is how long a connection may go without a reply while
+	// calls are out on it before a call that gives up drops it.
+	dialTimeout, silentDrop time.Duration
+
+	mu     sync.Mutex
+	conns  map[string]*pooledClient
+	dials  map[string]*poolDial
+	closed bool
+	stop   context.CancelFunc // ends dials in flight
+	ctx    context.Context
+	wg     sync.WaitGroup
+}
+
+const (
+	// rpcDialTimeout bounds one dial of a control RPC connection: long
+	// enough for a TLS handshake on a loaded machine and for one SYN
+	// retransmission (1 s) to a host that just came back.
+	rpcDialTimeout = 2 * time.Second
+	// rpcSilentDrop: a connection with calls out and no reply for this
+	// long is taken for wedged (a vanished host) once a call on it gives
+	// up. Control RPCs are answered in milliseconds, except forwarded
+	// commands and confirm-age queries that wait for Raft (up to their
+	// deadlines); those share the connection with the frequent renewals
+	// and confirms, whose replies keep it from counting as silent.
+	rpcSilentDrop = time.Second
+)
+
+// poolDial is a dial in flight; done closes when it ends.
+type poolDial struct {
+	done chan struct{}
+	c    *pooledClient
+	err  error
 }
 
 type pooledClient struct {
 	*rpc.Client
 	closedByUs atomic.Bool // set before we Close it: ErrShutdown then may follow a sent request
+
+	mu          sync.Mutex
+	out         int       // calls sent and not yet ended (abandoned ones included)
+	silentSince time.Time // with out > 0: the last reply, or the first send after it
+}
+
+// sent notes a call going out at now.
+func (c *pooledClient) sent(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.out == 0 {
+		c.silentSince = now
+	}
+	c.out++
+}
+
+// ended notes that a call ended at now, with a reply from the peer (heard)
+// or with the connection's failure.
+func (c *pooledClient) ended(now time.Time, heard bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.out--
+	if heard {
+		c.silentSince = now
+	}
+}
+
+// silentFor is how long calls have been out on c without any reply.
+func (c *pooledClient) silentFor(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.out <= 0 {
+		return 0
+	}
+	return now.Sub(c.silentSince)
 }
 
 func newRPCPool(stream StreamLayer, maxMessage int) *rpcPool {
-	return &rpcPool{stream: stream, maxMessage: maxMessage, conns: map[string]*pooledClient{}}
+	ctx, stop := context.WithCancel(context.Background())
+	return &rpcPool{stream: stream, maxMessage: maxMessage, dialTimeout: rpcDialTimeout, silentDrop: rpcSilentDrop,
+		conns: map[string]*pooledClient{}, dials: map[string]*poolDial{}, ctx: ctx, stop: stop}
 }
 
 // errDial marks a call that never reached the peer: safe to retry.
@@ -371,6 +445,9 @@ type errDial struct{ err error }
 func (e *errDial) Error() string { return "dial: " + e.err.Error() }
 func (e *errDial) Unwrap() error { return e.err }
 
+// client returns the pooled client for addr, dialing it if there is none:
+// the first caller starts the dial, later ones wait for the same dial,
+// each within its ctx.
 func (p *rpcPool) client(ctx context.Context, addr string) (*pooledClient, error) {
 	p.mu.Lock()
 	if p.closed {
@@ -381,33 +458,66 @@ func (p *rpcPool) client(ctx context.Context, addr string) (*pooledClient, error
 		p.mu.Unlock()
 		return c, nil
 	}
+	d, ok := p.dials[addr]
+	if !ok {
+		d = &poolDial{done: make(chan struct{})}
+		p.dials[addr] = d
+		p.wg.Add(1)
+		go p.dial(addr, d)
+	}
 	p.mu.Unlock()
+	select {
+	case <-d.done:
+		if d.err != nil {
+			return nil, d.err
+		}
+		return d.c, nil
+	case <-ctx.Done():
+		return nil, &errDial{ctx.Err()}
+	}
+}
+
+// dial connects to addr for everyone waiting on d.
+func (p *rpcPool) dial(addr string, d *poolDial) {
+	defer p.wg.Done()
+	c, err := p.connect(addr)
+	p.mu.Lock()
+	delete(p.dials, addr)
+	switch {
+	case err != nil:
+	case p.closed:
+		c.closedByUs.Store(true)
+		_ = c.Close()
+		err = ErrControlClosed
+	default:
+		p.conns[addr] = c
+	}
+	p.mu.Unlock()
+	if err != nil {
+		d.err = err
+		if !errors.Is(err, ErrControlClosed) {
+			d.err = &errDial{err}
+		}
+	}
+	d.c = c
+	close(d.done)
+}
+
+func (p *rpcPool) connect(addr string) (*pooledClient, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, p.dialTimeout)
+	defer cancel()
 	conn, err := p.stream.Dial(ctx, addr)
 	if err != nil {
-		return nil, &errDial{err}
+		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetWriteDeadline(dl)
-	}
+	_ = conn.SetWriteDeadline(time.Now().Add(p.dialTimeout))
 	if _, err := conn.Write([]byte{protoRPC}); err != nil {
 		_ = conn.Close()
-		return nil, &errDial{err}
+		return nil, err
 	}
 	_ = conn.SetWriteDeadline(time.Time{})
 	lc := newGobLimitConn(conn, p.maxMessage, 0, DefaultRPCMessageTimeout)
-	c := &pooledClient{Client: rpc.NewClient(&writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout})}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = c.Close()
-		return nil, ErrControlClosed
-	}
-	if old, ok := p.conns[addr]; ok {
-		_ = c.Close()
-		return old, nil
-	}
-	p.conns[addr] = c
-	return c, nil
+	return &pooledClient{Client: rpc.NewClient(&writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout})}, nil
 }
 
 func (p *rpcPool) drop(addr string, c *pooledClient) {
@@ -428,34 +538,51 @@ func (p *rpcPool) call(ctx context.Context, addr, method string, args, reply any
 		return err
 	}
 	// Go writes the request synchronously (bounded by rpcWriteTimeout); run
-	// it aside so ctx is honoured even while a write is stuck.
+	// it aside so ctx is honoured even while a write is stuck. The
+	// goroutine sees the call end even after the caller gave up, so a late
+	// reply still counts as the peer being heard.
 	done := make(chan *rpc.Call, 1)
-	go c.Go(method, args, reply, done)
+	c.sent(time.Now())
+	go func() {
+		call := <-c.Go(method, args, reply, make(chan *rpc.Call, 1)).Done
+		c.ended(time.Now(), heardFrom(call.Error))
+		done <- call
+	}()
 	select {
 	case call := <-done:
-		if call.Error == nil {
-			return nil
+		if heardFrom(call.Error) {
+			return call.Error
 		}
-		var se rpc.ServerError
-		if !errors.As(call.Error, &se) {
-			// Connection-level failure: the client is unusable. net/rpc
-			// reports ErrShutdown without sending when the connection had
-			// already died by itself; if we closed it, a request may have
-			// gone out, so the outcome is unknown.
-			unsent := errors.Is(call.Error, rpc.ErrShutdown) && !c.closedByUs.Load()
-			p.drop(addr, c)
-			if unsent {
-				return &errDial{call.Error}
-			}
+		// Connection-level failure: the client is unusable. net/rpc
+		// reports ErrShutdown without sending when the connection had
+		// already died by itself; if we closed it, a request may have
+		// gone out, so the outcome is unknown.
+		unsent := errors.Is(call.Error, rpc.ErrShutdown) && !c.closedByUs.Load()
+		p.drop(addr, c)
+		if unsent {
+			return &errDial{call.Error}
 		}
 		return call.Error
 	case <-ctx.Done():
-		// The peer did not answer in time: the connection may be wedged
-		// (a peer that vanished without a reset). Drop it so the next call
-		// dials afresh; calls still pending on it end as unknown outcomes.
-		p.drop(addr, c)
+		// The caller stopped waiting; the call may still be answered
+		// (into nothing). A connection that has had calls out and no
+		// reply for silentDrop is wedged (a peer that vanished without a
+		// reset): drop it so the next call dials afresh; calls still
+		// pending on it end as unknown outcomes. A peer that merely lost
+		// a race (a confirm round had its quorum without it) keeps its
+		// connection.
+		if c.silentFor(time.Now()) >= p.silentDrop {
+			p.drop(addr, c)
+		}
 		return ctx.Err()
 	}
+}
+
+// heardFrom reports whether a call's outcome came from the peer: a reply,
+// or an error the server returned.
+func heardFrom(err error) bool {
+	var se rpc.ServerError
+	return err == nil || errors.As(err, &se)
 }
 
 func (p *rpcPool) close() {
@@ -464,8 +591,10 @@ func (p *rpcPool) close() {
 	conns := p.conns
 	p.conns = map[string]*pooledClient{}
 	p.mu.Unlock()
+	p.stop()
 	for _, c := range conns {
 		c.closedByUs.Store(true)
 		_ = c.Close()
 	}
+	p.wg.Wait()
 }

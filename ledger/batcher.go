@@ -57,7 +57,8 @@ type BatcherConfig struct {
 	// Linger, if positive, waits this long after the first command of an
 	// entry for more to arrive. 0 (the default) relies on natural batching.
 	Linger time.Duration
-	// QueueSize bounds commands waiting for a slot; Apply blocks beyond it.
+	// QueueSize bounds the Apply and ApplyAll calls waiting for a slot;
+	// beyond it they block.
 	QueueSize int
 }
 
@@ -115,7 +116,7 @@ type batchResp struct {
 type Batcher struct {
 	a       Applier
 	cfg     BatcherConfig
-	reqs    chan batchReq
+	reqs    chan []batchReq // one Apply, or one ApplyAll's commands together
 	slots   chan struct{}
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -133,7 +134,7 @@ func NewBatcher(a Applier, cfg BatcherConfig) (*Batcher, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Batcher{a: a, cfg: cfg, reqs: make(chan batchReq, cfg.QueueSize),
+	b := &Batcher{a: a, cfg: cfg, reqs: make(chan []batchReq, cfg.QueueSize),
 		slots: make(chan struct{}, cfg.MaxInFlight), ctx: ctx, cancel: cancel}
 	b.wg.Add(1)
 	go b.loop()
@@ -154,46 +155,75 @@ func (b *Batcher) Apply(ctx context.Context, c Command) (Result, error) {
 
 // ApplyAll is Apply for several commands that must commit in the given
 // order (a planner round: an ExpireNode before the grants it makes
-// possible). They enter the queue in order, so the entries carry them in
-// order; entries commit in order while MaxInFlight is 1 (the default).
-// Each command gets its own Result and error, with Apply's meaning.
+// possible; a node's handoffs). They enter the queue together and in
+// order, so they go out in as few entries as MaxCommands and MaxBytes
+// allow — one, usually — with no other caller's command between them;
+// entries commit in order while MaxInFlight is 1 (the default). Each
+// command gets its own Result and error, with Apply's meaning.
 func (b *Batcher) ApplyAll(ctx context.Context, cmds []Command) ([]Result, []error) {
 	res, errs := make([]Result, len(cmds)), make([]error, len(cmds))
-	reqs := make([]*batchReq, len(cmds))
+	group := make([]batchReq, 0, len(cmds))
+	idx := make([]int, 0, len(cmds)) // group[k] is cmds[idx[k]]
 	for i, c := range cmds {
-		reqs[i], errs[i] = b.enqueue(ctx, c)
-	}
-	for i, r := range reqs {
-		if r != nil {
-			res[i], errs[i] = r.wait(ctx)
+		req, err := b.encodeReq(ctx, c)
+		if err != nil {
+			errs[i] = err
+			continue
 		}
+		group, idx = append(group, req), append(idx, i)
+	}
+	if len(group) == 0 {
+		return res, errs
+	}
+	if err := b.send(ctx, group); err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return res, errs
+	}
+	for k, i := range idx {
+		res[i], errs[i] = group[k].wait(ctx)
 	}
 	return res, errs
 }
 
 // enqueue encodes c and queues it for the next entry.
 func (b *Batcher) enqueue(ctx context.Context, c Command) (*batchReq, error) {
-	w := &writer{ver: versionFor(c)}
-	if err := encodeBody(w, c, true); err != nil {
+	req, err := b.encodeReq(ctx, c)
+	if err != nil {
 		return nil, err
 	}
-	if len(w.b)+16 > b.cfg.MaxBytes {
-		return nil, fmt.Errorf("%w: command of %d bytes exceeds batch MaxBytes %d", ErrTooLarge, len(w.b), b.cfg.MaxBytes)
-	}
-	req := batchReq{ctx: ctx, cmd: c, ver: w.ver, body: w.b, done: make(chan batchResp, 1)}
-	b.closeMu.RLock()
-	if b.closed {
-		b.closeMu.RUnlock()
-		return nil, ErrClosed
-	}
-	select {
-	case b.reqs <- req:
-		b.closeMu.RUnlock()
-	case <-ctx.Done():
-		b.closeMu.RUnlock()
-		return nil, ctx.Err()
+	if err := b.send(ctx, []batchReq{req}); err != nil {
+		return nil, err
 	}
 	return &req, nil
+}
+
+// encodeReq encodes c as a request, not yet queued.
+func (b *Batcher) encodeReq(ctx context.Context, c Command) (batchReq, error) {
+	w := &writer{ver: versionFor(c)}
+	if err := encodeBody(w, c, true); err != nil {
+		return batchReq{}, err
+	}
+	if len(w.b)+16 > b.cfg.MaxBytes {
+		return batchReq{}, fmt.Errorf("%w: command of %d bytes exceeds batch MaxBytes %d", ErrTooLarge, len(w.b), b.cfg.MaxBytes)
+	}
+	return batchReq{ctx: ctx, cmd: c, ver: w.ver, body: w.b, done: make(chan batchResp, 1)}, nil
+}
+
+// send queues a group of requests (in order, together).
+func (b *Batcher) send(ctx context.Context, group []batchReq) error {
+	b.closeMu.RLock()
+	defer b.closeMu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
+	select {
+	case b.reqs <- group:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // wait returns the outcome of a queued request.
@@ -253,21 +283,34 @@ func (b *Batcher) Close() error {
 
 func (b *Batcher) loop() {
 	defer b.wg.Done()
-	var pending *batchReq
+	var pending []batchReq // the rest of a group that did not fit the last entry
 	for {
-		var first batchReq
-		if pending != nil {
-			first, pending = *pending, nil
+		var first []batchReq
+		if len(pending) > 0 {
+			first, pending = pending, nil
 		} else {
-			r, ok := <-b.reqs
+			g, ok := <-b.reqs
 			if !ok {
 				return
 			}
-			first = r
+			first = g
 		}
 		b.slots <- struct{}{} // wait for an in-flight slot; commands queue meanwhile
-		batch := []batchReq{first}
-		size := len(first.body) + 16
+		var batch []batchReq
+		size := 8
+		// add takes g's requests while they fit the entry and returns the
+		// rest. The first request always fits (enqueue checked its size).
+		add := func(g []batchReq) []batchReq {
+			for i, r := range g {
+				if len(batch) > 0 && (len(batch) == b.cfg.MaxCommands || size+len(r.body)+8 > b.cfg.MaxBytes) {
+					return g[i:]
+				}
+				size += len(r.body) + 8
+				batch = append(batch, r)
+			}
+			return nil
+		}
+		pending = add(first)
 		var linger <-chan time.Time
 		var timer *time.Timer
 		if b.cfg.Linger > 0 {
@@ -276,18 +319,18 @@ func (b *Batcher) loop() {
 		}
 		closed := false
 	gather:
-		for len(batch) < b.cfg.MaxCommands {
-			var r batchReq
+		for len(pending) == 0 && len(batch) < b.cfg.MaxCommands {
+			var g []batchReq
 			var ok bool
 			if linger != nil {
 				select {
-				case r, ok = <-b.reqs:
+				case g, ok = <-b.reqs:
 				case <-linger:
 					break gather
 				}
 			} else {
 				select {
-				case r, ok = <-b.reqs:
+				case g, ok = <-b.reqs:
 				default:
 					break gather
 				}
@@ -296,12 +339,7 @@ func (b *Batcher) loop() {
 				closed = true
 				break
 			}
-			if size+len(r.body)+8 > b.cfg.MaxBytes {
-				pending = &r
-				break
-			}
-			size += len(r.body) + 8
-			batch = append(batch, r)
+			pending = add(g)
 		}
 		if timer != nil {
 			timer.Stop()

@@ -414,6 +414,51 @@ func TestBatcherApplyAllKeepsOrder(t *testing.T) {
 	}
 }
 
+// ApplyAll's commands go out together: in one entry when they fit (even
+// with a slot free the moment the first arrives, where Apply calls made one
+// after another could go out one per entry), split only by MaxCommands.
+func TestBatcherApplyAllOneEntry(t *testing.T) {
+	for _, tc := range []struct {
+		max, n int
+		want   []int
+	}{
+		{max: 16, n: 6, want: []int{6}},
+		{max: 4, n: 10, want: []int{4, 4, 2}},
+	} {
+		f, _ := newTestFSM(t, DefaultConfig())
+		a := &fsmApplier{f: f}
+		b, err := NewBatcher(a, BatcherConfig{MaxCommands: tc.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds := make([]Command, tc.n)
+		for i := range cmds {
+			cmds[i] = JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("k", i)}
+		}
+		for round := range 20 {
+			a.mu.Lock()
+			a.sizes = nil
+			a.mu.Unlock()
+			for i := range cmds {
+				cmds[i] = JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("r", round, "k", i)}
+			}
+			res, errs := b.ApplyAll(context.Background(), cmds)
+			for i := range cmds {
+				if errs[i] != nil || res[i].Err != nil || res[i].Job.Key != cmds[i].(JobEnqueue).Key {
+					t.Fatalf("max %d round %d command %d: %v %v %+v", tc.max, round, i, errs[i], res[i].Err, res[i].Job)
+				}
+			}
+			a.mu.Lock()
+			got := fmt.Sprint(a.sizes)
+			a.mu.Unlock()
+			if got != fmt.Sprint(tc.want) {
+				t.Fatalf("max %d round %d: entry sizes %s, want %v", tc.max, round, got, tc.want)
+			}
+		}
+		b.Close()
+	}
+}
+
 // TestBatcherApplyEncodedOrder: a batch forwarded from a follower commits
 // in the order it was sent, even when every command goes out in its own
 // entry (MaxCommands 1) — submitted concurrently, they would not.

@@ -59,10 +59,11 @@ type backend interface {
 	setLoad(summary string) error
 	// setDraining commits this node's draining flag.
 	setDraining(ctx context.Context, draining bool) error
-	// handoff is called once this node has stopped acting on a revoked
-	// shard (its workers returned): the backend proposes Transfer to the
-	// revocation's target, or Release (protocol rule 5).
-	handoff(ctx context.Context, s uint32, epoch uint64) error
+	// handoff is called once this node has stopped acting on revoked
+	// shards (their workers returned): the backend proposes a Transfer to
+	// each revocation's target, or a Release (protocol rule 5), all in one
+	// batch.
+	handoff(ctx context.Context, shards []shardEpoch) error
 	// resign gives up s at epoch after this node stopped acting on it; the
 	// control group should not grant it straight back.
 	resign(ctx context.Context, s uint32, epoch uint64) error

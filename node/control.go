@@ -115,9 +115,15 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	cc.PushCommand = push
 	// The hook is registered before the group starts applying; it reaches
 	// the group through an atomic pointer set once the group exists.
+	// One push per entry: the commands of a Batch entry (a drain's
+	// handoffs, a planner round's grants) share its index, and a push
+	// appended after the entry applied carries its commit. The hook runs on
+	// the FSM's one apply goroutine, so pushedAt needs no lock.
 	var pushTo atomic.Pointer[cluster.ControlGroup]
-	d.fsm.OnApply(func(_ uint64, c ledger.Command, r ledger.Result) {
-		if g := pushTo.Load(); g != nil && handsOver(c, r) {
+	var pushedAt uint64
+	d.fsm.OnApply(func(index uint64, c ledger.Command, r ledger.Result) {
+		if g := pushTo.Load(); g != nil && index != pushedAt && handsOver(c, r) {
+			pushedAt = index
 			g.PushCommit()
 		}
 	})
@@ -226,20 +232,21 @@ func (c *clusterControl) Shutdown(ctx context.Context) error {
 	return c.g.Shutdown(ctx)
 }
 
-// handsOver reports whether an applied command gave a shard to a new owner
-// (a Grant, or a Transfer from a draining owner) — the commands whose
-// commit another node is waiting to apply before it acts. On the leader the
-// control group then pushes the commit index to the followers at once
-// (cluster.ControlGroup.PushCommit) instead of letting the new owner learn
-// it at Raft's next commit tick, up to 2·CommitTimeout later
-// (docs/handoff.md). A Release needs no push: the Grant the leader's
-// planner proposes after it is one of these.
+// handsOver reports whether an applied command moves a shard on — a Grant
+// or a Transfer from a draining owner, whose new owner waits to apply it
+// before it acts, or a Revoke, whose owner waits to apply it before it
+// stops and hands the shard over. On the leader the control group then
+// pushes the commit index to the followers at once
+// (cluster.ControlGroup.PushCommit) instead of letting them learn it at
+// Raft's next commit tick, up to 2·CommitTimeout later (docs/handoff.md).
+// A Release needs no push: the Grant the leader's planner proposes after it
+// is one of these.
 func handsOver(c ledger.Command, r ledger.Result) bool {
 	if r.Err != nil {
 		return false
 	}
 	switch c.(type) {
-	case ledger.Grant, ledger.Transfer:
+	case ledger.Grant, ledger.Transfer, ledger.Revoke:
 		return true
 	}
 	return false

@@ -634,6 +634,7 @@ func (n *Node) refresh(now time.Time) time.Time {
 	}
 	acting := make(map[uint32]Token)
 	var next time.Time
+	var drained []shardEpoch // revoked shards to hand over, in one go
 	for _, rec := range recs {
 		if closed {
 			break
@@ -657,12 +658,14 @@ func (n *Node) refresh(now time.Time) time.Time {
 		// Protocol-acting on a revoked shard: hand it over once no worker
 		// runs on it any more (rule 5).
 		if a, ok := n.be.acting(rec.Shard, now); ok && a.revoking {
-			n.maybeHandoff(rec.Shard, a.epoch)
+			drained = append(drained, shardEpoch{rec.Shard, a.epoch})
 			if d := a.until; next.IsZero() || d.Before(next) {
 				next = d
 			}
 		}
 	}
+
+	n.startHandoffs(drained)
 
 	var evs []Event
 	n.mu.Lock()
@@ -715,24 +718,43 @@ func (n *Node) refresh(now time.Time) time.Time {
 	return next
 }
 
-// maybeHandoff proposes the handoff of a revoked shard at epoch once no
-// worker of this node runs on it, at most once per (shard, epoch).
-func (n *Node) maybeHandoff(shard uint32, epoch uint64) {
-	n.mu.Lock()
-	if n.active[shard] > 0 || n.handing[shard] == epoch {
-		n.mu.Unlock()
+// shardEpoch is a shard at an ownership epoch.
+type shardEpoch struct {
+	shard uint32
+	epoch uint64
+}
+
+// startHandoffs proposes the handoffs of revoked shards once no worker of
+// this node runs on them, at most once per (shard, epoch). The shards that
+// one refresh finds drained are handed over together — one proposal batch,
+// one Raft entry — instead of one commit after another: a drain revokes
+// every shard of the node at once, and each handoff is the successor's
+// wait (docs/handoff.md).
+func (n *Node) startHandoffs(cand []shardEpoch) {
+	if len(cand) == 0 {
 		return
 	}
-	n.handing[shard] = epoch
+	n.mu.Lock()
+	var start []shardEpoch
+	for _, se := range cand {
+		if n.active[se.shard] > 0 || n.handing[se.shard] == se.epoch {
+			continue
+		}
+		n.handing[se.shard] = se.epoch
+		start = append(start, se)
+	}
 	n.mu.Unlock()
+	if len(start) == 0 {
+		return
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), n.timing.DrainTimeout+n.timing.Lease)
 		defer cancel()
-		if err := n.be.handoff(ctx, shard, epoch); err != nil {
-			n.log.Warn("handoff failed; the control group takes the shard over after the drain timeout",
-				"shard", shard, "epoch", epoch, "err", err)
+		if err := n.be.handoff(ctx, start); err != nil {
+			n.log.Warn("handoff failed; the control group takes the shards over after the drain timeout",
+				"shards", len(start), "err", err)
 		}
 		n.notify()
 	}()

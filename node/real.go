@@ -664,6 +664,25 @@ func (b *netBackend) step(now time.Time, in ownership.AgentInput) time.Time {
 	return rd.WakeAt
 }
 
+// stepAll feeds inputs to the agent one after another and carries out
+// their Readys with the proposals of all of them together, in order: one
+// batch (docs/handoff.md). b.mu not held.
+func (b *netBackend) stepAll(now time.Time, ins []ownership.AgentInput) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	var cmds []ledger.Command
+	for _, in := range ins {
+		rd := b.agent.Step(now, in)
+		cmds = append(cmds, rd.Proposals...)
+		rd.Proposals = nil
+		b.dispatch(rd)
+	}
+	b.dispatch(ownership.Ready{Proposals: cmds})
+}
+
 // stepHold is step, except that the first proposal hold selects is
 // returned instead of dispatched (the caller commits it itself). ok is
 // false once the backend is closed.
@@ -797,16 +816,21 @@ func (b *netBackend) renew(ask ownership.RenewAsk) {
 }
 
 // proposeAll commits the agent's proposals (handoffs, drain
-// reconciliation) one by one; their effect reaches the agent through the
-// replica.
+// reconciliation) together, in order — one entry, usually (Batcher.ApplyAll)
+// — and waits until the replica applied them; their effect reaches the
+// agent through the replica.
 func (b *netBackend) proposeAll(cmds []ledger.Command) {
-	for _, c := range cmds {
-		ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
-		r, err := b.batcher.Apply(ctx, c)
-		cancel()
-		if err == nil && r.Err == nil {
-			_ = b.fsm.WaitApplied(b.ctx, r.Index)
+	ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
+	defer cancel()
+	res, errs := b.batcher.ApplyAll(ctx, cmds)
+	var last uint64
+	for i := range cmds {
+		if errs[i] == nil && res[i].Err == nil {
+			last = max(last, res[i].Index)
 		}
+	}
+	if last > 0 {
+		_ = b.fsm.WaitApplied(ctx, last)
 	}
 	b.kick()
 }
@@ -1142,8 +1166,12 @@ func (b *netBackend) setDraining(ctx context.Context, draining bool) error {
 	return err
 }
 
-func (b *netBackend) handoff(ctx context.Context, s uint32, epoch uint64) error {
-	b.step(time.Now(), ownership.ShardDrained{Shard: s, Epoch: epoch})
+func (b *netBackend) handoff(ctx context.Context, shards []shardEpoch) error {
+	in := make([]ownership.AgentInput, len(shards))
+	for i, se := range shards {
+		in[i] = ownership.ShardDrained{Shard: se.shard, Epoch: se.epoch}
+	}
+	b.stepAll(time.Now(), in)
 	return nil
 }
 

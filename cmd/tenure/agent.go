@@ -139,7 +139,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		}
 	}
 	if c.Workload {
-		wl := &workload{src: n, node: n.ID(), every: c.TickEvery, witness: wit, metrics: metrics, jobs: n}
+		wl := &workload{src: n, node: n.ID(), every: c.TickEvery, sample: c.TickSample, witness: wit, metrics: metrics, jobs: n}
 		goRun(func() { wl.run(runCtx) })
 	}
 	log.Info("agent running", "node", n.ID(), "http", httpAddr, "https", httpTLS, "auth", c.Token != "",

@@ -55,6 +55,7 @@ type agentConfig struct {
 	Witness               string
 	Workload              bool
 	TickEvery             time.Duration
+	TickSample            time.Duration
 	DrainOnStop           time.Duration
 	LogFormat             string // auto, text, json
 	LogLevel              string // debug, info, warn, error
@@ -105,6 +106,7 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.StringVar(&c.Witness, "witness", c.Witness, "URL the demo workload POSTs its ticks to (see: tenure witness -h)")
 	fs.BoolVar(&c.Workload, "workload", c.Workload, "run the demo workload that ticks every owned shard")
 	fs.DurationVar(&c.TickEvery, "tick", c.TickEvery, "demo workload tick period")
+	fs.DurationVar(&c.TickSample, "tick-sample", c.TickSample, "demo workload: look at the acting shards this often (below --tick) and report to the witness the first and last sample of each acting stretch too, so it sees acting start and stop to within this (0: --tick)")
 	fs.DurationVar(&c.DrainOnStop, "drain-timeout", c.DrainOnStop, "on SIGTERM/SIGINT, how long to wait for shards to hand over before leaving anyway")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: auto (text on a terminal, JSON otherwise), text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
@@ -378,6 +380,9 @@ func (c agentConfig) Validate() error {
 	}
 	if c.TickEvery < time.Millisecond {
 		bad("tick %s: want at least 1ms", c.TickEvery)
+	}
+	if c.TickSample != 0 && (c.TickSample < time.Millisecond || c.TickSample > c.TickEvery) {
+		bad("tick-sample %s: want 0 or 1ms..--tick (%s)", c.TickSample, c.TickEvery)
 	}
 	if c.JobTimeout <= 0 {
 		bad("job-timeout %s: want > 0", c.JobTimeout)

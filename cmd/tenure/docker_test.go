@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +48,13 @@ func TestDockerChaos(t *testing.T) {
 		partitions = 32
 		lease      = time.Second // the fast profile
 	)
+	// TENURE_DOCKER_KILLS=N runs N owner kills, N leader kills and N
+	// leader pauses instead of the fault tour; TENURE_DOCKER_LOG=debug runs the agents at debug
+	// level and prints the survivors' log lines of each failover;
+	// TENURE_DOCKER_BIN names a static binary to run instead of building
+	// this tree's (to compare commits).
+	kills, _ := strconv.Atoi(os.Getenv("TENURE_DOCKER_KILLS"))
+	logLevel := cmp.Or(os.Getenv("TENURE_DOCKER_LOG"), "info")
 	dk := newDockerEnv(t)
 	image := dk.buildImage()
 	seed := rand.Uint64()
@@ -108,7 +117,7 @@ func TestDockerChaos(t *testing.T) {
 			"--tls-ca", "/tls/ca.pem", "--tls-cert", "/tls/"+id+".pem", "--tls-key", "/tls/"+id+"-key.pem",
 			"--encrypt", gossipKey,
 			"--http-addr", "0.0.0.0:7948", "--http-insecure", // the API is reachable on the private networks only
-			"--witness", witnessURL, "--tick", "10ms", "--log-format", "json")...)
+			"--witness", witnessURL, "--tick", "10ms", "--log-format", "json", "--log-level", logLevel)...)
 		nodeTLS := filepath.Join(tlsDir, "node-"+id)
 		if err := os.Mkdir(nodeTLS, 0o700); err != nil {
 			t.Fatal(err)
@@ -150,25 +159,31 @@ func TestDockerChaos(t *testing.T) {
 	// leaderShard picks the control group's leader and a shard it acts on.
 	leaderShard := func() (uint32, string) {
 		t.Helper()
+		// The leader may act on no shard for a moment (a node that just
+		// came back takes its ring place): wait for one.
 		var leader string
-		waitFor(t, 30*time.Second, "a control-group leader", func() bool {
-			st, err := getJSON[apitypes.Status](apiAddr["n1"], "/v1/status")
-			leader = st.ControlLeader
-			return err == nil && leader != ""
-		})
 		var mine []uint32
-		for s, o := range owners {
-			if o == leader {
-				mine = append(mine, s)
+		waitFor(t, 30*time.Second, "a control-group leader acting on a shard", func() bool {
+			st, err := getJSON[apitypes.Status](apiAddr["n1"], "/v1/status")
+			leader, mine = st.ControlLeader, nil
+			if err != nil || leader == "" {
+				return false
 			}
-		}
-		if len(mine) == 0 {
-			t.Fatalf("the control-group leader %s acts on no shard", leader)
-		}
+			o, err := actingOwners(dc, live)
+			if err != nil {
+				return false
+			}
+			for s, ids := range o {
+				if len(ids) == 1 && ids[0] == leader {
+					mine = append(mine, s)
+				}
+			}
+			return len(mine) > 0
+		})
 		slices.Sort(mine)
 		return mine[rng.IntN(len(mine))], leader
 	}
-	failover := func(what string, pick func() (uint32, string), fault, heal func(name string)) {
+	failover := func(what string, pick func() (uint32, string), fault, heal func(name string)) time.Duration {
 		t.Helper()
 		shard, victim := pick()
 		faultAt := time.Now()
@@ -195,6 +210,9 @@ func TestDockerChaos(t *testing.T) {
 			moved = first.Sub(faultAt)
 		}
 		t.Logf("%s %s: shard %d acted on by %s after %v", what, victim, shard, next, moved.Round(time.Millisecond))
+		if logLevel == "debug" {
+			dk.dumpLogs(t, ids, victim, faultAt, faultAt.Add(moved+200*time.Millisecond))
+		}
 		heal(dk.name(victim))
 		live[victim] = true
 		waitFor(t, 120*time.Second, victim+" to act on shards again", func() bool {
@@ -210,27 +228,59 @@ func TestDockerChaos(t *testing.T) {
 			return false
 		})
 		owners = waitOneActingOwner(t, dc, live, partitions, "", 120*time.Second)
+		return moved
 	}
 
 	kill := func(name string) { dk.run("kill", "--signal", "KILL", name) }
 	restartC := func(name string) { dk.run("start", name) }
-	failover("docker kill (SIGKILL) of an owner", randomOwner, kill, restartC)
-	failover("docker kill (SIGKILL) of the control-group leader", leaderShard, kill, restartC)
-	var pausedAt time.Time
-	failover("docker pause (5 lease periods)", randomOwner, func(name string) { dk.run("pause", name); pausedAt = time.Now() },
-		func(name string) {
-			// The fault's length, not a wait for a condition: the frozen
-			// process must wake long after its lease ended.
+	if kills > 0 {
+		// Kills only, alternating (docs/benchmarks.md, failover between
+		// containers): an owner kill that is not the leader, then a leader kill.
+		var owner, leader, paused []time.Duration
+		var pausedAt time.Time
+		pause := func(name string) { dk.run("pause", name); pausedAt = time.Now() }
+		unpause := func(name string) {
+			// The fault's length, not a wait for a condition (as below).
 			<-time.After(time.Until(pausedAt.Add(5 * lease)))
 			dk.run("unpause", name)
-		})
-	failover("partition (cluster network cut)", randomOwner, func(name string) { dk.run("network", "disconnect", clusterNet, name) },
-		func(name string) {
-			id := strings.TrimPrefix(name, dk.prefix)
-			dk.run("network", "connect", "--ip", clusterIP[id], clusterNet, name)
-		})
-	failover("docker restart (SIGTERM: drain, leave, start)", randomOwner, func(name string) { dk.run("restart", "--time", "30", name) },
-		func(string) {})
+		}
+		for range kills {
+			_, l := leaderShard()
+			notLeader := func() (uint32, string) {
+				for {
+					if s, o := randomOwner(); o != l {
+						return s, o
+					}
+				}
+			}
+			owner = append(owner, failover("docker kill (SIGKILL) of an owner (not the leader)", notLeader, kill, restartC))
+			leader = append(leader, failover("docker kill (SIGKILL) of the control-group leader", leaderShard, kill, restartC))
+			paused = append(paused, failover("docker pause of the control-group leader (5 lease periods)", leaderShard, pause, unpause))
+		}
+		op, lp := medianDuration(owner), medianDuration(leader)
+		t.Logf("kills: owner %v p50 %v; leader %v p50 %v; leader/owner %.2f", owner, op, leader, lp, float64(lp)/float64(op))
+		t.Logf("leader paused: %v p50 %v", paused, medianDuration(paused))
+	} else {
+		failover("docker kill (SIGKILL) of an owner", randomOwner, kill, restartC)
+		failover("docker kill (SIGKILL) of the control-group leader", leaderShard, kill, restartC)
+	}
+	if kills == 0 {
+		var pausedAt time.Time
+		failover("docker pause (5 lease periods)", randomOwner, func(name string) { dk.run("pause", name); pausedAt = time.Now() },
+			func(name string) {
+				// The fault's length, not a wait for a condition: the frozen
+				// process must wake long after its lease ended.
+				<-time.After(time.Until(pausedAt.Add(5 * lease)))
+				dk.run("unpause", name)
+			})
+		failover("partition (cluster network cut)", randomOwner, func(name string) { dk.run("network", "disconnect", clusterNet, name) },
+			func(name string) {
+				id := strings.TrimPrefix(name, dk.prefix)
+				dk.run("network", "connect", "--ip", clusterIP[id], clusterNet, name)
+			})
+		failover("docker restart (SIGTERM: drain, leave, start)", randomOwner, func(name string) { dk.run("restart", "--time", "30", name) },
+			func(string) {})
+	}
 
 	// Let the witness see the final placement, then judge the whole run.
 	seen := wit.check(1).Ticks
@@ -294,10 +344,24 @@ func (d *dockerEnv) buildImage() string {
 	if err != nil {
 		d.t.Fatalf("no go binary on PATH: %v", err)
 	}
-	cmd := exec.Command(gobin, "build", "-trimpath", "-o", filepath.Join(dir, "bin", "tenure"), ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		d.t.Fatalf("static build: %v\n%s", err, out)
+	if bin := os.Getenv("TENURE_DOCKER_BIN"); bin != "" {
+		// A static binary built elsewhere (another commit, to compare).
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+			d.t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bin", "tenure"), b, 0o755); err != nil {
+			d.t.Fatal(err)
+		}
+	} else {
+		cmd := exec.Command(gobin, "build", "-trimpath", "-o", filepath.Join(dir, "bin", "tenure"), ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			d.t.Fatalf("static build: %v\n%s", err, out)
+		}
 	}
 	dockerfile, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
 	if err != nil {
@@ -376,4 +440,48 @@ func (d *dockerEnv) cleanup() {
 	if err := errors.Join(errs...); err != nil {
 		d.t.Logf("docker cleanup: %v", err)
 	}
+}
+
+// dumpLogs prints the log lines the containers (the victim's excluded)
+// wrote between from and to, in time order: the timeline of a failover.
+func (d *dockerEnv) dumpLogs(t *testing.T, ids []string, victim string, from, to time.Time) {
+	t.Helper()
+	var lines []string
+	for _, id := range ids {
+		if id == victim {
+			continue
+		}
+		out, err := exec.Command("docker", "logs", "--timestamps", "--since", from.Add(-100*time.Millisecond).Format(time.RFC3339Nano),
+			"--until", to.Format(time.RFC3339Nano), d.name(id)).CombinedOutput()
+		if err != nil {
+			t.Logf("logs of %s: %v", id, err)
+			continue
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			ts, rest, ok := strings.Cut(l, " ")
+			if !ok {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("%+8dms %s %s", at.Sub(from).Milliseconds(), id, rest))
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b string) int {
+		x, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(strings.TrimSpace(a), "ms", 2)[0]))
+		y, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(strings.TrimSpace(b), "ms", 2)[0]))
+		return cmp.Compare(x, y)
+	})
+	t.Logf("timeline (ms after the fault):\n%s", strings.Join(lines, "\n"))
+}
+
+func medianDuration(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }

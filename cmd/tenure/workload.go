@@ -54,14 +54,32 @@ type jobProcessor interface {
 // node acts on and reports each unit to the witness, if any. With jobs set
 // it also processes the owned shards' jobs, on its own goroutine so commits
 // never delay the ticks.
+//
+// With sample set (below every), it looks at the acting shards every
+// sample but reports to the witness only every every, plus the first and
+// the last sample of each acting stretch of a (shard, epoch): the witness
+// then sees when acting started and stopped to within sample, at about
+// the traffic of ticking every every. The first and last samples are what
+// an overlap check and a handoff gap need (docs/benchmarks.md).
 type workload struct {
 	src     actingSource
 	jobs    jobProcessor // nil: no job processing
 	node    string
 	every   time.Duration
-	witness *witness // nil: no witness
+	sample  time.Duration // 0 or ≥ every: every sample is reported
+	witness *witness      // nil: no witness
 	metrics *agentMetrics
 	seq     uint64
+	// stretch is each acting shard's current stretch: its epoch, samples
+	// taken, and the latest sample not reported yet (held: zero Seq if none).
+	stretch map[uint32]*stretch
+}
+
+// stretch is one shard's run of consecutive acting samples at an epoch.
+type stretch struct {
+	epoch uint64
+	n     int
+	held  tick
 }
 
 // run ticks until ctx ends.
@@ -83,7 +101,7 @@ func (w *workload) run(ctx context.Context) {
 			}
 		}()
 	}
-	t := time.NewTicker(w.every)
+	t := time.NewTicker(w.period())
 	defer t.Stop()
 	for {
 		select {
@@ -93,6 +111,22 @@ func (w *workload) run(ctx context.Context) {
 		}
 		w.tickOnce()
 	}
+}
+
+// period is how often the workload looks at its shards.
+func (w *workload) period() time.Duration {
+	if w.sample > 0 && w.sample < w.every {
+		return w.sample
+	}
+	return w.every
+}
+
+// reportEvery is how many samples of a stretch go by per reported one.
+func (w *workload) reportEvery() int {
+	if w.sample <= 0 || w.sample >= w.every {
+		return 1
+	}
+	return int(w.every / w.sample)
 }
 
 func (w *workload) tickOnce() {
@@ -106,17 +140,50 @@ func (w *workload) tickOnce() {
 	for _, o := range after {
 		still[o.Shard] = o.Epoch
 	}
+	if w.stretch == nil {
+		w.stretch = make(map[uint32]*stretch)
+	}
+	acted := make(map[uint32]bool, len(before))
+	k := w.reportEvery()
 	for _, o := range before {
 		if e, ok := still[o.Shard]; !ok || e != o.Epoch {
 			continue
 		}
+		acted[o.Shard] = true
 		w.seq++
 		if w.metrics != nil {
 			w.metrics.ticks.Inc()
 		}
-		if w.witness != nil {
-			w.witness.record(tick{Shard: o.Shard, Epoch: o.Epoch, Node: w.node, Seq: w.seq, UnixNano: now})
+		t := tick{Shard: o.Shard, Epoch: o.Epoch, Node: w.node, Seq: w.seq, UnixNano: now}
+		st := w.stretch[o.Shard]
+		if st == nil || st.epoch != o.Epoch {
+			if st != nil {
+				w.report(st.held) // the last sample of the previous stretch
+			}
+			st = &stretch{epoch: o.Epoch}
+			w.stretch[o.Shard] = st
 		}
+		if st.n%k == 0 {
+			w.report(t)
+			st.held = tick{}
+		} else {
+			st.held = t
+		}
+		st.n++
+	}
+	// A stretch that ended: its last sample is reported now.
+	for s, st := range w.stretch {
+		if !acted[s] {
+			w.report(st.held)
+			delete(w.stretch, s)
+		}
+	}
+}
+
+// report sends t to the witness, if any (a zero t is nothing to send).
+func (w *workload) report(t tick) {
+	if w.witness != nil && t.Seq != 0 {
+		w.witness.record(t)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -208,5 +209,51 @@ func TestWorkloadTicksOnlyShardsActingAroundTheTick(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Shard != 1 || got[0].Epoch != 1 {
 		t.Fatalf("ticks %+v, want only shard 1 at epoch 1", got)
+	}
+}
+
+// With sample below every, the witness gets every k-th sample of a stretch
+// plus its first and last sample, so a stretch's end is seen to within a
+// sample, not a report period.
+func TestWorkloadReportsStretchEdges(t *testing.T) {
+	wit := newWitness("http://unused", slog.New(slog.DiscardHandler), nil)
+	a := []ownedShard{{1, 1}}
+	b := []ownedShard{{1, 2}}
+	var calls [][]ownedShard
+	// Samples (two Owned calls each): 7 at epoch 1, 1 with nothing, 2 at epoch 2.
+	for range 7 {
+		calls = append(calls, a, a)
+	}
+	calls = append(calls, nil, nil)
+	calls = append(calls, b, b, b, b)
+	src := &flipOwned{calls: calls}
+	wl := &workload{src: src, node: "n1", every: 10 * time.Millisecond, sample: 3 * time.Millisecond, witness: wit}
+	// every/sample = 3: samples 0, 3, 6 of a stretch are reported, and the
+	// last one when the stretch ends.
+	for range 10 {
+		wl.tickOnce()
+	}
+	close(wit.ticks)
+	var got []uint64
+	for tk := range wit.ticks {
+		got = append(got, tk.Seq*10+tk.Epoch)
+	}
+	// Seqs 1..7 at epoch 1 (1, 4, 7 reported; 7 is also the last), 8..9 at epoch 2 (8 first; 9 held).
+	want := []uint64{11, 41, 71, 82}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("reported seq*10+epoch %v, want %v", got, want)
+	}
+	// The held last sample of epoch 2 goes out once the stretch ends.
+	wit2 := newWitness("http://unused", slog.New(slog.DiscardHandler), nil)
+	wl.witness = wit2
+	wl.src = &flipOwned{calls: [][]ownedShard{nil, nil}}
+	wl.tickOnce()
+	close(wit2.ticks)
+	got = got[:0]
+	for tk := range wit2.ticks {
+		got = append(got, tk.Seq*10+tk.Epoch)
+	}
+	if fmt.Sprint(got) != "[92]" {
+		t.Fatalf("after the stretch ended: %v, want [92]", got)
 	}
 }

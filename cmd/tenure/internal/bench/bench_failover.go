@@ -38,6 +38,7 @@ type failoverOptions struct {
 	json       bool
 	partitions int
 	tick       time.Duration
+	tickSample time.Duration // agents' --tick-sample (0: every tick is a sample)
 	seed       uint64
 	dir        string
 	agentBin   string
@@ -58,7 +59,8 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.StringVar(&o.mode, "mode", "crash", "crash (kill -9 the owner), restart (kill -9 and restart it at once with the same identity) or drain (planned handoff)")
 	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object (progress goes to stderr)")
 	fs.IntVar(&o.partitions, "partitions", 32, "shards in the benchmark cluster")
-	fs.DurationVar(&o.tick, "tick", 10*time.Millisecond, "demo workload tick period: the resolution of 'acting'")
+	fs.DurationVar(&o.tick, "tick", 10*time.Millisecond, "demo workload tick period: the resolution of 'acting' (see -tick-sample)")
+	fs.DurationVar(&o.tickSample, "tick-sample", -1, "demo workload sample period below -tick: acting's start and stop are seen to within it (default: 1ms in drain mode, where the gap is milliseconds; else -tick)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for shard choice and kill phase (0: random)")
 	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
@@ -89,10 +91,18 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 		return o, fmt.Errorf("bench failover: -partitions %d: want %d (nodes)..%d", o.partitions, o.nodes, 1<<16)
 	case o.tick < time.Millisecond || o.tick > time.Second:
 		return o, fmt.Errorf("bench failover: -tick %v: want 1ms..1s", o.tick)
+	case o.tickSample >= 0 && o.tickSample != 0 && (o.tickSample < time.Millisecond || o.tickSample > o.tick):
+		return o, fmt.Errorf("bench failover: -tick-sample %v: want 0 or 1ms..-tick", o.tickSample)
 	case o.down < 0 || o.down > 10*time.Minute:
 		return o, fmt.Errorf("bench failover: -down %v: want 0..10m", o.down)
 	case o.down > 0 && o.mode != "restart":
 		return o, fmt.Errorf("bench failover: -down %v needs -mode restart", o.down)
+	}
+	if o.tickSample < 0 {
+		o.tickSample = 0
+		if o.mode == "drain" && o.tick > time.Millisecond {
+			o.tickSample = time.Millisecond
+		}
 	}
 	if o.seed == 0 {
 		o.seed = rand.Uint64()
@@ -135,6 +145,7 @@ type failoverSummary struct {
 	Partitions        int       `json:"partitions"`
 	LeaseMs           int64     `json:"lease_ms"`
 	TickMs            float64   `json:"tick_ms"`
+	TickSampleMs      float64   `json:"tick_sample_ms,omitempty"` // the resolution of acting, when below tick_ms
 	WitnessTicks      int       `json:"witness_ticks"`
 	WitnessViolations int       `json:"witness_violations"`
 	AgentRSSMB        float64   `json:"agent_rss_mb"`
@@ -229,7 +240,7 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 
 	rng := rand.New(rand.NewPCG(o.seed, 0xfa11))
 	s := failoverSummary{Mode: o.mode, Profile: o.profile, Runs: o.runs, Nodes: o.nodes, Partitions: o.partitions,
-		LeaseMs: o.lease.Milliseconds(), TickMs: float64(o.tick.Microseconds()) / 1000, AgentRSSMB: rss, AgentCPUPct: cpu, Seed: o.seed,
+		LeaseMs: o.lease.Milliseconds(), TickMs: float64(o.tick.Microseconds()) / 1000, TickSampleMs: float64(o.tickSample.Microseconds()) / 1000, AgentRSSMB: rss, AgentCPUPct: cpu, Seed: o.seed,
 		Fenced: o.fenced, FencedAfterMs: ms(o.fencedAfter)}
 	s.Measured = "kill→acting"
 	switch {
@@ -297,7 +308,11 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 		fmt.Fprintln(m.Stdout, string(b))
 		return nil
 	}
-	fmt.Fprintf(m.Stdout, "tenure %s, profile %s (lease %v), %d agents, %d shards, tick %v%s\n", s.Mode, s.Profile, o.lease, s.Nodes, s.Partitions, o.tick, o.fencedNote())
+	tick := o.tick.String()
+	if o.tickSample > 0 {
+		tick += fmt.Sprintf(" (sampled every %v)", o.tickSample)
+	}
+	fmt.Fprintf(m.Stdout, "tenure %s, profile %s (lease %v), %d agents, %d shards, tick %s%s\n", s.Mode, s.Profile, o.lease, s.Nodes, s.Partitions, tick, o.fencedNote())
 	fmt.Fprintf(m.Stdout, "  %s over %d samples: min %.1f  p50 %.1f  p99 %.1f  max %.1f ms; overlapping runs %d\n",
 		s.Measured, s.Samples, s.MinMs, s.P50Ms, s.P99Ms, s.MaxMs, s.Overlaps)
 	if len(commits) > 0 {
@@ -573,6 +588,7 @@ func (c *foCluster) agentArgs(a *foAgent) []string {
 		"--partitions", strconv.Itoa(c.opts.partitions),
 		"--witness", c.witness,
 		"--tick", c.opts.tick.String(),
+		"--tick-sample", c.opts.tickSample.String(),
 		"--drain-timeout", "5s",
 		"--log-format", "json",
 		"--log-level", "warn",
