@@ -184,8 +184,8 @@ type netBackend struct {
 	// mu guards the agent and the fields below. The agent
 	// (ownership.Agent) makes every node-side decision; this backend only
 	// feeds it inputs and carries out its Ready (agentLoop, step).
-	mu         sync.Mutex
-	agent      *ownership.Agent
+	mu    sync.Mutex
+	agent *ownership.Agent
 	// agentSaw is the replica state the agent last observed in full
 	// (stepLatest): the same state again is only a Tick.
 	agentSaw   *ledger.State
