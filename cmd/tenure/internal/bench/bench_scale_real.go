@@ -48,6 +48,13 @@ type realScaleResult struct {
 	// running agent and every agent owned at least one.
 	SpawnMs    float64 `json:"spawn_ms"`
 	ConvergeMs float64 `json:"converge_ms"`
+	// QuietMs is the time from the first spawn until, after converging,
+	// the leader's applied index stood still for quietFor (the planner's
+	// rebalancing moves done): the at-rest figures are taken after it.
+	// QuietTimedOut: it did not within -settle-timeout; the figures are
+	// then taken anyway.
+	QuietMs       float64 `json:"quiet_ms"`
+	QuietTimedOut bool    `json:"quiet_timed_out,omitempty"`
 
 	// At rest, over IdleSeconds: per-process RSS (MiB) and CPU (% of one
 	// core), median and max over all agents, and the leader's.
@@ -380,6 +387,12 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	}
 	res.ConvergeMs = ms(time.Since(t0))
 	progress("converged in %.1f s (spawning took %.1f s)", res.ConvergeMs/1000, res.SpawnMs/1000)
+	quiet, err := c.waitQuiet(ctx, t0.Add(o.settle))
+	if err != nil {
+		return fmt.Errorf("bench scale --real: %w", err)
+	}
+	res.QuietMs, res.QuietTimedOut = ms(time.Since(t0)), !quiet
+	progress("quiet (no commit for %v) after %.1f s (timed out: %v)", quietFor, res.QuietMs/1000, !quiet)
 
 	if err := c.idle(ctx, &res); err != nil {
 		return fmt.Errorf("bench scale --real: %w", err)
@@ -404,6 +417,11 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	fmt.Fprintf(w, "%d real agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, %d CPUs\n",
 		res.Nodes, res.Voters, res.Members, res.Shards, res.Profile, res.CPUs)
 	fmt.Fprintf(w, "  full ownership after     %8.1f s (spawning %d processes took %.1f s)\n", res.ConvergeMs/1000, res.Nodes, res.SpawnMs/1000)
+	quietNote := ""
+	if res.QuietTimedOut {
+		quietNote = ", not quiet by -settle-timeout"
+	}
+	fmt.Fprintf(w, "  at rest (no commit %v) %8.1f s%s\n", quietFor, res.QuietMs/1000, quietNote)
 	fmt.Fprintf(w, "  RSS per agent at rest    %8.0f MiB median, %.0f max (leader %.0f)\n", res.RSSMedianMB, res.RSSMaxMB, res.LeaderRSSMB)
 	fmt.Fprintf(w, "  CPU per agent at rest    %8.1f %% median, %.1f %% max (leader %.1f %%; all agents %.0f %% of one core)\n",
 		res.CPUMedianPct, res.CPUMaxPct, res.LeaderCPUPct, res.TotalCPUPct)
@@ -413,6 +431,39 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	fmt.Fprintf(w, "  member rejoin            %8.0f ms to own shards again, %.0f ms to start (disk-less restart, incarnation %d → %d)\n",
 		res.RejoinMs, res.RejoinStartedMs, res.RejoinIncarnFrom, res.RejoinIncarnTo)
 	return nil
+}
+
+// quietFor is how long the leader's applied index must stand still before
+// the cluster counts as at rest.
+const quietFor = 5 * time.Second
+
+// waitQuiet waits, until deadline, for the first voter's applied index to
+// stand still for quietFor; false if it did not by then. A failed read
+// counts as a move.
+func (c *realCluster) waitQuiet(ctx context.Context, deadline time.Time) (bool, error) {
+	var last uint64
+	since := time.Now()
+	for {
+		v := c.firstVoter()
+		if v == nil {
+			return false, errors.New("no voter running")
+		}
+		var st realStatus
+		err := c.get(ctx, v, "/v1/status", &st)
+		now := time.Now()
+		if err != nil || st.AppliedIndex != last {
+			last, since = st.AppliedIndex, now
+		}
+		if now.Sub(since) >= quietFor {
+			return true, nil
+		}
+		if now.After(deadline) {
+			return false, nil
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return false, err
+		}
+	}
 }
 
 // idle measures the converged cluster at rest.

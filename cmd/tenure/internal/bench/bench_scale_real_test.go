@@ -29,6 +29,9 @@ func TestBenchScaleReal(t *testing.T) {
 	if r.ConvergeMs <= 0 || r.RSSMedianMB <= 0 || r.CommitsPerSec < 0 || r.CPUMedianPct <= 0 {
 		t.Errorf("unmeasured figures: %+v", r)
 	}
+	if r.QuietMs < r.ConvergeMs {
+		t.Errorf("quiet after %v ms, before converging (%v ms)", r.QuietMs, r.ConvergeMs)
+	}
 	if !strings.HasPrefix(r.FailoverMember, "member-") || r.FailoverShards == 0 || r.FailoverMs <= 0 || r.RejoinMs <= 0 {
 		t.Errorf("failover not measured: %+v", r)
 	}
