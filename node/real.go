@@ -928,6 +928,14 @@ func (b *netBackend) resigned(s uint32, epoch uint64) {
 	b.step(time.Now(), ownership.ShardResigned{Shard: s, Epoch: epoch})
 }
 
+func (b *netBackend) draining() bool {
+	if b.gossip.Local().Draining {
+		return true
+	}
+	rec, _ := b.fsm.State().Node(b.id)
+	return rec.Draining
+}
+
 func (b *netBackend) members() []Member {
 	st := b.fsm.State()
 	leader := b.ctl.Leader()

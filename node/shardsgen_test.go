@@ -39,6 +39,9 @@ func TestShardsGenerationMovesWithShards(t *testing.T) {
 			for _, n := range nodes {
 				_ = n.Close(cctx)
 			}
+			// memberlist's in-flight probes end only on their own timers
+			// (see TestStartWipedDataDirReusingID): let them pass.
+			time.Sleep(time.Minute)
 		}()
 		for _, n := range nodes {
 			if err := n.WaitSettled(ctx); err != nil {
@@ -126,6 +129,9 @@ func TestShardsGenerationMovesWithShards(t *testing.T) {
 			}
 		}
 		clear(moved)
+		if r := other.Health(); slices.Contains(r.Reasons, "draining") {
+			t.Fatalf("%s reports draining before its drain: %v", other.ID(), r.Reasons)
+		}
 		drained := make(chan error, 1)
 		go func() { drained <- other.Drain(ctx) }()
 		for range 100 {
@@ -136,6 +142,9 @@ func TestShardsGenerationMovesWithShards(t *testing.T) {
 		}
 		if moved[other] == 0 {
 			t.Errorf("%s: ShardsGeneration did not move on its drain", other.ID())
+		}
+		if r := other.Health(); r.Status != Degraded || !slices.Contains(r.Reasons, "draining") {
+			t.Errorf("%s after its drain: health %v %v, want degraded, draining", other.ID(), r.Status, r.Reasons)
 		}
 	})
 }
