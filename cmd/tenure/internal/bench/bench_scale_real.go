@@ -31,6 +31,11 @@ type realScaleOptions struct {
 	settle                time.Duration
 	agentBin, dir         string
 	json                  bool
+	// memberNice and memberProcs, when > 0, run the disk-less members
+	// under nice -n memberNice and with GOMAXPROCS=memberProcs (the
+	// voters as they are): on a small shared machine the voters' Raft
+	// timers then win the CPU, as they would with their own cores.
+	memberNice, memberProcs int
 }
 
 // realScaleResult is `tenure bench scale --real --json`.
@@ -42,6 +47,10 @@ type realScaleResult struct {
 	Shards  int    `json:"shards"`
 	Profile string `json:"profile"`
 	CPUs    int    `json:"cpus"`
+	// MemberNice and MemberGOMAXPROCS are -member-nice and
+	// -member-gomaxprocs (0: not set).
+	MemberNice       int `json:"member_nice,omitempty"`
+	MemberGOMAXPROCS int `json:"member_gomaxprocs,omitempty"`
 
 	// SpawnMs is how long starting every process took; ConvergeMs the time
 	// from the first spawn until every shard was validly owned by a
@@ -87,6 +96,8 @@ func parseRealScaleFlags(fs *flag.FlagSet, o *realScaleOptions) {
 	fs.IntVar(&o.voters, "voters", 3, "--real: control-group voters (with data dirs); the other agents are disk-less members")
 	fs.DurationVar(&o.settle, "settle-timeout", 10*time.Minute, "--real: how long the cluster may take to converge")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "--real: tenure binary to run agents with (default: this executable)")
+	fs.IntVar(&o.memberNice, "member-nice", 0, "--real: run the disk-less members under `nice -n` this (1..19; 0: as the voters), so the voters win the CPU on a busy machine")
+	fs.IntVar(&o.memberProcs, "member-gomaxprocs", 0, "--real: run the disk-less members with GOMAXPROCS set to this (0: unset)")
 	fs.StringVar(&o.dir, "dir", "", "--real: directory for the voters' data dirs and every agent's log (default: a temporary one, removed after)")
 }
 
@@ -100,6 +111,8 @@ func (o realScaleOptions) validate() error {
 		return fmt.Errorf("bench scale --real: -voters %d with -nodes %d: want at least one disk-less member", o.voters, o.nodes)
 	case o.shards < o.nodes || o.shards > 1<<16:
 		return fmt.Errorf("bench scale --real: -shards %d: want %d (nodes)..65536", o.shards, o.nodes)
+	case o.memberNice < 0 || o.memberNice > 19 || o.memberProcs < 0 || o.memberProcs > 256:
+		return fmt.Errorf("bench scale --real: -member-nice %d, -member-gomaxprocs %d: want 0..19 and 0..256", o.memberNice, o.memberProcs)
 	case o.idle <= 0 || o.settle <= 0:
 		return fmt.Errorf("bench scale --real: -idle %v and -settle-timeout %v must be positive", o.idle, o.settle)
 	}
@@ -142,7 +155,16 @@ func (c *realCluster) args(a *foAgent) []string {
 	return append(args, "--voter", "never", "--diskless")
 }
 
-func (c *realCluster) spawn(a *foAgent) error { return spawnAgent(c.bin, c.dir, a, c.args(a)) }
+func (c *realCluster) spawn(a *foAgent) error {
+	var p agentProc
+	if !c.voter(a) {
+		p.nice = c.o.memberNice
+		if c.o.memberProcs > 0 {
+			p.env = []string{"GOMAXPROCS=" + strconv.Itoa(c.o.memberProcs)}
+		}
+	}
+	return spawnAgentWith(c.bin, c.dir, a, c.args(a), p)
+}
 
 func (c *realCluster) kill(a *foAgent) {
 	if a.running() {
@@ -372,6 +394,7 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	res := realScaleResult{
 		Method: "real agent processes on loopback: voters with data dirs (--voter=always), the rest disk-less members (--diskless --voter=never), workload off",
 		Nodes:  o.nodes, Voters: o.voters, Members: o.nodes - o.voters, Shards: o.shards, Profile: o.profile, CPUs: runtime.NumCPU(),
+		MemberNice: o.memberNice, MemberGOMAXPROCS: o.memberProcs,
 	}
 	progress("starting %d agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, in %s",
 		o.nodes, o.voters, o.nodes-o.voters, o.shards, o.profile, dir)
@@ -416,6 +439,9 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	w := m.Stdout
 	fmt.Fprintf(w, "%d real agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, %d CPUs\n",
 		res.Nodes, res.Voters, res.Members, res.Shards, res.Profile, res.CPUs)
+	if res.MemberNice > 0 || res.MemberGOMAXPROCS > 0 {
+		fmt.Fprintf(w, "  members run with nice %d, GOMAXPROCS %d (0: unset)\n", res.MemberNice, res.MemberGOMAXPROCS)
+	}
 	fmt.Fprintf(w, "  full ownership after     %8.1f s (spawning %d processes took %.1f s)\n", res.ConvergeMs/1000, res.Nodes, res.SpawnMs/1000)
 	quietNote := ""
 	if res.QuietTimedOut {

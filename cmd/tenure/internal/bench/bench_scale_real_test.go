@@ -49,6 +49,7 @@ func TestBenchScaleRealBadFlags(t *testing.T) {
 		{[]string{"-voters", "2"}, "-voters 2"},
 		{[]string{"-nodes", "1000"}, "-nodes 1000"},
 		{[]string{"-profile", "turbo"}, `"turbo"`},
+		{[]string{"-member-nice", "25"}, "-member-nice 25"},
 	} {
 		_, stderr, err := run(t, append([]string{"bench", "scale", "--real"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error()+stderr, tc.want) {
