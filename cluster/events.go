@@ -103,6 +103,33 @@ func (s *Subscription) deliver(batch []Event) {
 	s.dropped.Add(uint64(len(batch)))
 }
 
+// twin is another instance of this node's own id, as gossip reported it.
+type twin struct {
+	name  string
+	ip    net.IP
+	port  uint16
+	meta  Meta
+	state MemberState
+}
+
+// maxTwins bounds the other instances of this node's id the view keeps.
+const maxTwins = 64
+
+// liveTwins returns copies of the other instances of this node's id that
+// gossip holds alive or suspect.
+func (v *view) liveTwins() []twin {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []twin
+	for _, t := range v.twins {
+		if stateRank(t.state) == 2 {
+			out = append(out, *t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
 // instance is one memberlist node (one process) of a member.
 type instance struct {
 	name  string // memberlist node name
@@ -167,9 +194,14 @@ type view struct {
 
 	mu      sync.Mutex
 	members map[string]*memberEntry
-	seq     uint64
-	queue   []Event
-	notify  chan struct{} // capacity 1: "queue is non-empty"
+	// twins: other instances that gossip this node's own id (an earlier
+	// life of this process, or a clash), copied from memberlist's callbacks
+	// so ClaimID never reads memberlist's live node records (which its
+	// packet handler writes without a lock callers can take).
+	twins  map[string]*twin
+	seq    uint64
+	queue  []Event
+	notify chan struct{} // capacity 1: "queue is non-empty"
 }
 
 func newView(log *slog.Logger, localName, localID string) *view {
@@ -178,6 +210,7 @@ func newView(log *slog.Logger, localName, localID string) *view {
 		localName: localName,
 		localID:   localID,
 		members:   make(map[string]*memberEntry),
+		twins:     make(map[string]*twin),
 		notify:    make(chan struct{}, 1),
 	}
 }
@@ -201,6 +234,11 @@ func (v *view) observe(name string, ip net.IP, port uint16, rawMeta []byte, gone
 		if state == StateAlive {
 			v.log.Warn("membership: another instance uses this node's id", "instance", name, "addr", hostPort(ip, port), "incarnation", meta.Incarnation)
 		}
+		v.mu.Lock()
+		if len(v.twins) < maxTwins || v.twins[name] != nil {
+			v.twins[name] = &twin{name: name, ip: append(net.IP(nil), ip...), port: port, meta: meta, state: state}
+		}
+		v.mu.Unlock()
 		return
 	}
 	addr := hostPort(ip, port)

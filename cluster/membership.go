@@ -675,29 +675,23 @@ const claimProbes = 3
 // Gossip only knows instances that the seeds joined so far know: a
 // process started while its seeds were unreachable is not checked.
 func (m *Membership) ClaimID(ctx context.Context) error {
-	self := m.ml.LocalNode()
-	for _, n := range m.ml.Members() { // alive and suspect
-		if n.Name == m.name {
-			continue
-		}
-		meta, err := DecodeMeta(n.Meta)
-		if err != nil || meta.ID != m.cfg.Name {
-			continue
-		}
-		if n.Address() == self.Address() {
+	selfAddr := m.Local().Addr             // the view's copy of this instance's address
+	for _, n := range m.view.liveTwins() { // alive and suspect
+		addr := hostPort(n.ip, n.port)
+		if addr == selfAddr {
 			m.log.Info("membership: an earlier instance of this node at this address is still in gossip: a restart",
-				"instance", n.Name, "incarnation", meta.Incarnation)
+				"instance", n.name, "incarnation", n.meta.Incarnation)
 			continue
 		}
 		if rtt, ok := m.answers(ctx, n); ok {
 			return fmt.Errorf("%w: %q is running at %s (instance %s, incarnation %d, raft %s, answered a ping in %v)",
-				ErrIDInUse, meta.ID, n.Address(), n.Name, meta.Incarnation, meta.RaftAddr, rtt.Round(time.Microsecond))
+				ErrIDInUse, n.meta.ID, addr, n.name, n.meta.Incarnation, n.meta.RaftAddr, rtt.Round(time.Microsecond))
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("cluster: claim node id: %w", context.Cause(ctx))
 		}
 		m.log.Info("membership: an earlier instance of this node does not answer: taken for dead",
-			"instance", n.Name, "addr", n.Address(), "incarnation", meta.Incarnation)
+			"instance", n.name, "addr", addr, "incarnation", n.meta.Incarnation)
 	}
 	m.metaMu.RLock()
 	_, claiming := m.meta.Tags[TagClaiming]
@@ -722,13 +716,13 @@ func (m *Membership) ClaimID(ctx context.Context) error {
 const noWait = time.Nanosecond
 
 // answers pings instance n directly up to claimProbes times.
-func (m *Membership) answers(ctx context.Context, n *memberlist.Node) (time.Duration, bool) {
-	addr := &net.UDPAddr{IP: n.Addr, Port: int(n.Port)}
+func (m *Membership) answers(ctx context.Context, n twin) (time.Duration, bool) {
+	addr := &net.UDPAddr{IP: n.ip, Port: int(n.port)}
 	for range claimProbes {
 		if ctx.Err() != nil {
 			return 0, false
 		}
-		if rtt, err := m.ml.Ping(n.Name, addr); err == nil {
+		if rtt, err := m.ml.Ping(n.name, addr); err == nil {
 			return rtt, true
 		}
 	}
