@@ -152,6 +152,7 @@ type ControlGroup struct {
 	confirms     *confirmLog   // lastConfirm per term (control_confirm.go)
 	confirmBatch confirmBatcher
 	inc          atomic.Uint64 // process incarnation (cfg.Incarnation, SetIncarnation)
+	leaderSeen   atomic.Bool   // Apply has seen Raft name a leader (applyViaVoters)
 
 	mu   sync.Mutex
 	left map[string]uint64 // id → incarnation that left (or was removed)

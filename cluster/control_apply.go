@@ -9,6 +9,8 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -143,9 +145,13 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 			err error
 		)
 		if g.raft.State() == raft.Leader {
+			g.leaderSeen.Store(true)
 			res, err = g.applyLocal(ctx, cmd)
 		} else if _, addr := g.Leader(); addr != "" && addr != g.addr {
+			g.leaderSeen.Store(true)
 			res, err = g.applyRemote(ctx, addr, cmd)
+		} else if !g.leaderSeen.Load() {
+			res, err = g.applyViaVoters(ctx, cmd)
 		} else {
 			err = ErrNoLeader
 		}
@@ -163,6 +169,34 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
 	}
+}
+
+// applyViaVoters is Apply's first try on a node that has not heard from a
+// leader since it started (a restart: its Raft knows the configuration but
+// learns the leader only from the leader's next AppendEntries, which raft's
+// heartbeat backoff for a peer that was down can delay by up to
+// HeartbeatTimeout/2). It forwards cmd to the voters of the latest
+// configuration in turn, as ApplyViaPeers does: a voter that is not the
+// leader answers ErrNotLeader without proposing anything. ErrNoLeader when
+// none took it. Once a leader is known, Apply forwards to it alone, so a
+// leaderless cluster later (an election) is never sprayed with forwards.
+func (g *ControlGroup) applyViaVoters(ctx context.Context, cmd []byte) (Applied, error) {
+	voters := g.voterAddrs()
+	ids := slices.Sorted(maps.Keys(voters))
+	for _, id := range ids {
+		addr := voters[id]
+		if addr == g.addr || id == g.cfg.NodeID {
+			continue
+		}
+		res, err := g.applyToPeer(ctx, addr, cmd)
+		if err == nil || !(errors.Is(err, ErrNotLeader) || isDialErr(err)) {
+			return res, err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return Applied{}, ErrNoLeader
 }
 
 func isDialErr(err error) bool {

@@ -507,3 +507,44 @@ func TestControlForwardAbandonsSilentLeader(t *testing.T) {
 		h.apply(via, "after", 20*time.Second)
 	})
 }
+
+// A node restarted from its stores knows the configuration but not the
+// leader until the leader's next AppendEntries reaches it (raft's heartbeat
+// backoff for a peer that was down can delay that by up to
+// HeartbeatTimeout/2). Its first Apply does not wait for it: it is
+// forwarded to the configuration's voters (applyViaVoters), which is what a
+// quick restart's registration needs (issue 15, goal 4).
+func TestControlRestartedNodeAppliesViaVoters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 12)
+		defer h.closeAll()
+		for i := 1; i <= 4; i++ {
+			h.start(fmt.Sprintf("n%d", i))
+		}
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V n4:N")
+		h.apply(h.nodes["n4"], "before", 10*time.Second)
+		h.stop("n4")
+		n := h.start("n4")
+		if _, addr := n.g.Leader(); addr != "" {
+			t.Fatalf("restarted n4 already knows leader %s: the test needs it not to", addr)
+		}
+		if n.g.leaderSeen.Load() {
+			t.Fatal("restarted n4 counts a leader as seen")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := n.g.applyViaVoters(ctx, []byte("via-voters"))
+		if err != nil {
+			t.Fatalf("applyViaVoters on a restarted node: %v", err)
+		}
+		if res.Index == 0 {
+			t.Fatal("applyViaVoters returned no index")
+		}
+		// Virtual time: only the forward's round trips, no waiting.
+		if took := time.Since(start); took > 100*time.Millisecond {
+			t.Fatalf("applyViaVoters took %v", took)
+		}
+		h.waitApplied(10*time.Second, []string{"before", "via-voters"})
+	})
+}

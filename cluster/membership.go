@@ -705,8 +705,21 @@ func (m *Membership) ClaimID(ctx context.Context) error {
 	if !claiming {
 		return nil
 	}
-	return m.UpdateMeta(func(meta *Meta) { delete(meta.Tags, TagClaiming) })
+	// Queue the update without waiting for its broadcast (up to one
+	// GossipInterval, 200 ms in the LAN profile): nothing the caller does
+	// next needs peers to have seen it, and a restarted node's registration
+	// waited for it (issue 15, goal 4).
+	m.updateMu.Lock()
+	defer m.updateMu.Unlock()
+	if m.isClosed() {
+		return ErrMembershipClosed
+	}
+	return m.updateMetaWait(func(meta *Meta) { delete(meta.Tags, TagClaiming) }, noWait)
 }
+
+// noWait, as updateMetaWait's wait, queues the broadcast and returns at
+// once (memberlist's UpdateNode waits for ever on 0).
+const noWait = time.Nanosecond
 
 // answers pings instance n directly up to claimProbes times.
 func (m *Membership) answers(ctx context.Context, n *memberlist.Node) (time.Duration, bool) {

@@ -57,6 +57,23 @@ type KeyringBackend interface {
 	GossipKeyOp(op string, key []byte) error
 }
 
+// ChangeBackend is the optional part of a Backend that says when its
+// shard table may have changed. With it the metrics sampler re-reads
+// Shards (every shard's record) only after a change instead of every
+// Options.ObserveInterval, so a node at rest does not re-read thousands
+// of records ten times a second.
+type ChangeBackend interface {
+	// ShardsGeneration is a number that moves whenever Shards may answer
+	// differently in anything but LeaseRemainingMS and Load, at the
+	// latest right after the change (0: unknown, read Shards). The
+	// sampler reads it before Shards, so a change in between only makes
+	// the next sample read Shards again.
+	ShardsGeneration() uint64
+	// Loads returns the loads of the shards this node owns, as Shards'
+	// Load fields report them.
+	Loads() []apitypes.ShardLoad
+}
+
 // UpgradeBackend is the optional part of a Backend that knows cluster
 // versions; without it /v1/upgrade answers 501.
 type UpgradeBackend interface {

@@ -148,7 +148,13 @@ func newShardObserver(m *metrics, self string) *shardObserver {
 
 // observe takes one snapshot taken at now.
 func (o *shardObserver) observe(now time.Time, shards []apitypes.Shard, h apitypes.Health, jobCounts map[string]int) {
-	o.m.replicaHalted.Set(float64(h.ReplicaHaltedAt))
+	o.observeTable(now, shards)
+	o.observeLoad(loadsOf(shards, o.self))
+	o.observeHealth(h, jobCounts)
+}
+
+// observeTable diffs the shard table taken at now against the last one.
+func (o *shardObserver) observeTable(now time.Time, shards []apitypes.Shard) {
 	owned, unowned := 0, 0
 	for _, s := range shards {
 		cur := observedShard{owner: s.Owner, epoch: s.Epoch, state: s.State, valid: s.Valid, acting: s.Acting}
@@ -200,8 +206,11 @@ func (o *shardObserver) observe(now time.Time, shards []apitypes.Shard, h apityp
 	}
 	o.m.shardsOwned.Set(float64(owned))
 	o.m.shardsUnowned.Set(float64(unowned))
-	o.observeLoad(shards)
+}
 
+// observeHealth sets the lease, health and job metrics.
+func (o *shardObserver) observeHealth(h apitypes.Health, jobCounts map[string]int) {
+	o.m.replicaHalted.Set(float64(h.ReplicaHaltedAt))
 	if !h.LastRenewal.IsZero() && h.LastRenewal.After(o.lastRenewal) {
 		if !o.lastRenewal.IsZero() {
 			o.m.renewalInterval.Observe(h.LastRenewal.Sub(o.lastRenewal).Seconds())
@@ -236,11 +245,16 @@ func b2f(b bool) float64 {
 }
 
 // observeShards runs the observer every interval until ctx ends.
-// self is the node's id.
+// self is the node's id. A ChangeBackend's shard table is read only when
+// its ShardsGeneration moved (at rest: never); the health, the loads of
+// the node's own shards and (every 10th sample) the job counts are read
+// every time.
 func observeShards(ctx context.Context, n Backend, self string, m *metrics, interval time.Duration) {
 	o := newShardObserver(m, self)
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	cb, _ := n.(ChangeBackend)
+	var gen uint64
 	counts := map[string]int{}
 	for i := 0; ; i++ {
 		if i%10 == 0 { // counting jobs costs more than reading shards
@@ -249,7 +263,20 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 				counts[j.State]++
 			}
 		}
-		o.observe(time.Now(), n.Shards(), n.Health(), counts)
+		now := time.Now()
+		switch {
+		case cb == nil:
+			shards := n.Shards()
+			o.observeTable(now, shards)
+			o.observeLoad(loadsOf(shards, self))
+		default:
+			if g := cb.ShardsGeneration(); i == 0 || g == 0 || g != gen {
+				gen = g
+				o.observeTable(now, n.Shards())
+			}
+			o.observeLoad(cb.Loads())
+		}
+		o.observeHealth(n.Health(), counts)
 		select {
 		case <-ctx.Done():
 			return
@@ -258,17 +285,24 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 	}
 }
 
+// loadsOf is the loads of the shards self owns in shards.
+func loadsOf(shards []apitypes.Shard, self string) []apitypes.ShardLoad {
+	var loads []apitypes.ShardLoad
+	for _, s := range shards {
+		if s.Load != nil && s.Owner == self {
+			loads = append(loads, apitypes.ShardLoad{Shard: s.Shard, Load: *s.Load})
+		}
+	}
+	return loads
+}
+
 // observeLoad sets the load gauges from the loads of the shards this node
 // owns: the total, and the hottest 3 by shard label (older labels are
-// dropped, so the series stay few).
-func (o *shardObserver) observeLoad(shards []apitypes.Shard) {
-	var loads []apitypes.ShardLoad
+// dropped, so the series stay few). It sorts loads.
+func (o *shardObserver) observeLoad(loads []apitypes.ShardLoad) {
 	total := 0.0
-	for _, s := range shards {
-		if s.Load != nil && s.Owner == o.self {
-			loads = append(loads, apitypes.ShardLoad{Shard: s.Shard, Load: *s.Load})
-			total += *s.Load
-		}
+	for _, l := range loads {
+		total += l.Load
 	}
 	slices.SortFunc(loads, func(a, b apitypes.ShardLoad) int {
 		return cmp.Or(cmp.Compare(b.Load, a.Load), cmp.Compare(a.Shard, b.Shard))

@@ -5,10 +5,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 
+	"context"
+	"fmt"
 	"io"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
@@ -155,5 +160,100 @@ func TestShardObserverLoad(t *testing.T) {
 	o.observe(time.Unix(2, 0), shards, h, nil)
 	if out := gather(t, m); strings.Contains(out, `shard="1"`) || !strings.Contains(out, `tenure_hot_shard_load{shard="2"} 1`) {
 		t.Errorf("after s1 moved away:\n%s", out)
+	}
+}
+
+// countingBackend is the part of a Backend the metrics sampler reads, with
+// a count of full shard-table reads; gen < 0 makes it a plain Backend.
+type countingBackend struct {
+	Backend // nil: the sampler calls nothing else
+	mu      sync.Mutex
+	shards  []apitypes.Shard
+	gen     uint64
+	reads   int
+	samples int
+}
+
+func (b *countingBackend) Shards() []apitypes.Shard {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reads++
+	return slices.Clone(b.shards)
+}
+
+func (b *countingBackend) Health() apitypes.Health {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.samples++
+	return apitypes.Health{Status: apitypes.StatusHealthy}
+}
+
+func (b *countingBackend) Jobs(JobQuery) []apitypes.Job { return nil }
+
+func (b *countingBackend) counts() (reads, samples int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reads, b.samples
+}
+
+type changeBackend struct{ *countingBackend }
+
+func (b changeBackend) ShardsGeneration() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen
+}
+
+func (b changeBackend) Loads() []apitypes.ShardLoad { return nil }
+
+// TestObserveShardsReadsTableOnChange: the sampler reads a ChangeBackend's
+// shard table once, then only when ShardsGeneration moves, while it
+// samples health every interval; a plain Backend's table every interval.
+func TestObserveShardsReadsTableOnChange(t *testing.T) {
+	for _, change := range []bool{true, false} {
+		t.Run(fmt.Sprintf("change=%v", change), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := testMetrics(t)
+				cb := &countingBackend{gen: 1, shards: []apitypes.Shard{{Shard: 0, Owner: "n2", Epoch: 1, State: "owned", Valid: true}}}
+				var b Backend = cb
+				if change {
+					b = changeBackend{cb}
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan struct{})
+				go func() { defer close(done); observeShards(ctx, b, "n1", m, 100*time.Millisecond) }()
+				time.Sleep(time.Second + time.Millisecond)
+				synctest.Wait()
+				reads, samples := cb.counts()
+				if samples != 11 {
+					t.Errorf("%d health samples in 1 s at 100 ms, want 11", samples)
+				}
+				wantReads := 11
+				if change {
+					wantReads = 1
+				}
+				if reads != wantReads {
+					t.Errorf("%d shard-table reads at rest, want %d", reads, wantReads)
+				}
+				// The node acquires shard 0: its generation moves.
+				cb.mu.Lock()
+				cb.shards[0].Owner, cb.shards[0].Epoch, cb.shards[0].Acting = "n1", 2, true
+				cb.gen++
+				cb.mu.Unlock()
+				time.Sleep(100 * time.Millisecond)
+				synctest.Wait()
+				if reads, _ := cb.counts(); change && reads != 2 {
+					t.Errorf("%d shard-table reads after one change, want 2", reads)
+				}
+				if got := testutil.ToFloat64(m.shardsOwned); got != 1 {
+					t.Errorf("shards owned = %v after the change, want 1", got)
+				}
+				if got := testutil.ToFloat64(m.acquired); got != 1 {
+					t.Errorf("acquired = %v, want 1", got)
+				}
+				cancel()
+				<-done
+			})
+		})
 	}
 }

@@ -29,6 +29,7 @@ var (
 	_ KeyringBackend   = (*nodeAdapter)(nil)
 	_ UpgradeBackend   = (*nodeAdapter)(nil)
 	_ PlacementBackend = (*nodeAdapter)(nil)
+	_ ChangeBackend    = (*nodeAdapter)(nil)
 )
 
 func (a *nodeAdapter) ShardFor(key string) uint32 { return a.n.ShardFor(key) }
@@ -92,6 +93,17 @@ func (a *nodeAdapter) Shards() []apitypes.Shard {
 			v := l.Load
 			out[l.Shard].Load = &v
 		}
+	}
+	return out
+}
+
+func (a *nodeAdapter) ShardsGeneration() uint64 { return a.n.ShardsGeneration() }
+
+func (a *nodeAdapter) Loads() []apitypes.ShardLoad {
+	in := a.n.Loads()
+	out := make([]apitypes.ShardLoad, len(in))
+	for i, l := range in {
+		out[i] = apitypes.ShardLoad{Shard: l.Shard, Load: l.Load}
 	}
 	return out
 }

@@ -46,6 +46,10 @@ type backend interface {
 
 	// members is gossip's view of every node, sorted by id.
 	members() []Member
+	// draining reports whether this node is draining, as its entry in
+	// members shows it (gossip's flag or the ledger's); cheap, for health
+	// reports.
+	draining() bool
 	// liveNodes is the sorted ids of nodes whose committed liveness is valid.
 	liveNodes() []string
 	// control reports the control group as this node sees it.

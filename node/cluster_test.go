@@ -3,7 +3,7 @@ package node
 // Multi-node tests over real loopback networking: real gossip, real Raft
 // with bolt storage in temp dirs, the real ledger, planner and tracker.
 // Deadlines are generous (a loaded 2-core machine); the happy path takes a
-// few seconds of the fast profile's 1 s leases.
+// few seconds of the fast profile's 800 ms leases.
 
 import (
 	"bytes"

@@ -62,10 +62,10 @@ type Profile string
 // The timing profiles. Shorter leases fail over faster and cost more
 // heartbeat commits; see Timing for the exact values.
 const (
-	// ProfileFast: 1 s lease, 200 ms renewals, 1 s drain. For tests, demos
+	// ProfileFast: 800 ms lease, 100 ms renewals, 1 s drain. For tests, demos
 	// and a LAN with little jitter.
 	ProfileFast Profile = "fast"
-	// ProfileDefault: 2 s lease, 400 ms renewals, 5 s drain.
+	// ProfileDefault: 1.5 s lease, 250 ms renewals, 5 s drain.
 	ProfileDefault Profile = "default"
 	// ProfileSafe: 5 s lease, 1 s renewals, 20% drift margin, 15 s drain. For
 	// noisy networks and machines whose clocks may run fast or slow.

@@ -22,7 +22,7 @@ func startNode(ctx context.Context, net *node.MemNetwork, id, group string, sms 
 	cfg := node.DefaultConfig()
 	cfg.NodeID, cfg.Group = id, group
 	cfg.Network = net
-	cfg.Profile = node.ProfileFast // 1 s leases: a test's timing
+	cfg.Profile = node.ProfileFast // 800 ms leases: a test's timing
 	cfg.Partitions = 16
 	cfg.StateMachines = sms
 	n, err := node.Start(ctx, cfg)

@@ -204,10 +204,8 @@ func (n *Node) Health() HealthReport {
 	if score < n.cfg.MinHealth {
 		warn = append(warn, fmt.Sprintf("health score %.2f below minimum %.2f", score, n.cfg.MinHealth))
 	}
-	for _, m := range n.be.members() {
-		if m.ID == n.cfg.NodeID && m.Draining {
-			warn = append(warn, "draining")
-		}
+	if n.be.draining() {
+		warn = append(warn, "draining")
 	}
 	switch {
 	case len(bad) > 0:

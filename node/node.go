@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
@@ -194,6 +195,9 @@ type Node struct {
 	// Guarded by refreshMu.
 	viewGen uint64
 	ownRecs []ShardInfo
+	// shardsGen is ShardsGeneration: moved by every refresh that re-read
+	// the table or changed the view.
+	shardsGen atomic.Uint64
 
 	mu         sync.Mutex
 	closing    bool          // Close or kill started
@@ -471,6 +475,15 @@ func (n *Node) Shards() []ShardInfo {
 	return recs
 }
 
+// ShardsGeneration is a number that moves whenever Shards may answer
+// differently in anything but LeaseRemaining: a shard record or an owner's
+// validity changed in the replica, or this node's acting set changed. It
+// moves once the node's loop has seen the change, right after the change
+// itself; so a reader that derives something from Shards (a metrics
+// sampler) reads the number first, then Shards, and needs to read Shards
+// again only once the number moved.
+func (n *Node) ShardsGeneration() uint64 { return n.shardsGen.Load() }
+
 // Owned returns the shards this node acts on right now, sorted.
 func (n *Node) Owned() []Token {
 	var out []Token
@@ -707,6 +720,9 @@ func (n *Node) refresh(now time.Time) time.Time {
 				delete(n.view, sh)
 			}
 		}
+	}
+	if full || len(evs) > 0 {
+		n.shardsGen.Add(1)
 	}
 	if len(evs) > 0 {
 		n.events.publish(evs...)

@@ -184,8 +184,11 @@ type netBackend struct {
 	// mu guards the agent and the fields below. The agent
 	// (ownership.Agent) makes every node-side decision; this backend only
 	// feeds it inputs and carries out its Ready (agentLoop, step).
-	mu         sync.Mutex
-	agent      *ownership.Agent
+	mu    sync.Mutex
+	agent *ownership.Agent
+	// agentSaw is the replica state the agent last observed in full
+	// (stepLatest): the same state again is only a Tick.
+	agentSaw   *ledger.State
 	registered bool
 	closed     bool
 	conflict   error // ErrIdentityConflict, found by a rejected first heartbeat
@@ -572,7 +575,7 @@ func (b *netBackend) agentLoop() {
 		case <-b.kickCh:
 		case <-timer.C:
 		}
-		wake := b.step(time.Now(), b.observed())
+		wake := b.stepLatest(time.Now())
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -589,13 +592,28 @@ func (b *netBackend) agentLoop() {
 	}
 }
 
-// observed is the agent input for the latest applied state: every node and
-// shard record, up to its applied index.
-func (b *netBackend) observed() ownership.Observed {
-	st := b.fsm.State()
-	v := st.ActiveVersion()
-	b.sawVersion(v)
-	return ownership.Observed{Applied: st.AppliedIndex(), Nodes: st.Nodes(), Shards: st.Shards(), Version: v}
+// stepLatest steps the agent with the replica's latest applied state:
+// every node and shard record up to its applied index — or, when the
+// agent already observed that very state (states are immutable: the same
+// records at the same index), only a Tick, so a node at rest does not
+// copy and re-read every record on each timer and renewal. The state is
+// read under b.mu, so the agent never observes an older state after a
+// newer one.
+func (b *netBackend) stepLatest(now time.Time) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return time.Time{}
+	}
+	var in ownership.AgentInput = ownership.Tick{}
+	if st := b.fsm.State(); st != b.agentSaw {
+		v := st.ActiveVersion()
+		b.sawVersion(v)
+		in = ownership.Observed{Applied: st.AppliedIndex(), Nodes: st.Nodes(), Shards: st.Shards(), Version: v}
+		b.agentSaw = st
+	}
+	rd, _ := b.stepLocked(now, in, nil)
+	return rd.WakeAt
 }
 
 // sawVersion records when this process first saw cluster version 4 active
@@ -692,6 +710,12 @@ func (b *netBackend) stepHold(now time.Time, in ownership.AgentInput, hold func(
 	if b.closed {
 		return ownership.Ready{}, nil, false
 	}
+	rd, held = b.stepLocked(now, in, hold)
+	return rd, held, true
+}
+
+// stepLocked is stepHold with b.mu held and the backend open.
+func (b *netBackend) stepLocked(now time.Time, in ownership.AgentInput, hold func(ledger.Command) bool) (rd ownership.Ready, held ledger.Command) {
 	rd = b.agent.Step(now, in)
 	switch in := in.(type) {
 	case ownership.HeartbeatOutcome:
@@ -713,7 +737,7 @@ func (b *netBackend) stepHold(now time.Time, in ownership.AgentInput, hold func(
 	// Dispatched under b.mu: no goroutine is added once stop has set
 	// closed and waits for them.
 	b.dispatch(rd)
-	return rd, held, true
+	return rd, held
 }
 
 // dispatch carries out a Ready: the heartbeat and the proposals run on
@@ -779,7 +803,7 @@ func (b *netBackend) heartbeat(ask ownership.HeartbeatAsk) {
 func (b *netBackend) acked(ctx context.Context, index uint64) {
 	_ = b.fsm.WaitApplied(ctx, index)
 	cerr := b.checkCluster()
-	b.step(time.Now(), b.observed())
+	b.stepLatest(time.Now())
 	b.mu.Lock()
 	switch {
 	case cerr != nil && !b.registered && b.conflict == nil:
@@ -914,7 +938,7 @@ func (b *netBackend) lockFreshAgent(now time.Time) bool {
 	stale := !b.closed && b.agent.Status().Applied < b.fsm.State().AppliedIndex()
 	b.mu.Unlock()
 	if stale {
-		b.step(now, b.observed())
+		b.stepLatest(now)
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -926,6 +950,14 @@ func (b *netBackend) lockFreshAgent(now time.Time) bool {
 
 func (b *netBackend) resigned(s uint32, epoch uint64) {
 	b.step(time.Now(), ownership.ShardResigned{Shard: s, Epoch: epoch})
+}
+
+func (b *netBackend) draining() bool {
+	if b.gossip.Local().Draining {
+		return true
+	}
+	rec, _ := b.fsm.State().Node(b.id)
+	return rec.Draining
 }
 
 func (b *netBackend) members() []Member {

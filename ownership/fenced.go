@@ -48,13 +48,26 @@ func (v fencedView) shard(s uint32) bool {
 
 // fencedDead reports whether the leader treats id as dead for fenced
 // shards: gossip reports it dead, or its last heartbeat was seen at least
-// FencedAfter ago (on the leader's clock), or it holds no lease at all.
+// FencedAfter ago (on the leader's clock; fencedSeen), or it holds no
+// lease at all.
 func (p *Planner) fencedDead(now time.Time, t table, id string) bool {
 	tr := p.nodes[id]
 	if tr == nil || tr.expired {
 		return true
 	}
-	return t.fenced.dead[id] || now.Sub(tr.lastSeen) >= p.cfg.fencedAfter()
+	return t.fenced.dead[id] || now.Sub(p.fencedSeen(tr)) >= p.cfg.fencedAfter()
+}
+
+// fencedSeen is when the fenced rule counts tr as last seen: lastSeen, but
+// after a slow election no earlier than establishGrace − FencedAfter after
+// the term began — as for expiries (Establish), a new leader gives every
+// node establishGrace to renew with it before it takes its fenced shards
+// away.
+func (p *Planner) fencedSeen(tr *nodeTrack) time.Time {
+	if g := p.establishedAt.Add(p.cfg.establishGrace() - p.cfg.fencedAfter()); tr.lastSeen.Before(g) {
+		return g
+	}
+	return tr.lastSeen
 }
 
 // fencedSuccessor is where a fenced shard goes when its owner (or its

@@ -87,7 +87,9 @@ type LoopStats struct {
 // LeaderLoop is the thin shell that runs the Planner on the control group's
 // leader: on becoming leader it waits for a Barrier and calls Establish;
 // then it runs a round on every Notify (coalesced: a burst of events causes
-// one round) and every Interval, and commits the round's proposals one by
+// one round), every Interval, and when a wait of the planner ends
+// (Planner.NextDeadline: an expiry is proposed when it is due, not up to
+// an Interval later), and commits the round's proposals one by
 // one (together, if the Proposer is a BatchProposer). A proposal whose outcome is unknown is never specially handled: the
 // next round sees the committed table and, because every command is a CAS
 // on what the planner saw, re-proposing is safe.
@@ -166,9 +168,11 @@ func (l *LeaderLoop) stepDown() {
 // returns ctx's error.
 func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 	leading, established := false, false
+	wait := l.cfg.Interval
 	defer l.stepDown()
 	for {
-		timer := l.cfg.Clock.After(l.cfg.Interval)
+		timer := l.cfg.Clock.After(wait)
+		wait = l.cfg.Interval
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -204,24 +208,45 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 			l.count(func(s *LoopStats) { s.Terms++ })
 			l.log.Info("ownership: leadership established")
 		}
-		if lost := l.round(ctx); lost {
+		now, lost := l.round(ctx)
+		if lost {
 			// Re-establish (Barrier first) before planning again: the
 			// table may hold entries this node has not applied.
 			l.stepDown()
 			established = false
+			continue
 		}
+		wait = l.wait(now)
 	}
 }
 
-// round runs the planner once and commits its proposals; it reports
+// wait is how long the loop sleeps before its next timer-driven round: the
+// Interval, or less when a wait of the planner (an expiry, a takeover, a
+// fenced owner's FencedAfter) ends sooner (Planner.NextDeadline), so that
+// the round that acts on it runs when it ends, not up to an Interval
+// later. It counts from now, the clock the last round planned at: a round
+// that proposed something asks for the next at once (Notify), and that
+// one, proposing nothing, takes no time.
+func (l *LeaderLoop) wait(now time.Time) time.Duration {
+	l.pmu.Lock()
+	next := l.planner.NextDeadline()
+	l.pmu.Unlock()
+	if next.IsZero() {
+		return l.cfg.Interval
+	}
+	return max(min(l.cfg.Interval, next.Sub(now)), 0)
+}
+
+// round runs the planner once at now and commits its proposals; it reports
 // whether leadership was lost meanwhile.
-func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
+func (l *LeaderLoop) round(ctx context.Context) (now time.Time, lost bool) {
 	// Read the input before the clock: a now read first can be older than
 	// state the input holds (a heartbeat committed in between), and the
 	// planner would judge that state at a time before it existed.
 	in := l.src.Input()
+	now = l.cfg.Clock.Now()
 	l.pmu.Lock()
-	cmds, err := l.planner.Plan(l.cfg.Clock.Now(), in)
+	cmds, err := l.planner.Plan(now, in)
 	l.pmu.Unlock()
 	l.count(func(s *LoopStats) { s.Rounds++ })
 	if err != nil {
@@ -233,7 +258,7 @@ func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
 		errs = bp.ProposeAll(ctx, cmds)
 		if len(errs) != len(cmds) {
 			l.log.Error("ownership: ProposeAll returned the wrong number of outcomes", "cmds", len(cmds), "outcomes", len(errs))
-			return false
+			return now, false
 		}
 	}
 	lost = false
@@ -254,21 +279,21 @@ func (l *LeaderLoop) round(ctx context.Context) (lost bool) {
 			l.count(func(s *LoopStats) { s.LeadershipLost++ })
 			l.log.Warn("ownership: proposal outcome unknown", "cmd", ledger.KindOf(c).String(), "err", err)
 			if errs == nil {
-				return true
+				return now, true
 			}
 			lost = true // the others' outcomes are in: count them
 		case ctx.Err() != nil:
-			return false
+			return now, false
 		default:
 			l.count(func(s *LoopStats) { s.Rejected++ })
 			l.log.Debug("ownership: proposal rejected", "cmd", ledger.KindOf(c).String(), "err", err)
 		}
 	}
 	if lost {
-		return true
+		return now, true
 	}
 	if accepted > 0 {
 		l.Notify() // the table changed: plan the next step right away
 	}
-	return false
+	return now, false
 }

@@ -332,3 +332,63 @@ func TestLeaderLoopBatchProposer(t *testing.T) {
 		}
 	})
 }
+
+// The loop proposes an expiry when it is due (Planner.NextDeadline), not at
+// its next periodic round: with an Interval far longer than the lease, a
+// silent node is still expired within a millisecond of bound + Lease·(1+δ),
+// and a node renewing through LeaderLoop.Renew is not.
+func TestLeaderLoopExpiresOnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := TestConfig()
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fakeRaft{l: newTestLedger()}
+		for _, id := range []string{"n1", "n2"} {
+			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
+		}
+		f.heartbeatAll()
+		var boundAt time.Time
+		boundCalled := make(chan struct{})
+		loop := NewLeaderLoop(p, f, f, LoopConfig{Interval: 10 * cfg.Lease, Bound: func(ctx context.Context, now time.Time) time.Time {
+			boundAt = now.Add(-cfg.Lease / 2)
+			close(boundCalled)
+			return boundAt
+		}})
+		rec := func(id string) ledger.NodeRecord {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.l.node[id]
+		}
+		leaderCh := make(chan bool, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- loop.Run(ctx, leaderCh) }()
+		leaderCh <- true
+		<-boundCalled
+		synctest.Wait()
+		expireAt := boundAt.Add(cfg.expireAfter())
+		lastRenew := time.Now()
+		for rec("n2").Liveness == 1 {
+			if time.Now().After(expireAt.Add(time.Millisecond)) {
+				t.Fatalf("n2 not expired %v after its expiry was due (Interval %v)", time.Since(expireAt), 10*cfg.Lease)
+			}
+			if time.Since(lastRenew) >= cfg.RenewEvery {
+				if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != nil {
+					t.Fatalf("renew n1: %v", err)
+				}
+				lastRenew = time.Now()
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if time.Now().Before(expireAt) {
+			t.Fatalf("n2 expired %v before its expiry was due", expireAt.Sub(time.Now()))
+		}
+		if r := rec("n1"); r.Liveness != 1 {
+			t.Fatalf("renewing n1 expired: %+v", r)
+		}
+		cancel()
+		<-done
+	})
+}

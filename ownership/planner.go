@@ -50,6 +50,8 @@ type Planner struct {
 	electionTarget map[uint32]string      // this round's election placement (elections.go)
 
 	establishedAt time.Time // when this term's Establish ran
+	plannedAt     time.Time // the now of the last Plan (NextDeadline)
+	fencedOn      bool      // the last Plan's input had fenced ranges
 
 	unsettledAt time.Time   // last round whose placement was not settled (load.go)
 	swapsAt     []time.Time // load swaps started in the last minute
@@ -116,13 +118,17 @@ func (p *Planner) Leading() bool { return p.leading }
 // leader granted was asked (docs/protocol.md, leader side, establish; the
 // shell computes it from the voters' confirm records, cluster version 4).
 // A zero bound, or one after now, means now: the node waits every lease out
-// in full, as before version 4. Every Revoking shard counts as revoked at
+// in full, as before version 4. After an election that outlasted the lease
+// (bound more than Lease·(1+δ) − establishGrace old), every node counts as
+// seen establishGrace before its expiry instead: it gets that long to renew
+// with the new leader (liveness only; later only lengthens the waits).
+// Every Revoking shard counts as revoked at
 // now. Nodes that own a validly owned shard, or are the target of a valid
 // Revoking one, start in the placement ring (no movement on a leader
 // change); other nodes must be eligible for StableFor first.
 func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 	p.leading = true
-	p.establishedAt = now
+	p.establishedAt, p.plannedAt, p.fencedOn = now, now, len(in.Fenced) > 0
 	p.unsettledAt, p.swapsAt = now, nil
 	p.nodes = make(map[string]*nodeTrack)
 	p.revokes = make(map[uint32]revokeTrack)
@@ -132,6 +138,13 @@ func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 	seen, revoked := now, now
 	if !bound.IsZero() && bound.Before(now) {
 		seen = bound
+	}
+	// A node that renews with this leader promptly is never expired for
+	// the time the election took: every node counts as seen no earlier
+	// than establishGrace before the expiry wait would end now. Only
+	// ever later than the bound, so only ever longer waits (safe).
+	if g := now.Add(p.cfg.establishGrace() - p.expireAfter()); seen.Before(g) {
+		seen = g
 	}
 	if mutation.On(mutation.EstablishIgnoresBound) {
 		seen = seen.Add(-p.cfg.Lease)
@@ -159,6 +172,40 @@ func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 			p.elig[rec.Target] = &eligTrack{inRing: true, since: now}
 		}
 	}
+}
+
+// NextDeadline returns the earliest time, on the leader's clock and after
+// the last Plan's now, at which a wait of this term ends: a node's expiry
+// (lastSeen + Lease·(1+δ)), a Revoking shard's takeover
+// ((Lease+Drain)·(1+δ) after the Revoke was seen) or, while shards are
+// fenced, a node's FencedAfter. A round at that time makes the decision,
+// so the shell (LeaderLoop, the simulator) wakes then instead of at its
+// next periodic round: detecting an expiry adds no delay. Renewals only
+// move deadlines later, so a wake set from an earlier answer is early at
+// worst (one more round). Zero when not leading or nothing is pending.
+func (p *Planner) NextDeadline() time.Time {
+	if !p.leading {
+		return time.Time{}
+	}
+	var next time.Time
+	consider := func(t time.Time) {
+		if t.After(p.plannedAt) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, tr := range p.nodes {
+		if tr.expired || tr.expiring {
+			continue
+		}
+		consider(tr.lastSeen.Add(p.expireAfter()))
+		if p.fencedOn {
+			consider(p.fencedSeen(tr).Add(p.cfg.fencedAfter()))
+		}
+	}
+	for _, r := range p.revokes {
+		consider(r.seen.Add(p.takeoverAfter()))
+	}
+	return next
 }
 
 // StepDown ends the leadership term and forgets all term state.
@@ -192,6 +239,7 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 		t.excluded[e.Node] = true
 	}
 	t.fenced = newFencedView(in)
+	p.plannedAt, p.fencedOn = now, len(in.Fenced) > 0
 	p.observe(now, t)
 	exp := p.expiries(now, t)
 	if len(exp) == 0 {

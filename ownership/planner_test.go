@@ -524,3 +524,99 @@ func TestPlannerExpiresAndGrantsInOneRound(t *testing.T) {
 		t.Fatalf("ring %v, want n1 and n2", got)
 	}
 }
+
+// A new leader whose election took longer than the lease (its bound is
+// more than Lease·(1+δ) old) does not expire a node that renews with it
+// within establishGrace: it gives every node that long to renew. A node
+// that stays silent is expired when the grace ends, and NextDeadline names
+// that instant.
+func TestPlannerEstablishGraceAfterSlowElection(t *testing.T) {
+	cfg := TestConfig()
+	cfg.Ring.Partitions = 4
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
+	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
+	var shards []ledger.ShardRecord
+	for s := range uint32(4) {
+		owner := []string{"n1", "n2"}[s%2]
+		shards = append(shards, ledger.ShardRecord{Shard: s, Epoch: 1, Owner: owner, OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned})
+	}
+	in := Input{Members: members, Nodes: []ledger.NodeRecord{n1, n2}, Shards: shards}
+	// The last confirm of the old term was two leases ago.
+	p.Establish(t0, in, t0.Add(-2*cfg.Lease))
+	grace := cfg.establishGrace()
+	if got := p.NextDeadline(); !got.Equal(t0.Add(grace)) {
+		t.Fatalf("NextDeadline %v after establishing, want the end of the grace %v", got.Sub(t0), grace)
+	}
+	if cmds, _ := p.Plan(t0, in); len(cmds) > 0 {
+		t.Fatalf("expired at once after a slow election: %v", cmds)
+	}
+	// n1 renews within the grace; n2 does not.
+	if err := p.Renew(t0.Add(grace/2), n1, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	cmds, _ := p.Plan(t0.Add(grace), in)
+	if len(cmds) == 0 {
+		t.Fatalf("silent n2 not expired when the grace ended")
+	}
+	for _, c := range cmds {
+		if e, ok := c.(ledger.ExpireNode); ok && e.Node != "n2" {
+			t.Fatalf("expired %s, which renewed within the grace", e.Node)
+		}
+	}
+	if e, ok := cmds[0].(ledger.ExpireNode); !ok || e.Node != "n2" {
+		t.Fatalf("first proposal %v, want expire n2", FormatCommand(cmds[0]))
+	}
+	if got, want := p.NextDeadline(), t0.Add(grace/2+cfg.expireAfter()); !got.Equal(want) {
+		t.Fatalf("NextDeadline %v, want n1's expiry %v (n2 is expiring)", got.Sub(t0), want.Sub(t0))
+	}
+}
+
+// The fenced rule gets the same grace after a slow election: a new leader
+// whose bound is older than FencedAfter does not take fenced shards from
+// a node that renews with it within establishGrace; a silent owner's
+// fenced shards go when the grace ends.
+func TestPlannerFencedGraceAfterSlowElection(t *testing.T) {
+	cfg := TestConfig()
+	cfg.Ring.Partitions = 4
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
+	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
+	var shards []ledger.ShardRecord
+	for s := range uint32(4) {
+		owner := []string{"n1", "n2"}[s%2]
+		shards = append(shards, ledger.ShardRecord{Shard: s, Epoch: 1, Owner: owner, OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned})
+	}
+	in := Input{Members: members, Nodes: []ledger.NodeRecord{n1, n2}, Shards: shards,
+		Fenced: []ledger.ShardRange{{First: 0, Last: 3}}, Cluster: ledger.ClusterInfo{Version: ledger.VersionFencedTakeover}}
+	// The old term's last confirm: just over FencedAfter ago.
+	p.Establish(t0, in, t0.Add(-cfg.fencedAfter()-time.Millisecond))
+	grace := cfg.establishGrace()
+	if cmds, _ := p.Plan(t0, in); len(cmds) > 0 {
+		t.Fatalf("fenced takeovers at once after a slow election: %v", cmds)
+	}
+	if got := p.NextDeadline(); !got.Equal(t0.Add(grace)) {
+		t.Fatalf("NextDeadline %v, want the end of the grace %v", got.Sub(t0), grace)
+	}
+	if err := p.Renew(t0.Add(grace/2), n1, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	cmds, _ := p.Plan(t0.Add(grace), in)
+	if len(cmds) == 0 {
+		t.Fatal("silent n2's fenced shards not taken over when the grace ended")
+	}
+	for _, c := range cmds {
+		g, ok := c.(ledger.Grant)
+		if !ok || !g.Takeover || g.Owner != "n1" || g.Shard%2 != 1 {
+			t.Fatalf("proposal %v, want fenced takeovers of n2's shards by n1", FormatCommand(c))
+		}
+	}
+}

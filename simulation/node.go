@@ -472,8 +472,13 @@ func (s *Sim) round(n *node) {
 		// round's expiries commit before the grants they make possible.
 		s.raft.proposeAll(n, cmds, func(ledger.Result, uint64, error) { n.roundInflight-- })
 	}
-	// Timer-driven rounds every 100 ms of the leader's clock.
-	s.kickRound(n, n.trueAfter(100*time.Millisecond))
+	// Timer-driven rounds every 100 ms of the leader's clock, and when a
+	// wait of the planner ends (ownership.LeaderLoop's wait).
+	next := 100 * time.Millisecond
+	if d := n.planner.NextDeadline(); !d.IsZero() {
+		next = max(min(next, d.Sub(n.localTime(s.now))), 0)
+	}
+	s.kickRound(n, n.trueAfter(next))
 }
 
 // agentActing reports whether n's process acts on shard at true time t.

@@ -71,6 +71,9 @@ type proposal struct {
 	from *node
 	gen  uint64
 	term uint64
+	// cut: the leader had no quorum when the proposal reached it, so the
+	// entry is on no other voter and a later leader cannot commit it.
+	cut  bool
 	done func(res ledger.Result, index uint64, err error)
 }
 
@@ -118,7 +121,11 @@ func (r *raftModel) checkLeader() {
 		return
 	}
 	r.electing = true
-	r.s.after(r.s.jitter(300*time.Millisecond, 700*time.Millisecond), evElection, -1, r.elect)
+	lo, hi := r.s.cfg.ElectionDelay[0], r.s.cfg.ElectionDelay[1]
+	if hi == 0 {
+		lo, hi = 300*time.Millisecond, 700*time.Millisecond
+	}
+	r.s.after(r.s.jitter(lo, hi), evElection, -1, r.elect)
 }
 
 func (r *raftModel) elect() {
@@ -141,11 +148,13 @@ func (r *raftModel) elect() {
 	r.leader = -1
 	r.term++
 	// In-flight proposals of the old term: each is lost or committed anyway
-	// by the next leader; their proposers only learn "leadership lost".
+	// by the next leader — except one the old leader received while cut
+	// off from its quorum, which no other voter holds; their proposers only
+	// learn "leadership lost".
 	pend := r.pending
 	r.pending = nil
 	for _, p := range pend {
-		committed := s.chance(0.5) && len(cands) > 0
+		committed := s.chance(0.5) && len(cands) > 0 && !p.cut
 		if committed {
 			r.commit(p.cmd, p.from.idx)
 		}
@@ -208,6 +217,7 @@ func (r *raftModel) proposeAll(n *node, cmds []ledger.Command, done func(ledger.
 		return
 	}
 	ps := make([]*proposal, len(cmds))
+	cut := !r.quorum(r.leader)
 	for i, cmd := range cmds {
 		if s.chance(0.01) {
 			// A duplicate of the proposal arrives much later (a client retry
@@ -219,7 +229,7 @@ func (r *raftModel) proposeAll(n *node, cmds []ledger.Command, done func(ledger.
 				}
 			})
 		}
-		ps[i] = &proposal{cmd: cmd, from: n, gen: n.gen, term: r.term, done: done}
+		ps[i] = &proposal{cmd: cmd, from: n, gen: n.gen, term: r.term, cut: cut, done: done}
 		r.pending = append(r.pending, ps[i])
 	}
 	// Network to the leader, replication to a quorum, fsync.
@@ -289,6 +299,9 @@ func (r *raftModel) commitChecked(cmd ledger.Command, from int, probe bool, want
 		r.log[index-1].touched = touchedBy(r.ref.State(), cmd)
 	}
 	s.check.committed(index, from, cmd, res, probe, want)
+	if _, ok := cmd.(ledger.ExpireNode); ok && res.Err == nil {
+		s.res.ExpiriesCommitted++
+	}
 	line := ownership.FormatCommand(cmd)
 	_, _ = s.hash.WriteString(line)
 	if res.Err != nil {

@@ -15,7 +15,7 @@ import (
 //
 //	sim [seed=N] [nodes=N] [voters=N] [duration=D] [faults-until=D] [watch=S,S] [workload=false]
 //	    [zones=z1,z2,...] [weights=1,2,...] [loads=S:L,S:L] [settle=D] [fenced=F-L,F-L]
-//	    [version=V] [upgrade-at=D]
+//	    [version=V] [upgrade-at=D] [profile=test|fast]
 //	fault at=D kind=K node=nI|leader|owner:S [dur=D] [value=F]
 //	run      run to the end; print violations, leader changes and the timeline
 func TestSimScripts(t *testing.T) {
@@ -46,7 +46,14 @@ func TestSimScripts(t *testing.T) {
 			}
 			switch td.Cmd {
 			case "sim":
-				cfg = DefaultConfig(uint64(num("seed", "1")))
+				switch prof := arg("profile", "test"); prof {
+				case "test":
+					cfg = DefaultConfig(uint64(num("seed", "1")))
+				case "fast":
+					cfg = fastProfileConfig(uint64(num("seed", "1")))
+				default:
+					t.Fatalf("%s: unknown profile %q", td.Pos, prof)
+				}
 				cfg.RandomFaults = false
 				cfg.Nodes = num("nodes", "5")
 				cfg.Voters = num("voters", "3")

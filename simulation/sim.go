@@ -100,6 +100,11 @@ type Config struct {
 	// leader, confirmed by a quorum round, instead of committing
 	// heartbeats (renew.go).
 	ClusterVersion uint32
+	// ElectionDelay is the range of the time from losing the control
+	// group's leader (crash, pause, lost quorum) to a new leader being
+	// elected: [0] to [1], uniform; zero means 300–700 ms. A profile's
+	// range follows from its Raft heartbeat timeout (ElectionDelayFor).
+	ElectionDelay [2]time.Duration
 	// UpgradeAt, when non-zero, upgrades every node's binary to
 	// ledger.MaxClusterVersion at that time: a rolling restart, one node
 	// every 700 ms (each down 200 ms, a new incarnation); the leader raises
@@ -130,6 +135,29 @@ func DefaultConfig(seed uint64) Config {
 		Workload:       true,
 		Probes:         true,
 	}
+}
+
+// ElectionDelayFor is the range of ElectionDelay for a control group whose
+// Raft heartbeat timeout is ht (hashicorp/raft): a follower checks for
+// contact with the leader at random intervals in [ht, 2·ht) and starts an
+// election at the first check that finds none for ht, i.e. ht to 3·ht
+// after the last contact; the pre-vote and vote rounds add a few
+// milliseconds.
+func ElectionDelayFor(ht time.Duration) [2]time.Duration {
+	return [2]time.Duration{ht, 3*ht + 20*time.Millisecond}
+}
+
+// ProfileConfig is DefaultConfig with a production profile's lease timing
+// (oc: ownership.FastConfig, DefaultConfig, ...) and the election delay of
+// its Raft heartbeat timeout ht, on the simulator's 16 shards and with
+// DrainTimeout ≥ Lease (DefaultConfig); clocks err up to the profile's δ.
+func ProfileConfig(seed uint64, name string, oc ownership.Config, ht time.Duration) Config {
+	c := DefaultConfig(seed)
+	oc.Ring.Partitions = c.Ownership.Ring.Partitions
+	oc.DrainTimeout = max(oc.DrainTimeout, oc.Lease)
+	c.Profile, c.Ownership, c.ClockRateError = name, oc, oc.MaxDrift
+	c.ElectionDelay = ElectionDelayFor(ht)
+	return c
 }
 
 // QuickConfig is the bulk profile `go test` runs thousands of: 4 nodes (3
@@ -197,6 +225,8 @@ const MaxNodes = 10_000
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	switch {
+	case c.ElectionDelay[0] < 0 || c.ElectionDelay[1] < c.ElectionDelay[0]:
+		return fmt.Errorf("%w: ElectionDelay = %v, want 0 ≤ [0] ≤ [1]", ErrInvalidConfig, c.ElectionDelay)
 	case c.Nodes < 1 || c.Nodes > MaxNodes:
 		return fmt.Errorf("%w: Nodes = %d, want 1..%d", ErrInvalidConfig, c.Nodes, MaxNodes)
 	case c.Voters < 1 || c.Voters > c.Nodes:
@@ -247,6 +277,10 @@ type Result struct {
 	Timeline []string
 	// Stats.
 	LeaderChanges, Takeovers, Handoffs, Expiries int
+	// ExpiriesCommitted counts the ExpireNode commands the ledger
+	// accepted (Expiries counts those proposed, some by a leader that is
+	// already cut off).
+	ExpiriesCommitted int
 	// FencedOverlaps counts the times a node started acting on a shard
 	// under fenced takeover while another still acted on it (S4 is waived
 	// there; Config.Fenced).

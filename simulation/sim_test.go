@@ -17,7 +17,7 @@ var (
 	flagDuration = flag.Duration("sim.duration", 0, "run seeds until this much wall time has passed (overrides -sim.seeds)")
 	flagTrace    = flag.Bool("sim.trace", false, "print the full event trace of TestSimSeed")
 	flagStress   = flag.Bool("sim.stress", false, "TestSimSeed: use the stress profile")
-	flagProfile  = flag.String("sim.profile", "default", "TestSimSeed: the profile (default or quick)")
+	flagProfile  = flag.String("sim.profile", "default", "TestSimSeed: the profile (default, quick or fast)")
 )
 
 func seedsFlagSet() bool {
@@ -44,8 +44,11 @@ func TestSimSeed(t *testing.T) {
 		t.Skip("no -sim.seed given")
 	}
 	cfg := DefaultConfig(*flagSeed)
-	if *flagProfile == "quick" {
+	switch *flagProfile {
+	case "quick":
 		cfg = QuickConfig(*flagSeed)
+	case "fast":
+		cfg = fastProfileConfig(*flagSeed)
 	}
 	cfg.Stress = *flagStress
 	if *flagTrace {

@@ -69,8 +69,9 @@ func (w *writeLog) worker(ctx context.Context, env *Env, tok node.Token) error {
 
 // TestTier2FencedTakeover: shards 0–3 of 8 are under fenced takeover. The
 // owner of a low shard (not the control-group leader) is cut off both
-// networks twice — 700 ms (shorter than the 1 s lease: a pause, a blip)
-// and 4 s (longer: a dead node as far as anyone can tell). Each time:
+// networks twice — 500 ms (shorter than the fast profile's 800 ms lease: a
+// pause, a blip) and 4 s (longer: a dead node as far as anyone can tell).
+// Each time:
 //   - each fenced shard it acted on is granted to a successor after
 //     FencedAfter (300 ms in the fast profile, from the last heartbeat)
 //     and within the lease, at a strictly greater epoch;
@@ -84,14 +85,15 @@ func (w *writeLog) worker(ctx context.Context, env *Env, tok node.Token) error {
 //     reports any other as an S4 violation).
 func TestTier2FencedTakeover(t *testing.T) {
 	const seed = 6001
-	const lease, renew = time.Second, 100 * time.Millisecond // node.ProfileFast
-	const fencedAfter = 3 * renew                            // its default
+	tm, _ := node.ProfileFast.Timing()
+	lease, renew := tm.Lease, tm.RenewEvery
+	fencedAfter := 3 * renew // its default
 	fenced := func(s uint32) bool { return s <= 3 }
 	w := &writeLog{stale: map[string]int{}, ok: map[string]int{}}
 	sc := Scenario{Name: "fenced-takeover", Seed: seed, Nodes: 3, Partitions: 8, Duration: 45 * time.Second, FaultsUntil: 22 * time.Second,
 		Fenced: []node.ShardRange{{First: 0, Last: 3}},
 		Faults: []Fault{
-			{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 700 * time.Millisecond},
+			{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 500 * time.Millisecond},
 			{At: 13 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 4 * time.Second},
 		},
 		App:    App{Worker: w.worker},

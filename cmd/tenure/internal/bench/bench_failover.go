@@ -604,11 +604,31 @@ func (c *foCluster) spawn(a *foAgent) error { return spawnAgent(c.bin, c.dir, a,
 // spawnAgent starts agent a as `bin args…`, its output appended to
 // dir/<id>.log, and closes a.exited when the process is gone.
 func spawnAgent(bin, dir string, a *foAgent, args []string) error {
+	return spawnAgentWith(bin, dir, a, args, agentProc{})
+}
+
+// agentProc is how an agent process is run beyond its arguments.
+type agentProc struct {
+	// nice > 0 runs it under `nice -n nice` (lower CPU priority).
+	nice int
+	// env is added to the inherited environment (GOMAXPROCS=1).
+	env []string
+}
+
+// spawnAgentWith is spawnAgent with p.
+func spawnAgentWith(bin, dir string, a *foAgent, args []string, p agentProc) error {
 	lf, err := os.OpenFile(filepath.Join(dir, a.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command(bin, args...)
+	if p.nice > 0 {
+		// nice execs the agent: the process (and its pid) is the agent's.
+		cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(p.nice), bin}, args...)...)
+	}
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/node"
 )
 
 func TestBenchFailoverBadFlags(t *testing.T) {
@@ -33,7 +35,8 @@ func TestParseFailoverFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.nodes != 5 || o.runs != 20 || o.mode != "drain" || o.lease != time.Second || o.seed != 3 {
+	fast, _ := node.ProfileFast.Timing()
+	if o.nodes != 5 || o.runs != 20 || o.mode != "drain" || o.lease != fast.Lease || o.seed != 3 {
 		t.Errorf("options = %+v", o)
 	}
 }

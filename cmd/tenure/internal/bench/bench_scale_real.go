@@ -31,6 +31,11 @@ type realScaleOptions struct {
 	settle                time.Duration
 	agentBin, dir         string
 	json                  bool
+	// memberNice and memberProcs, when > 0, run the disk-less members
+	// under nice -n memberNice and with GOMAXPROCS=memberProcs (the
+	// voters as they are): on a small shared machine the voters' Raft
+	// timers then win the CPU, as they would with their own cores.
+	memberNice, memberProcs int
 }
 
 // realScaleResult is `tenure bench scale --real --json`.
@@ -42,12 +47,23 @@ type realScaleResult struct {
 	Shards  int    `json:"shards"`
 	Profile string `json:"profile"`
 	CPUs    int    `json:"cpus"`
+	// MemberNice and MemberGOMAXPROCS are -member-nice and
+	// -member-gomaxprocs (0: not set).
+	MemberNice       int `json:"member_nice,omitempty"`
+	MemberGOMAXPROCS int `json:"member_gomaxprocs,omitempty"`
 
 	// SpawnMs is how long starting every process took; ConvergeMs the time
 	// from the first spawn until every shard was validly owned by a
 	// running agent and every agent owned at least one.
 	SpawnMs    float64 `json:"spawn_ms"`
 	ConvergeMs float64 `json:"converge_ms"`
+	// QuietMs is the time from the first spawn until, after converging,
+	// the leader's applied index stood still for quietFor (the planner's
+	// rebalancing moves done): the at-rest figures are taken after it.
+	// QuietTimedOut: it did not within -settle-timeout; the figures are
+	// then taken anyway.
+	QuietMs       float64 `json:"quiet_ms"`
+	QuietTimedOut bool    `json:"quiet_timed_out,omitempty"`
 
 	// At rest, over IdleSeconds: per-process RSS (MiB) and CPU (% of one
 	// core), median and max over all agents, and the leader's.
@@ -80,6 +96,8 @@ func parseRealScaleFlags(fs *flag.FlagSet, o *realScaleOptions) {
 	fs.IntVar(&o.voters, "voters", 3, "--real: control-group voters (with data dirs); the other agents are disk-less members")
 	fs.DurationVar(&o.settle, "settle-timeout", 10*time.Minute, "--real: how long the cluster may take to converge")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "--real: tenure binary to run agents with (default: this executable)")
+	fs.IntVar(&o.memberNice, "member-nice", 0, "--real: run the disk-less members under `nice -n` this (1..19; 0: as the voters), so the voters win the CPU on a busy machine")
+	fs.IntVar(&o.memberProcs, "member-gomaxprocs", 0, "--real: run the disk-less members with GOMAXPROCS set to this (0: unset)")
 	fs.StringVar(&o.dir, "dir", "", "--real: directory for the voters' data dirs and every agent's log (default: a temporary one, removed after)")
 }
 
@@ -93,6 +111,8 @@ func (o realScaleOptions) validate() error {
 		return fmt.Errorf("bench scale --real: -voters %d with -nodes %d: want at least one disk-less member", o.voters, o.nodes)
 	case o.shards < o.nodes || o.shards > 1<<16:
 		return fmt.Errorf("bench scale --real: -shards %d: want %d (nodes)..65536", o.shards, o.nodes)
+	case o.memberNice < 0 || o.memberNice > 19 || o.memberProcs < 0 || o.memberProcs > 256:
+		return fmt.Errorf("bench scale --real: -member-nice %d, -member-gomaxprocs %d: want 0..19 and 0..256", o.memberNice, o.memberProcs)
 	case o.idle <= 0 || o.settle <= 0:
 		return fmt.Errorf("bench scale --real: -idle %v and -settle-timeout %v must be positive", o.idle, o.settle)
 	}
@@ -135,7 +155,16 @@ func (c *realCluster) args(a *foAgent) []string {
 	return append(args, "--voter", "never", "--diskless")
 }
 
-func (c *realCluster) spawn(a *foAgent) error { return spawnAgent(c.bin, c.dir, a, c.args(a)) }
+func (c *realCluster) spawn(a *foAgent) error {
+	var p agentProc
+	if !c.voter(a) {
+		p.nice = c.o.memberNice
+		if c.o.memberProcs > 0 {
+			p.env = []string{"GOMAXPROCS=" + strconv.Itoa(c.o.memberProcs)}
+		}
+	}
+	return spawnAgentWith(c.bin, c.dir, a, c.args(a), p)
+}
 
 func (c *realCluster) kill(a *foAgent) {
 	if a.running() {
@@ -365,6 +394,7 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	res := realScaleResult{
 		Method: "real agent processes on loopback: voters with data dirs (--voter=always), the rest disk-less members (--diskless --voter=never), workload off",
 		Nodes:  o.nodes, Voters: o.voters, Members: o.nodes - o.voters, Shards: o.shards, Profile: o.profile, CPUs: runtime.NumCPU(),
+		MemberNice: o.memberNice, MemberGOMAXPROCS: o.memberProcs,
 	}
 	progress("starting %d agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, in %s",
 		o.nodes, o.voters, o.nodes-o.voters, o.shards, o.profile, dir)
@@ -380,6 +410,12 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	}
 	res.ConvergeMs = ms(time.Since(t0))
 	progress("converged in %.1f s (spawning took %.1f s)", res.ConvergeMs/1000, res.SpawnMs/1000)
+	quiet, err := c.waitQuiet(ctx, t0.Add(o.settle))
+	if err != nil {
+		return fmt.Errorf("bench scale --real: %w", err)
+	}
+	res.QuietMs, res.QuietTimedOut = ms(time.Since(t0)), !quiet
+	progress("quiet (no commit for %v) after %.1f s (timed out: %v)", quietFor, res.QuietMs/1000, !quiet)
 
 	if err := c.idle(ctx, &res); err != nil {
 		return fmt.Errorf("bench scale --real: %w", err)
@@ -403,7 +439,15 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	w := m.Stdout
 	fmt.Fprintf(w, "%d real agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, %d CPUs\n",
 		res.Nodes, res.Voters, res.Members, res.Shards, res.Profile, res.CPUs)
+	if res.MemberNice > 0 || res.MemberGOMAXPROCS > 0 {
+		fmt.Fprintf(w, "  members run with nice %d, GOMAXPROCS %d (0: unset)\n", res.MemberNice, res.MemberGOMAXPROCS)
+	}
 	fmt.Fprintf(w, "  full ownership after     %8.1f s (spawning %d processes took %.1f s)\n", res.ConvergeMs/1000, res.Nodes, res.SpawnMs/1000)
+	quietNote := ""
+	if res.QuietTimedOut {
+		quietNote = ", not quiet by -settle-timeout"
+	}
+	fmt.Fprintf(w, "  at rest (no commit %v) %8.1f s%s\n", quietFor, res.QuietMs/1000, quietNote)
 	fmt.Fprintf(w, "  RSS per agent at rest    %8.0f MiB median, %.0f max (leader %.0f)\n", res.RSSMedianMB, res.RSSMaxMB, res.LeaderRSSMB)
 	fmt.Fprintf(w, "  CPU per agent at rest    %8.1f %% median, %.1f %% max (leader %.1f %%; all agents %.0f %% of one core)\n",
 		res.CPUMedianPct, res.CPUMaxPct, res.LeaderCPUPct, res.TotalCPUPct)
@@ -413,6 +457,39 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	fmt.Fprintf(w, "  member rejoin            %8.0f ms to own shards again, %.0f ms to start (disk-less restart, incarnation %d → %d)\n",
 		res.RejoinMs, res.RejoinStartedMs, res.RejoinIncarnFrom, res.RejoinIncarnTo)
 	return nil
+}
+
+// quietFor is how long the leader's applied index must stand still before
+// the cluster counts as at rest.
+const quietFor = 5 * time.Second
+
+// waitQuiet waits, until deadline, for the first voter's applied index to
+// stand still for quietFor; false if it did not by then. A failed read
+// counts as a move.
+func (c *realCluster) waitQuiet(ctx context.Context, deadline time.Time) (bool, error) {
+	var last uint64
+	since := time.Now()
+	for {
+		v := c.firstVoter()
+		if v == nil {
+			return false, errors.New("no voter running")
+		}
+		var st realStatus
+		err := c.get(ctx, v, "/v1/status", &st)
+		now := time.Now()
+		if err != nil || st.AppliedIndex != last {
+			last, since = st.AppliedIndex, now
+		}
+		if now.Sub(since) >= quietFor {
+			return true, nil
+		}
+		if now.After(deadline) {
+			return false, nil
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return false, err
+		}
+	}
 }
 
 // idle measures the converged cluster at rest.

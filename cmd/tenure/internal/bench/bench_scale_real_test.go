@@ -29,6 +29,9 @@ func TestBenchScaleReal(t *testing.T) {
 	if r.ConvergeMs <= 0 || r.RSSMedianMB <= 0 || r.CommitsPerSec < 0 || r.CPUMedianPct <= 0 {
 		t.Errorf("unmeasured figures: %+v", r)
 	}
+	if r.QuietMs < r.ConvergeMs {
+		t.Errorf("quiet after %v ms, before converging (%v ms)", r.QuietMs, r.ConvergeMs)
+	}
 	if !strings.HasPrefix(r.FailoverMember, "member-") || r.FailoverShards == 0 || r.FailoverMs <= 0 || r.RejoinMs <= 0 {
 		t.Errorf("failover not measured: %+v", r)
 	}
@@ -46,6 +49,7 @@ func TestBenchScaleRealBadFlags(t *testing.T) {
 		{[]string{"-voters", "2"}, "-voters 2"},
 		{[]string{"-nodes", "1000"}, "-nodes 1000"},
 		{[]string{"-profile", "turbo"}, `"turbo"`},
+		{[]string{"-member-nice", "25"}, "-member-nice 25"},
 	} {
 		_, stderr, err := run(t, append([]string{"bench", "scale", "--real"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error()+stderr, tc.want) {
