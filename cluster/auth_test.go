@@ -182,12 +182,24 @@ func TestOutsiderIsRefused(t *testing.T) {
 	}
 	p := newTestPKI(t)
 	h := newSecureHarness(t, p)
+	// The test checks that no attack moves leadership, so leadership must
+	// not move on its own: with TestControlConfig's 150ms leader lease a
+	// leader starved of CPU (-race on a loaded 2-core CI box) steps down
+	// by itself, and the attacks' "non-leader" is then the leader. An
+	// attack that works (a term bump, an accepted TimeoutNow) deposes the
+	// leader at once whatever these timeouts are.
+	secure := h.cfg
+	h.cfg = func(c *ControlConfig) {
+		secure(c)
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
+	}
 	defer h.closeAll()
 	for i := 1; i <= 3; i++ {
 		h.start(fmt.Sprintf("n%d", i))
 	}
 	h.waitConfig(30*time.Second, "n1:V n2:V n3:V")
 	leader := h.waitLeader(30 * time.Second)
+	term := leader.g.EstablishedTerm()
 	var follower *testNode
 	for _, n := range h.running() {
 		if n != leader {
@@ -299,10 +311,11 @@ func TestOutsiderIsRefused(t *testing.T) {
 		}
 	})
 
-	// The cluster is unharmed: the same leader, every node commits, and no
+	// The cluster is unharmed: the same leader in the same term (no
+	// election, not even one it won again), every node commits, and no
 	// forged command was applied anywhere.
-	if l := h.waitLeader(30 * time.Second); l.id != leader.id {
-		t.Errorf("leader changed from %s to %s during the attacks", leader.id, l.id)
+	if l := h.waitLeader(30 * time.Second); l.id != leader.id || l.g.EstablishedTerm() != term {
+		t.Errorf("leader changed from %s (term %d) to %s (term %d) during the attacks", leader.id, term, l.id, l.g.EstablishedTerm())
 	}
 	var want []string
 	for _, n := range h.running() {

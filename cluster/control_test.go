@@ -24,12 +24,7 @@ func runLifecycle(t *testing.T, h *harness, wait time.Duration) {
 	}
 	h.waitConfig(wait, "n1:V n2:V n3:V n4:N n5:N")
 	// Exactly one cluster: every node holds the same configuration.
-	for _, n := range h.running() {
-		waitFor(t, wait, n.id+" has the cluster's configuration", func() bool {
-			s, err := n.g.Servers()
-			return err == nil && configString(s) == "n1:V n2:V n3:V n4:N n5:N"
-		})
-	}
+	waitAllConfig(t, h, wait, "n1:V n2:V n3:V n4:N n5:N")
 	var want []string
 	for i := range 10 {
 		n := h.running()[i%5]
@@ -98,6 +93,12 @@ func runLifecycle(t *testing.T, h *harness, wait time.Duration) {
 		return strings.Join(parts, " ")
 	}
 	h.waitConfig(wait, wantCfg())
+	// Every node, not only the leader, must hold the new configuration
+	// before the leader dies: the leader commits it with a majority of the
+	// new voters, and a remaining voter still on the old one refuses the
+	// promoted node's (pre-)vote as "not a voter" (hashicorp/raft), so with
+	// the leader gone neither could win an election.
+	waitAllConfig(t, h, wait, wantCfg())
 
 	// The leader dies (no leave): another voter takes over; a follower's
 	// Apply is forwarded; the dead leader stays a voter.
@@ -123,6 +124,18 @@ func runLifecycle(t *testing.T, h *harness, wait time.Duration) {
 	}
 	h.waitApplied(wait, want)
 	h.waitConfig(wait, wantCfg())
+}
+
+// waitAllConfig waits until every running node's latest configuration is
+// want (waitConfig checks the leader's only).
+func waitAllConfig(t *testing.T, h *harness, wait time.Duration, want string) {
+	t.Helper()
+	for _, n := range h.running() {
+		waitFor(t, wait, n.id+" has configuration "+want, func() bool {
+			s, err := n.g.Servers()
+			return err == nil && configString(s) == want
+		})
+	}
 }
 
 func TestControlLifecycleSynctest(t *testing.T) {

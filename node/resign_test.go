@@ -16,12 +16,12 @@ func TestClusterResignMovesLeadership(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader := tc.byID(first).Election("resign-me")
-	if !waitTrue(ctx, leader.IsLeader) {
-		t.Fatalf("%s never acts as leader", first)
-	}
-	tok, err := leader.Token()
-	if err != nil {
-		t.Fatal(err)
+	// Acting is time-based (it ends a guard before the lease deadline), so
+	// a loaded, descheduled node may stop acting for a moment between two
+	// calls: take the token in the same wait that sees it act.
+	var tok Token
+	if !waitTrue(ctx, func() bool { tok, err = leader.Token(); return err == nil }) {
+		t.Fatalf("%s never acts as leader: %v", first, err)
 	}
 	if err := leader.Resign(ctx); err != nil {
 		t.Fatal(err)
@@ -45,9 +45,9 @@ func TestClusterResignMovesLeadership(t *testing.T) {
 		t.Fatalf("the resigner %s still acts as leader", first)
 	}
 	// A second resignation moves it again, to a node other than next.
-	tok2, err := newLeader.Token()
-	if err != nil {
-		t.Fatal(err)
+	var tok2 Token
+	if !waitTrue(ctx, func() bool { tok2, err = newLeader.Token(); return err == nil }) {
+		t.Fatalf("%s never acts as leader: %v", next, err)
 	}
 	if err := newLeader.Resign(ctx); err != nil {
 		t.Fatal(err)
