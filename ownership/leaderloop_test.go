@@ -383,7 +383,7 @@ func TestLeaderLoopExpiresOnDeadline(t *testing.T) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		if time.Now().Before(expireAt) {
-			t.Fatalf("n2 expired %v before its expiry was due", expireAt.Sub(time.Now()))
+			t.Fatalf("n2 expired %v before its expiry was due", time.Until(expireAt))
 		}
 		if r := rec("n1"); r.Liveness != 1 {
 			t.Fatalf("renewing n1 expired: %+v", r)
