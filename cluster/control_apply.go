@@ -182,21 +182,35 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 // leaderless cluster later (an election) is never sprayed with forwards.
 func (g *ControlGroup) applyViaVoters(ctx context.Context, cmd []byte) (Applied, error) {
 	voters := g.voterAddrs()
-	ids := slices.Sorted(maps.Keys(voters))
-	for _, id := range ids {
-		addr := voters[id]
-		if addr == g.addr || id == g.cfg.NodeID {
-			continue
+	var addrs []string
+	for _, id := range slices.Sorted(maps.Keys(voters)) {
+		if addr := voters[id]; addr != g.addr && id != g.cfg.NodeID {
+			addrs = append(addrs, addr)
 		}
+	}
+	if res, taken, err := g.offerInTurn(ctx, addrs, cmd); taken {
+		return res, err
+	}
+	return Applied{}, ErrNoLeader
+}
+
+// offerInTurn forwards cmd to the peers at addrs in turn until one answers
+// with anything but ErrNotLeader or a dial error (taken: its result), or ctx
+// ends; otherwise it returns the last of those errors, taken false. A peer
+// that is not the leader proposes nothing, so the next can be tried.
+func (g *ControlGroup) offerInTurn(ctx context.Context, addrs []string, cmd []byte) (Applied, bool, error) {
+	var lastErr error
+	for _, addr := range addrs {
 		res, err := g.applyToPeer(ctx, addr, cmd)
 		if err == nil || !(errors.Is(err, ErrNotLeader) || isDialErr(err)) {
-			return res, err
+			return res, true, err
 		}
+		lastErr = err
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return Applied{}, ErrNoLeader
+	return Applied{}, false, lastErr
 }
 
 func isDialErr(err error) bool {

@@ -3,7 +3,6 @@ package cluster
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -35,15 +34,12 @@ func (g *ControlGroup) ApplyViaPeers(ctx context.Context, cmd []byte) (Applied, 
 		if _, addr := g.Leader(); addr != "" {
 			return g.Apply(ctx, cmd)
 		}
-		for _, addr := range g.leaderCandidates() {
-			res, err := g.applyToPeer(ctx, addr, cmd)
-			if err == nil || !(errors.Is(err, ErrNotLeader) || isDialErr(err)) {
-				return res, err
-			}
+		res, taken, err := g.offerInTurn(ctx, g.leaderCandidates(), cmd)
+		if taken {
+			return res, err
+		}
+		if err != nil {
 			lastErr = err
-			if ctx.Err() != nil {
-				break
-			}
 		}
 		t := time.NewTimer(backoff)
 		select {
