@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tenurehq/tenure/node"
-	_ "modernc.org/sqlite" // pure-Go SQLite driver: no cgo
+	"modernc.org/sqlite" // pure-Go SQLite driver: no cgo
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Store is the service's database: a SQLite file every process opens (a
@@ -53,7 +55,28 @@ CREATE TABLE IF NOT EXISTS refused (
 // busy timeout let several processes write; transactions take the write
 // lock up front (_txlock=immediate) so the fence check and the write are
 // one atomic step across processes.
+//
+// Several processes may open a new database at the same moment: the
+// switch to WAL needs the file's exclusive lock and SQLite answers
+// SQLITE_BUSY at once (the busy timeout does not cover a journal-mode
+// change), so opening retries a busy database until openTimeout.
 func OpenStore(path string) (*Store, error) {
+	deadline := time.Now().Add(openTimeout)
+	for {
+		st, err := openStore(path)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return st, err
+		}
+		time.Sleep(openRetry)
+	}
+}
+
+const (
+	openTimeout = 30 * time.Second
+	openRetry   = 50 * time.Millisecond
+)
+
+func openStore(path string) (*Store, error) {
 	dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(wal)&_pragma=synchronous(normal)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -65,6 +88,12 @@ func OpenStore(path string) (*Store, error) {
 		return nil, fmt.Errorf("store: opening %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // Close closes the database.
