@@ -1,0 +1,99 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Issue 16, "stopping and starting a whole cluster cleanly": SIGTERM to
+// every agent of a running cluster at once (docker compose down, a fleet
+// shutdown) ends every process with exit status 0 within a few seconds —
+// drain gives up when nobody can take the shards, leave does not fail
+// when nobody is left to hear it — and the cluster started again from the
+// voters' data dirs (members disk-less) comes back with the same voters
+// and every shard owned.
+func TestRealClusterStopAllAndStartAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts agent processes")
+	}
+	bin := tenureBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	o := realScaleOptions{nodes: 5, voters: 3, shards: 32, profile: "fast", idle: time.Second, settle: 90 * time.Second}
+	c := &realCluster{bin: bin, dir: t.TempDir(), o: o, client: http.Client{Timeout: 5 * time.Second}, log: t.Logf}
+	defer c.stopAll()
+	addrs, err := freeLoopbackAddrs(3 * o.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range o.nodes {
+		id := fmt.Sprintf("member-%03d", i)
+		if i < o.voters {
+			id = fmt.Sprintf("voter-%d", i)
+		}
+		c.agents = append(c.agents, &foAgent{id: id, gossip: addrs[3*i], raft: addrs[3*i+1], httpAddr: addrs[3*i+2]})
+	}
+	start := func(round string) {
+		t.Helper()
+		for _, a := range c.agents {
+			if err := c.spawn(a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.waitConverged(ctx, o.settle); err != nil {
+			t.Fatalf("%s: %v", round, err)
+		}
+	}
+	voters := func() []string {
+		t.Helper()
+		var st struct {
+			Voters []string `json:"voters"`
+		}
+		if err := c.get(ctx, c.firstVoter(), "/v1/status", &st); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(st.Voters)
+		return st.Voters
+	}
+	want := []string{"voter-0", "voter-1", "voter-2"}
+
+	start("first start")
+	if got := voters(); !slices.Equal(got, want) {
+		t.Fatalf("voters after the first start: %v, want %v", got, want)
+	}
+	// Every agent at once. The agents' drain timeout is 2 s (c.args); the
+	// bound leaves room for leave and a loaded machine, and is well under
+	// the 30 s a whole-cluster stop used to take.
+	const bound = 10 * time.Second
+	t0 := time.Now()
+	for _, a := range c.agents {
+		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(bound)
+	for _, a := range c.agents {
+		select {
+		case <-a.exited:
+		case <-deadline:
+			t.Fatalf("%s still running %v after SIGTERM to every agent (log: %s/%s.log)", a.id, bound, c.dir, a.id)
+		}
+	}
+	took := time.Since(t0)
+	for _, a := range c.agents {
+		if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("%s exited with status %d after SIGTERM to every agent (log: %s/%s.log)", a.id, code, c.dir, a.id)
+		}
+	}
+	t.Logf("every agent exited %v after SIGTERM to all", took.Round(time.Millisecond))
+
+	start("start again")
+	if got := voters(); !slices.Equal(got, want) {
+		t.Fatalf("voters after starting again: %v, want %v (a voter stopped gracefully must come back a voter)", got, want)
+	}
+}
