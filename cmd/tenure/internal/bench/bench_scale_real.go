@@ -90,6 +90,12 @@ type realScaleResult struct {
 	RejoinStartedMs  float64 `json:"rejoin_started_ms"`
 	RejoinIncarnFrom uint64  `json:"rejoin_incarnation_from"`
 	RejoinIncarnTo   uint64  `json:"rejoin_incarnation_to"`
+
+	// Then SIGTERM to every agent at once (a fleet shutdown): how long
+	// until the last one exited, and those that did not exit 0 by
+	// themselves within stopGrace.
+	StopAllMs      float64  `json:"stop_all_ms"`
+	StopAllUnclean []string `json:"stop_all_unclean"`
 }
 
 func parseRealScaleFlags(fs *flag.FlagSet, o *realScaleOptions) {
@@ -174,26 +180,49 @@ func (c *realCluster) kill(a *foAgent) {
 }
 
 // stopAll sends SIGTERM to every agent at once, then SIGKILL to those
-// still running after 15 s.
-func (c *realCluster) stopAll() {
+// still running after stopGrace.
+func (c *realCluster) stopAll() { c.stopAllMeasured() }
+
+// stopGrace is how long stopAll waits for the agents to exit after
+// SIGTERM before it kills them.
+const stopGrace = 15 * time.Second
+
+// stopAllMeasured is stopAll, reporting how long after the SIGTERM the
+// last running agent exited (stopGrace if one had to be killed) and the
+// agents that did not exit with status 0 by themselves, as "id: status".
+func (c *realCluster) stopAllMeasured() (took time.Duration, unclean []string) {
+	t0 := time.Now()
+	var stopping []*foAgent
 	for _, a := range c.agents {
 		if a.running() {
 			_ = a.cmd.Process.Signal(syscall.SIGTERM)
+			stopping = append(stopping, a)
 		}
 	}
-	deadline := time.After(15 * time.Second)
-	for _, a := range c.agents {
-		if a.cmd == nil {
-			continue
+	deadline := time.After(stopGrace)
+	timedOut := false
+	for _, a := range stopping {
+		if timedOut {
+			break
 		}
 		select {
 		case <-a.exited:
 		case <-deadline:
+			timedOut = true
 		}
 	}
-	for _, a := range c.agents {
-		c.kill(a)
+	took = time.Since(t0)
+	for _, a := range stopping {
+		if a.running() {
+			unclean = append(unclean, a.id+": still running after "+stopGrace.String()+", killed")
+			c.kill(a)
+			continue
+		}
+		if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+			unclean = append(unclean, fmt.Sprintf("%s: exit status %d", a.id, code))
+		}
 	}
+	return took, unclean
 }
 
 // maxAPIBody bounds what the benchmark reads from an agent's API.
@@ -428,6 +457,14 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	progress("member %s killed: its %d shards owned again after %.0f ms; restarted disk-less (incarnation %d → %d), owning shards after %.0f ms",
 		res.FailoverMember, res.FailoverShards, res.FailoverMs, res.RejoinIncarnFrom, res.RejoinIncarnTo, res.RejoinMs)
 
+	took, unclean := c.stopAllMeasured()
+	res.StopAllMs, res.StopAllUnclean = ms(took), unclean
+	if res.StopAllUnclean == nil {
+		res.StopAllUnclean = []string{}
+	}
+	progress("SIGTERM to all %d agents: the last exited after %.0f ms; %d did not exit 0 by themselves %v",
+		len(c.agents), res.StopAllMs, len(unclean), unclean)
+
 	if o.json {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -456,6 +493,8 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	fmt.Fprintf(w, "  member failover          %8.0f ms (%s killed, %d shards owned again)\n", res.FailoverMs, res.FailoverMember, res.FailoverShards)
 	fmt.Fprintf(w, "  member rejoin            %8.0f ms to own shards again, %.0f ms to start (disk-less restart, incarnation %d → %d)\n",
 		res.RejoinMs, res.RejoinStartedMs, res.RejoinIncarnFrom, res.RejoinIncarnTo)
+	fmt.Fprintf(w, "  SIGTERM to every agent   %8.0f ms until the last exited; not exiting 0 by themselves: %d %v\n",
+		res.StopAllMs, len(res.StopAllUnclean), res.StopAllUnclean)
 	return nil
 }
 

@@ -35,6 +35,9 @@ func TestBenchScaleReal(t *testing.T) {
 	if !strings.HasPrefix(r.FailoverMember, "member-") || r.FailoverShards == 0 || r.FailoverMs <= 0 || r.RejoinMs <= 0 {
 		t.Errorf("failover not measured: %+v", r)
 	}
+	if r.StopAllMs <= 0 || len(r.StopAllUnclean) > 0 {
+		t.Errorf("SIGTERM to every agent: last exit after %v ms, not exiting 0 by themselves: %v", r.StopAllMs, r.StopAllUnclean)
+	}
 	if r.RejoinIncarnTo <= r.RejoinIncarnFrom {
 		t.Errorf("restarted disk-less member at incarnation %d, before %d: want newer", r.RejoinIncarnTo, r.RejoinIncarnFrom)
 	}
