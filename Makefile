@@ -21,7 +21,8 @@ build:
 
 # The test command README.md gives; .ci/run calls it. Everything runs under
 # the race detector except the many-seed simulator sweep, which the race
-# detector slows ~15x: it runs its 2,000 seeds (SIMSEEDS) without it.
+# detector slows ~15x: it runs its 2,000 seeds (SIMSEEDS) without it, and
+# the tier-2 mutation cases (TestTier2Mutations, why below).
 # The mutation switches (internal/mutation) are compiled in only with
 # -tags mutations, so the tests that turn them on (MUTATION_TESTS) skip in
 # the first run and run in the second.
@@ -29,10 +30,18 @@ build:
 # without the race detector (200 with it); ~45 s on 2 shared cores.
 SIMSEEDS ?= 2000
 SIMSCALE_TEST ?= 1000
-MUTATION_TESTS := ^(TestSetAndOn|TestMutations|TestSimShrink|TestTier2Mutations)$$
+# TestTier2Mutations runs without the race detector: it starts one
+# synctest bubble per mutation case, and once (CI, 2026-11-27) the Go
+# 1.26.8 race runtime crashed with SIGSEGV in ThreadSanitizer's stack
+# depot (__sanitizer::StackDepotBase::Put) inside internal/synctest.Run —
+# not a report about our code, and not reproduced in 4 reruns. The same
+# tier-2 code runs under -race in the first line (TestTier2*), and the
+# mutation switches under -race in TestSetAndOn and tier 1.
+MUTATION_TESTS := ^(TestSetAndOn|TestMutations|TestSimShrink)$$
 test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
-	$(GO) test -race -count=1 -timeout 30m -tags mutations -run '$(MUTATION_TESTS)' ./internal/mutation/ ./simulation/ ./simulation/tier2/
+	$(GO) test -race -count=1 -timeout 30m -tags mutations -run '$(MUTATION_TESTS)' ./internal/mutation/ ./simulation/
+	$(GO) test -count=1 -timeout 30m -tags mutations -run '^TestTier2Mutations$$' ./simulation/tier2/
 	$(GO) test -count=1 -timeout 30m -v -run '^(TestSimSeeds|TestSimScale)$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS) -sim.scale.nodes=$(SIMSCALE_TEST)
 	$(MAKE) tier3
 	$(MAKE) k8s-manifests
