@@ -645,36 +645,52 @@ func spawnAgentWith(bin, dir string, a *foAgent, args []string, p agentProc) err
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (c *foCluster) kill(a *foAgent) {
+func (a *foAgent) kill() {
 	if !a.running() {
 		return
 	}
-	a.cmd.Process.Signal(syscall.SIGKILL)
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
 	<-a.exited
 }
 
-// stopAll stops every agent: SIGTERM, then SIGKILL after a grace period.
-func (c *foCluster) stopAll() {
-	for _, a := range c.agents {
+// stopAgents sends SIGTERM to every running agent at once, then SIGKILL
+// to those still running after grace. It reports how long after the
+// SIGTERM the last one exited (grace if one had to be killed) and the
+// agents that did not exit with status 0 by themselves, as "id: why".
+func stopAgents(agents []*foAgent, grace time.Duration) (took time.Duration, unclean []string) {
+	t0 := time.Now()
+	var stopping []*foAgent
+	for _, a := range agents {
 		if a.running() {
-			a.cmd.Process.Signal(syscall.SIGTERM)
+			_ = a.cmd.Process.Signal(syscall.SIGTERM)
+			stopping = append(stopping, a)
 		}
 	}
-	deadline := time.After(10 * time.Second)
-	for _, a := range c.agents {
-		if a.cmd == nil {
-			continue
-		}
+	deadline := time.After(grace)
+wait:
+	for _, a := range stopping {
 		select {
 		case <-a.exited:
 		case <-deadline:
-			c.kill(a)
+			break wait
 		}
 	}
-	for _, a := range c.agents {
-		c.kill(a)
+	took = time.Since(t0)
+	for _, a := range stopping {
+		if a.running() {
+			unclean = append(unclean, a.id+": still running after "+grace.String()+", killed")
+			a.kill()
+			continue
+		}
+		if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+			unclean = append(unclean, fmt.Sprintf("%s: exit status %d", a.id, code))
+		}
 	}
+	return took, unclean
 }
+
+// stopAll stops every agent: SIGTERM, then SIGKILL after 10 s.
+func (c *foCluster) stopAll() { stopAgents(c.agents, 10*time.Second) }
 
 func (c *foCluster) get(ctx context.Context, a *foAgent, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+path, nil)
@@ -894,7 +910,7 @@ func (c *foCluster) oneRun(ctx context.Context, rec *foRecorder, rng *rand.Rand)
 	}
 	res.role = c.role(ctx, owner.id)
 	killedAt := time.Now()
-	c.kill(owner)
+	owner.kill()
 	// Commit: poll a survivor's API for the new epoch.
 	// The poller owns commit and commitErr until it closes commitDone.
 	var commit time.Duration

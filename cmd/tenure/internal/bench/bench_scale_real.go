@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -172,57 +171,40 @@ func (c *realCluster) spawn(a *foAgent) error {
 	return spawnAgentWith(c.bin, c.dir, a, c.args(a), p)
 }
 
-func (c *realCluster) kill(a *foAgent) {
-	if a.running() {
-		_ = a.cmd.Process.Signal(syscall.SIGKILL)
-		<-a.exited
-	}
-}
-
 // stopAll sends SIGTERM to every agent at once, then SIGKILL to those
 // still running after stopGrace.
-func (c *realCluster) stopAll() { c.stopAllMeasured() }
+func (c *realCluster) stopAll() { stopAgents(c.agents, stopGrace) }
 
-// stopGrace is how long stopAll waits for the agents to exit after
+// stopGrace is how long the benchmark waits for its agents to exit after
 // SIGTERM before it kills them.
 const stopGrace = 15 * time.Second
 
-// stopAllMeasured is stopAll, reporting how long after the SIGTERM the
-// last running agent exited (stopGrace if one had to be killed) and the
-// agents that did not exit with status 0 by themselves, as "id: status".
-func (c *realCluster) stopAllMeasured() (took time.Duration, unclean []string) {
-	t0 := time.Now()
-	var stopping []*foAgent
+// layout gives the cluster its o.nodes agents, voters first, each with
+// three free loopback ports (gossip, raft, HTTP); none is started.
+func (c *realCluster) layout() error {
+	addrs, err := freeLoopbackAddrs(3 * c.o.nodes)
+	if err != nil {
+		return err
+	}
+	c.agents = nil
+	for i := range c.o.nodes {
+		id := fmt.Sprintf("member-%03d", i)
+		if i < c.o.voters {
+			id = fmt.Sprintf("voter-%d", i)
+		}
+		c.agents = append(c.agents, &foAgent{id: id, gossip: addrs[3*i], raft: addrs[3*i+1], httpAddr: addrs[3*i+2]})
+	}
+	return nil
+}
+
+// spawnAll starts every agent of the layout.
+func (c *realCluster) spawnAll() error {
 	for _, a := range c.agents {
-		if a.running() {
-			_ = a.cmd.Process.Signal(syscall.SIGTERM)
-			stopping = append(stopping, a)
+		if err := c.spawn(a); err != nil {
+			return err
 		}
 	}
-	deadline := time.After(stopGrace)
-	timedOut := false
-	for _, a := range stopping {
-		if timedOut {
-			break
-		}
-		select {
-		case <-a.exited:
-		case <-deadline:
-			timedOut = true
-		}
-	}
-	took = time.Since(t0)
-	for _, a := range stopping {
-		if a.running() {
-			unclean = append(unclean, a.id+": still running after "+stopGrace.String()+", killed")
-			c.kill(a)
-			continue
-		}
-		if code := a.cmd.ProcessState.ExitCode(); code != 0 {
-			unclean = append(unclean, fmt.Sprintf("%s: exit status %d", a.id, code))
-		}
-	}
-	return took, unclean
+	return nil
 }
 
 // maxAPIBody bounds what the benchmark reads from an agent's API.
@@ -409,16 +391,8 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	c := &realCluster{bin: bin, dir: dir, o: o, client: http.Client{Timeout: 10 * time.Second}, log: progress}
 	defer c.stopAll()
 
-	addrs, err := freeLoopbackAddrs(3 * o.nodes)
-	if err != nil {
+	if err := c.layout(); err != nil {
 		return err
-	}
-	for i := range o.nodes {
-		id := fmt.Sprintf("member-%03d", i)
-		if i < o.voters {
-			id = fmt.Sprintf("voter-%d", i)
-		}
-		c.agents = append(c.agents, &foAgent{id: id, gossip: addrs[3*i], raft: addrs[3*i+1], httpAddr: addrs[3*i+2]})
 	}
 	res := realScaleResult{
 		Method: "real agent processes on loopback: voters with data dirs (--voter=always), the rest disk-less members (--diskless --voter=never), workload off",
@@ -428,10 +402,8 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	progress("starting %d agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, in %s",
 		o.nodes, o.voters, o.nodes-o.voters, o.shards, o.profile, dir)
 	t0 := time.Now()
-	for _, a := range c.agents {
-		if err := c.spawn(a); err != nil {
-			return err
-		}
+	if err := c.spawnAll(); err != nil {
+		return err
 	}
 	res.SpawnMs = ms(time.Since(t0))
 	if err := c.waitConverged(ctx, o.settle); err != nil {
@@ -457,7 +429,7 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	progress("member %s killed: its %d shards owned again after %.0f ms; restarted disk-less (incarnation %d → %d), owning shards after %.0f ms",
 		res.FailoverMember, res.FailoverShards, res.FailoverMs, res.RejoinIncarnFrom, res.RejoinIncarnTo, res.RejoinMs)
 
-	took, unclean := c.stopAllMeasured()
+	took, unclean := stopAgents(c.agents, stopGrace)
 	res.StopAllMs, res.StopAllUnclean = ms(took), unclean
 	if res.StopAllUnclean == nil {
 		res.StopAllUnclean = []string{}
@@ -623,7 +595,7 @@ func (c *realCluster) failover(ctx context.Context, res *realScaleResult) error 
 		}
 	}
 	t0 := time.Now()
-	c.kill(victim)
+	victim.kill()
 	limit := time.Now().Add(2 * time.Minute)
 	for {
 		sh, err := c.table(ctx)

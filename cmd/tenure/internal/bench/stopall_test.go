@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -26,23 +25,13 @@ func TestRealClusterStopAllAndStartAgain(t *testing.T) {
 	o := realScaleOptions{nodes: 5, voters: 3, shards: 32, profile: "fast", idle: time.Second, settle: 90 * time.Second}
 	c := &realCluster{bin: bin, dir: t.TempDir(), o: o, client: http.Client{Timeout: 5 * time.Second}, log: t.Logf}
 	defer c.stopAll()
-	addrs, err := freeLoopbackAddrs(3 * o.nodes)
-	if err != nil {
+	if err := c.layout(); err != nil {
 		t.Fatal(err)
-	}
-	for i := range o.nodes {
-		id := fmt.Sprintf("member-%03d", i)
-		if i < o.voters {
-			id = fmt.Sprintf("voter-%d", i)
-		}
-		c.agents = append(c.agents, &foAgent{id: id, gossip: addrs[3*i], raft: addrs[3*i+1], httpAddr: addrs[3*i+2]})
 	}
 	start := func(round string) {
 		t.Helper()
-		for _, a := range c.agents {
-			if err := c.spawn(a); err != nil {
-				t.Fatal(err)
-			}
+		if err := c.spawnAll(); err != nil {
+			t.Fatal(err)
 		}
 		if err := c.waitConverged(ctx, o.settle); err != nil {
 			t.Fatalf("%s: %v", round, err)
@@ -69,7 +58,7 @@ func TestRealClusterStopAllAndStartAgain(t *testing.T) {
 	// bound leaves room for leave and a loaded machine, and is well under
 	// the 30 s a whole-cluster stop used to take.
 	const bound = 10 * time.Second
-	took, unclean := c.stopAllMeasured()
+	took, unclean := stopAgents(c.agents, stopGrace)
 	if len(unclean) > 0 {
 		t.Errorf("after SIGTERM to every agent, not exiting 0 by themselves: %v (logs in %s)", unclean, c.dir)
 	}
