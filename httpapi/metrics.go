@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	gometrics "github.com/hashicorp/go-metrics/compat"
-	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -100,24 +98,6 @@ func (m *metrics) handler() http.Handler { return registryHandler(m.gatherer) }
 
 func registryHandler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-}
-
-// BridgeGoMetrics sends the go-metrics that raft and memberlist emit
-// (through go-metrics' global sink) to reg, named tenure_raft_*,
-// tenure_memberlist_*. It replaces the process-wide go-metrics sink, so a
-// process calls it once.
-func BridgeGoMetrics(reg prometheus.Registerer) error {
-	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Expiration: time.Minute, Registerer: reg, Name: "tenure_gometrics_bridge"})
-	if err != nil {
-		return fmt.Errorf("metrics: go-metrics prometheus sink: %w", err)
-	}
-	cfg := gometrics.DefaultConfig("tenure")
-	cfg.EnableHostname = false
-	cfg.EnableRuntimeMetrics = false // the Go collector covers the runtime
-	if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
-		return fmt.Errorf("metrics: go-metrics global: %w", err)
-	}
-	return nil
 }
 
 // observedShard is what the observer last saw of a shard.
