@@ -26,6 +26,7 @@ type metrics struct {
 	gatherer prometheus.Gatherer
 
 	ownershipChanges prometheus.Counter
+	moves            *prometheus.CounterVec
 	acquired         prometheus.Counter
 	lost             prometheus.Counter
 	failover         prometheus.Histogram
@@ -39,10 +40,20 @@ type metrics struct {
 	shardsOwned      prometheus.Gauge
 	shardsUnowned    prometheus.Gauge
 	jobs             *prometheus.GaugeVec
+	queueFull        prometheus.Counter
 	health           *prometheus.GaugeVec
 	load             prometheus.Gauge
 	hotShards        *prometheus.GaugeVec
 }
+
+// The causes of tenure_shard_moves_total.
+const (
+	movePlanned  = "planned"
+	moveFailover = "failover"
+	moveOther    = "other"
+)
+
+var moveCauses = []string{movePlanned, moveFailover, moveOther}
 
 // newMetrics registers the metrics on reg.
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -64,6 +75,11 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		return h
 	}
 	m.ownershipChanges = counter("ownership_changes_total", "Committed owner or epoch changes this node observed (any shard).")
+	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenure", Name: "shard_moves_total",
+		Help: "New committed owners this node observed, by cause: planned (the old owner was revoking: drain, rebalance, pin, load), failover (the shard had lost its valid owner: expired, restarted, left), other (neither seen, e.g. the node missed the middle state)."}, []string{"cause"})
+	for _, c := range moveCauses {
+		m.moves.WithLabelValues(c)
+	}
 	m.acquired = counter("shards_acquired_total", "Times this node started acting as owner of a shard.")
 	m.lost = counter("shards_lost_total", "Times this node stopped acting as owner of a shard.")
 	m.failover = hist("failover_seconds", "Unplanned moves: time from this node seeing a shard lose its valid owner (liveness expired, released) to seeing the next grant committed.")
@@ -77,11 +93,12 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m.shardsOwned = gauge("shards_owned", "Shards this node acts on.")
 	m.shardsUnowned = gauge("shards_unowned", "Shards without a valid committed owner, as this node sees them.")
 	m.jobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "jobs", Help: "Jobs by state, as this node's replica shows them."}, []string{"state"})
+	m.queueFull = counter("job_enqueues_refused_total", "Job enqueues this node's API refused because the shard already held its cap of pending jobs (--max-pending-jobs; HTTP 429 queue_full).")
 	m.health = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "health_status", Help: "1 for this node's current health status (healthy, degraded, unhealthy)."}, []string{"status"})
 	m.load = gauge("load", "Total load this node reports for the shards it owns (node.ReportLoad; 0 when it reports none).")
 	m.hotShards = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "hot_shard_load",
 		Help: "Load of this node's hottest shards (at most 3 series), as it reports them."}, []string{"shard"})
-	cs = append(cs, m.jobs, m.health, m.hotShards)
+	cs = append(cs, m.jobs, m.health, m.hotShards, m.moves)
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -164,8 +181,12 @@ func (o *shardObserver) observeTable(now time.Time, shards []apitypes.Shard) {
 			switch {
 			case !cur.revokeAt.IsZero():
 				o.m.handoff.Observe(now.Sub(cur.revokeAt).Seconds())
+				o.m.moves.WithLabelValues(movePlanned).Inc()
 			case !cur.lostAt.IsZero():
 				o.m.failover.Observe(now.Sub(cur.lostAt).Seconds())
+				o.m.moves.WithLabelValues(moveFailover).Inc()
+			default:
+				o.m.moves.WithLabelValues(moveOther).Inc()
 			}
 			cur.lostAt, cur.revokeAt = time.Time{}, time.Time{}
 			if s.Owner == o.self {

@@ -52,6 +52,9 @@ func TestShardObserverLatencies(t *testing.T) {
 	check("lost", testutil.ToFloat64(m.lost), 1)
 	check("shards owned", testutil.ToFloat64(m.shardsOwned), 1)
 	check("jobs pending", testutil.ToFloat64(m.jobs.WithLabelValues("pending")), 2)
+	check("planned moves", testutil.ToFloat64(m.moves.WithLabelValues("planned")), 1)
+	check("failover moves", testutil.ToFloat64(m.moves.WithLabelValues("failover")), 1)
+	check("other moves", testutil.ToFloat64(m.moves.WithLabelValues("other")), 0)
 	out := gather(t, m)
 	for _, want := range []string{
 		"tenure_failover_seconds_sum 0.8\n", "tenure_failover_seconds_count 1\n",
