@@ -254,4 +254,3 @@ func checkSeriesFile(t *testing.T, families map[string]dto.MetricType) {
 		t.Errorf("%s is not current (rewrite it: go test -run TestAgentMetricsLint ./cmd/tenure/ -args -update-series):\n%s", seriesFile, strings.Join(diff, "\n"))
 	}
 }
-
