@@ -49,9 +49,12 @@ var (
 	// secondsBuckets spans 100 µs to ~6.6 s: an fsync is tens of µs to
 	// tens of ms, an election a few hundred ms.
 	secondsBuckets = prometheus.ExponentialBuckets(0.0001, 2, 17)
-	countBuckets   = prometheus.ExponentialBuckets(1, 2, 12)  // 1 … 2048 entries
-	bytesBuckets   = prometheus.ExponentialBuckets(64, 4, 10) // 64 B … 16 MiB
-	msToSeconds    = 0.001                                    // go-metrics timers are milliseconds
+	// renewBuckets are finer (×1.5, 100 µs to ~2.5 s) for the renewal
+	// latency `tenure bench idle` reports percentiles of.
+	renewBuckets = prometheus.ExponentialBuckets(0.0001, 1.5, 26)
+	countBuckets = prometheus.ExponentialBuckets(1, 2, 12)  // 1 … 2048 entries
+	bytesBuckets = prometheus.ExponentialBuckets(64, 4, 10) // 64 B … 16 MiB
+	msToSeconds  = 0.001                                    // go-metrics timers are milliseconds
 )
 
 // bridgeTable is every go-metrics key tenure's dependencies emit (raft
@@ -60,7 +63,7 @@ var bridgeTable = []bridgedSeries{
 	// Control group (cluster.ControlGroup; tenure's own).
 	{key: "control.term", name: "tenure_control_term", kind: bridgeGauge, help: "The control group's Raft term as this voter last saw it at a leader change (0 on members, which run no Raft)."},
 	{key: "control.leader", name: "tenure_control_leader", kind: bridgeGauge, help: "1 while this node is the control group's Raft leader, 0 otherwise."},
-	{key: "lease.renew", name: "tenure_lease_renew_duration_seconds", kind: bridgeHistogram, scale: msToSeconds, help: "Successful lease renewals of this node: time from asking the control group's leader to its answer after a quorum round."},
+	{key: "lease.renew", name: "tenure_lease_renew_duration_seconds", kind: bridgeHistogram, scale: msToSeconds, buckets: renewBuckets, help: "Successful lease renewals of this node: time from asking the control group's leader to its answer after a quorum round."},
 
 	// Raft: leadership.
 	{key: "raft.state.leader", name: "tenure_raft_leader_transitions_total", kind: bridgeCounter, help: "Times this node became the control group's Raft leader."},
@@ -227,14 +230,18 @@ func newBridgeSink(table []bridgedSeries) (*bridgeSink, []prometheus.Collector, 
 			c.hist = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: s.name, Help: s.help, Buckets: buckets}, labels)
 			cs = append(cs, c.hist)
 		}
-		// Every series exists from the start (0), so a dashboard or an
-		// alert sees 0, not "no data", before the first event.
+		// Counters and gauges exist from the start (0), so a dashboard or
+		// an alert sees 0, not "no data", before the first event. A
+		// histogram appears at its first observation: ~20 lines each, and
+		// most are the voters' (a member would export ~1,000 zero lines).
 		values := s.values
 		if s.labelAs == "" {
 			values = []string{""}
 		}
 		for _, v := range values {
-			c.with(v)
+			if s.kind != bridgeHistogram {
+				c.with(v)
+			}
 		}
 		b.series[s.key] = c
 	}
@@ -329,6 +336,17 @@ func (b *bridgeSink) AddSampleWithLabels(key []string, val float32, labels []gom
 }
 
 var _ gometrics.MetricSink = (*bridgeSink)(nil)
+
+// BridgedSeries returns every series the go-metrics bridge may export,
+// name → type ("counter", "gauge", "histogram"); histograms appear only
+// once observed, so a scrape may lack them.
+func BridgedSeries() map[string]string {
+	out := map[string]string{"tenure_gometrics_unmapped_total": "counter"}
+	for _, s := range bridgeTable {
+		out[s.name] = [...]string{bridgeCounter: "counter", bridgeGauge: "gauge", bridgeHistogram: "histogram"}[s.kind]
+	}
+	return out
+}
 
 // BridgeGoMetrics sends the go-metrics that raft, raft-boltdb and
 // memberlist emit (through go-metrics' global sink) to reg under the

@@ -63,15 +63,25 @@ func TestGoMetricsBridge(t *testing.T) {
 // is more than its name.
 func TestBridgeTableLint(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	_, cs, err := newBridgeSink(bridgeTable)
+	b, cs, err := newBridgeSink(bridgeTable)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg.MustRegister(cs...)
+	// Every series present, histograms included (they appear lazily).
+	for _, c := range b.series {
+		if _, _, h := c.with(c.labelValue(nil)); h != nil {
+			h.Observe(0.001)
+		}
+	}
 	if _, err := newMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
+	mfs := mustGather(t, reg)
+	if got := len(mfs); got < len(bridgeTable) {
+		t.Fatalf("%d families gathered, want at least the table's %d", got, len(bridgeTable))
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +100,9 @@ func TestBridgeTableLint(t *testing.T) {
 		names[s.name] = true
 		if len(strings.Fields(s.help)) < 4 {
 			t.Errorf("%s: help %q says too little", s.name, s.help)
+		}
+		if got := BridgedSeries()[s.name]; got == "" {
+			t.Errorf("%s: not in BridgedSeries", s.name)
 		}
 		if s.kind == bridgeHistogram && s.buckets == nil && !strings.HasSuffix(s.name, "_seconds") {
 			t.Errorf("%s: a timing histogram's name must end in _seconds", s.name)

@@ -17,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/tenurehq/tenure/httpapi"
 )
 
 var updateSeries = flag.Bool("update-series", false, "rewrite deploy/prometheus/series.txt from a live scrape (TestAgentMetricsLint)")
@@ -223,6 +225,15 @@ func checkSeriesFile(t *testing.T, families map[string]dto.MetricType) {
 	old, err := os.ReadFile(seriesFile)
 	if err != nil && !*updateSeries {
 		t.Fatalf("%s: %v (write it with -update-series)", seriesFile, err)
+	}
+	// The bridge's histograms appear at their first observation (a member
+	// never has a commit latency): the file lists every bridged series.
+	for name, typ := range httpapi.BridgedSeries() {
+		mt := dto.MetricType(dto.MetricType_value[strings.ToUpper(typ)])
+		if got, ok := families[name]; ok && got != mt {
+			t.Errorf("%s is a %v, the bridge table says %v", name, got, mt)
+		}
+		families[name] = mt
 	}
 	for name, typ := range optionalSeries {
 		if got, ok := families[name]; ok && got != typ {
