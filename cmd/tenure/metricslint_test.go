@@ -76,6 +76,7 @@ func TestAgentMetricsLint(t *testing.T) {
 			return role == "member" || term > 0
 		})
 		raw := scrapeRaw(t, a.http)
+		t.Logf("%s (%s): /metrics has %d families, %d lines, %d bytes", role, a.id, len(families), strings.Count(raw, "\n"), len(raw))
 		problems, err := promlint.New(strings.NewReader(raw)).Lint()
 		if err != nil {
 			t.Fatalf("%s (%s): promlint: %v", role, a.id, err)
