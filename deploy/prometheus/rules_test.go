@@ -56,13 +56,13 @@ func exported(t *testing.T) map[string]string {
 	return out
 }
 
-var promql = parser.NewParser(parser.Options{})
+var promqlParser = parser.NewParser(parser.Options{})
 
 // seriesIn parses expr and returns the metric names its selectors name.
 // A selector without a literal metric name is an error: the check could
 // not see what it reads.
 func seriesIn(expr string) ([]string, error) {
-	e, err := promql.ParseExpr(expr)
+	e, err := promqlParser.ParseExpr(expr)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func TestAlertRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, errs := rulefmt.Parse(data, false, model.UTF8Validation, promql, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	groups, errs := rulefmt.Parse(data, false, model.UTF8Validation, promqlParser, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, err := range errs {
 		t.Errorf("%s: %v", rulesFile, err)
 	}
@@ -171,7 +171,7 @@ func TestCheckCatchesBadRules(t *testing.T) {
 		}
 	}
 	bad := "groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: up ==\n"
-	if _, errs := rulefmt.Parse([]byte(bad), false, model.UTF8Validation, promql, slog.New(slog.NewTextHandler(io.Discard, nil))); len(errs) == 0 {
+	if _, errs := rulefmt.Parse([]byte(bad), false, model.UTF8Validation, promqlParser, slog.New(slog.NewTextHandler(io.Discard, nil))); len(errs) == 0 {
 		t.Error("rulefmt accepted a broken expression")
 	}
 }
