@@ -74,8 +74,9 @@ helm-chart:
 # The alert rules (deploy/prometheus) and the Grafana dashboard
 # (deploy/grafana) parsed with Prometheus' rule and PromQL parsers; every
 # series they name must be one the agent exports (deploy/prometheus/
-# series.txt, kept current by cmd/tenure's TestAgentMetricsLint). Its own
-# module (deploy/prometheus/go.mod).
+# series.txt, kept current by cmd/tenure's TestAgentMetricsLint); each
+# alert evaluated over made-up series (fires on its failure, not on a
+# healthy cluster). Its own module (deploy/prometheus/go.mod).
 prometheus-rules:
 	cd deploy/prometheus && $(GO) test -count=1 ./...
 
