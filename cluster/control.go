@@ -230,9 +230,20 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			return srv
 		},
 		authenticate: cfg.Authenticate,
-		leader: func() string {
-			_, id := g.raft.LeaderWithID()
-			return string(id)
+		raft: raftView{
+			configuration: func() raft.Configuration {
+				f := g.raft.GetConfiguration()
+				if f.Error() != nil {
+					return raft.Configuration{}
+				}
+				return f.Configuration()
+			},
+			term: func() uint64 { return g.raft.CurrentTerm() },
+			leader: func() string {
+				_, id := g.raft.LeaderWithID()
+				return string(id)
+			},
+			self: cfg.NodeID,
 		},
 		maxMessage:  cfg.MaxRPCMessage,
 		idleTimeout: cfg.RPCIdleTimeout,
