@@ -1,0 +1,330 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/internal/pki"
+)
+
+// encodeConfig encodes servers given as "id:V|N|S@addr" (addr defaults to
+// id) the way raft writes a configuration entry.
+func encodeConfig(servers ...string) []byte {
+	var c raft.Configuration
+	for _, s := range servers {
+		id, rest, _ := strings.Cut(s, ":")
+		kind, addr, _ := strings.Cut(rest, "@")
+		if addr == "" {
+			addr = id
+		}
+		suf := map[string]raft.ServerSuffrage{"V": raft.Voter, "N": raft.Nonvoter, "S": raft.Staging}[kind]
+		c.Servers = append(c.Servers, raft.Server{Suffrage: suf, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+	}
+	return raft.EncodeConfiguration(c)
+}
+
+func TestValidateRaftConfiguration(t *testing.T) {
+	var many []string
+	for i := 0; i <= maxConfigServers; i++ {
+		many = append(many, fmt.Sprintf("s%d:N", i))
+	}
+	many[0] = "s0:V"
+	for _, tc := range []struct {
+		name string
+		data []byte
+		ok   bool
+	}{
+		{"three voters and a standby", encodeConfig("n1:V", "n2:V", "n3:V", "n4:N"), true},
+		{"staging", encodeConfig("n1:V", "n2:S"), true},
+		{"garbage", []byte{0xff, 0x00, 0x13}, false},
+		{"empty", nil, false},
+		{"truncated", encodeConfig("n1:V", "n2:V")[:9], false},
+		{"no server", encodeConfig(), false},
+		{"no voter", encodeConfig("n1:N"), false},
+		{"duplicate id", encodeConfig("n1:V@a", "n1:V@b"), false},
+		{"duplicate address", encodeConfig("n1:V@a", "n2:V@a"), false},
+		{"empty id", encodeConfig(":V@a"), false},
+		{"long id", encodeConfig(strings.Repeat("x", maxConfigField+1) + ":V@a"), false},
+		{"unknown suffrage", raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{Suffrage: 7, ID: "n1", Address: "a"}}}), false},
+		{"too many servers", encodeConfig(many...), false},
+	} {
+		err := validateRaftConfiguration(tc.data)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// Every rule of decideRaft, one row each: the message, the node's view,
+// and whether it passes (and makes the sender the term's leader).
+func TestDecideRaft(t *testing.T) {
+	voters := map[string]bool{"n1": true, "n2": true, "n3": true}
+	// n3 follows n1 at term 5; n4 is a non-voter of the configuration.
+	follower := raftGuardState{Voters: voters, Configured: true, Term: 5, Leader: "n1", Self: "n3", LeaderTerm: 5, LeaderID: "n1"}
+	fresh := raftGuardState{}
+	node := func(id string) Peer { return Peer{ID: id, Role: RoleNode} }
+	msg := func(typ byte, id string, term uint64) raftMessage { return raftMessage{Type: typ, ID: id, Term: term} }
+	withCfg := func(m raftMessage, cfg []byte) raftMessage { m.Configs = append(m.Configs, cfg); return m }
+	leading := follower
+	leading.Leader, leading.LeaderID, leading.LeaderTerm = "n3", "", 0
+	removed := follower
+	removed.Voters = map[string]bool{"n2": true, "n3": true} // n1 appended its own removal
+	for _, tc := range []struct {
+		name   string
+		peer   Peer
+		msg    raftMessage
+		st     raftGuardState
+		reason string // "" passes
+		record bool
+	}{
+		{"leader's heartbeat", node("n1"), msg(raftAppendEntries, "n1", 5), follower, "", true},
+		{"leader's snapshot", node("n1"), msg(raftInstallSnap, "n1", 5), follower, "", true},
+		{"member certificate", Peer{ID: "n1", Role: RoleMember}, msg(raftAppendEntries, "n1", 5), follower, refusedRole, false},
+		{"operator certificate", Peer{ID: "n1", Role: RoleOperator}, msg(raftRequestVote, "n1", 6), follower, refusedRole, false},
+		{"no role proven", Peer{ID: "n1"}, msg(raftAppendEntries, "n1", 5), follower, refusedRole, false},
+		{"speaks for another", node("n2"), msg(raftAppendEntries, "n1", 5), follower, refusedID, false},
+		{"non-voter RequestVote at a higher term", node("n4"), msg(raftRequestVote, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter PreVote", node("n4"), msg(raftRequestPreVote, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter AppendEntries at a higher term", node("n4"), msg(raftAppendEntries, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter InstallSnapshot", node("n4"), msg(raftInstallSnap, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter TimeoutNow", node("n4"), msg(raftTimeoutNow, "n4", 0), follower, refusedNotVoter, false},
+		{"voter RequestVote at a higher term", node("n2"), msg(raftRequestVote, "n2", 6), follower, "", false},
+		{"voter PreVote", node("n2"), msg(raftRequestPreVote, "n2", 6), follower, "", false},
+		{"voter AppendEntries at a higher term: a new leader", node("n2"), msg(raftAppendEntries, "n2", 6), follower, "", true},
+		{"another voter's log at the leader's term", node("n2"), msg(raftAppendEntries, "n2", 5), follower, refusedNotLeader, false},
+		{"another voter's snapshot at the leader's term", node("n2"), msg(raftInstallSnap, "n2", 5), follower, refusedNotLeader, false},
+		{"stale log passes (raft refuses it unchanged)", node("n2"), msg(raftAppendEntries, "n2", 4), follower, "", false},
+		{"log at the term this node leads", node("n2"), msg(raftAppendEntries, "n2", 5), leading, refusedNotLeader, false},
+		{"TimeoutNow from the leader", node("n1"), msg(raftTimeoutNow, "n1", 0), follower, "", false},
+		{"TimeoutNow from another voter", node("n2"), msg(raftTimeoutNow, "n2", 0), follower, refusedNotLeader, false},
+		{"TimeoutNow without a leader", node("n2"), msg(raftTimeoutNow, "n2", 0), raftGuardState{Voters: voters, Configured: true, Term: 5}, refusedNotLeader, false},
+		{"leader after appending its own removal, same term", node("n1"), msg(raftAppendEntries, "n1", 5), removed, "", true},
+		{"removed leader at a later term", node("n1"), msg(raftAppendEntries, "n1", 6), removed, refusedNotVoter, false},
+		{"removed leader's RequestVote", node("n1"), msg(raftRequestVote, "n1", 6), removed, refusedNotVoter, false},
+		{"bootstrap: vote request before any configuration", node("n2"), msg(raftRequestVote, "n2", 1), fresh, "", false},
+		{"fresh node: first log from anyone with a node certificate", node("n2"), msg(raftAppendEntries, "n2", 3), fresh, "", true},
+		{"fresh node: still no member", Peer{ID: "n2", Role: RoleMember}, msg(raftAppendEntries, "n2", 3), fresh, refusedRole, false},
+		{"configuration entry that decodes", node("n1"), withCfg(msg(raftAppendEntries, "n1", 5), encodeConfig("n1:V", "n2:V", "n3:V", "n5:N")), follower, "", true},
+		{"configuration entry with garbage", node("n1"), withCfg(msg(raftAppendEntries, "n1", 5), []byte("garbage")), follower, refusedConfig, false},
+		{"snapshot configuration without a voter", node("n1"), withCfg(msg(raftInstallSnap, "n1", 5), encodeConfig("n1:N")), follower, refusedConfig, false},
+		{"deprecated peer set", node("n1"), raftMessage{Type: raftAppendEntries, ID: "n1", Term: 5, Deprecated: true}, follower, refusedConfig, false},
+	} {
+		record, err := decideRaft(tc.peer, tc.msg, tc.st)
+		got := ""
+		if err != nil {
+			got = refusalReason(err)
+		}
+		if got != tc.reason || record != tc.record {
+			t.Errorf("%s: refused %q record %v (err %v), want refused %q record %v", tc.name, got, record, err, tc.reason, tc.record)
+		}
+	}
+}
+
+// The guard remembers the leader whose log it accepted at a term: another
+// voter at that term is refused, a higher term moves it on.
+func TestRaftGuardRecordsLeader(t *testing.T) {
+	term := uint64(3)
+	g := &raftGuard{view: raftView{
+		configuration: func() raft.Configuration { return raft.DecodeConfiguration(encodeConfig("n1:V", "n2:V", "n3:V")) },
+		term:          func() uint64 { return term },
+		self:          "n3",
+	}}
+	n1, n2 := Peer{ID: "n1", Role: RoleNode}, Peer{ID: "n2", Role: RoleNode}
+	ae := func(id string, t uint64) raftMessage { return raftMessage{Type: raftAppendEntries, ID: id, Term: t} }
+	if err := g.check(n1, ae("n1", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(n2, ae("n2", 3)); refusalReason(err) != refusedNotLeader {
+		t.Fatalf("second leader at term 3: %v", err)
+	}
+	term = 4 // n2 won an election
+	if err := g.check(n2, ae("n2", 4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(n1, ae("n1", 4)); refusalReason(err) != refusedNotLeader {
+		t.Fatalf("old leader at the new term: %v", err)
+	}
+	if err := g.check(n1, ae("n1", 3)); err != nil {
+		t.Fatalf("stale log must pass to raft (it answers with its term): %v", err)
+	}
+}
+
+// attacker speaks raft's NetworkTransport wire format over the TLS mux
+// with its own certificate.
+type attacker struct {
+	name string
+	tls  *tls.Config
+}
+
+// send sends one raft message (type byte, msgpack request, trailer: the
+// snapshot bytes of an InstallSnapshot) and reports whether the node
+// answered (nil) or cut the connection.
+func (a attacker) send(addr string, typ byte, req any, trailer []byte) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := tls.DialWithDialer(&d, "tcp", addr, a.tls)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	w := bufio.NewWriter(c)
+	_ = w.WriteByte(protoRaft)
+	_ = w.WriteByte(typ)
+	if err := codec.NewEncoder(w, &codec.MsgpackHandle{}).Encode(req); err != nil {
+		return err
+	}
+	_, _ = w.Write(trailer)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	dec := codec.NewDecoder(bufio.NewReader(c), &codec.MsgpackHandle{})
+	var rpcErr string
+	if err := dec.Decode(&rpcErr); err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	return nil
+}
+
+// raftStats is what an attack must not change on a voter.
+type raftStats struct {
+	term, lastIndex uint64
+	entries         string
+}
+
+func statsOf(n *testNode) raftStats {
+	return raftStats{term: n.g.raft.CurrentTerm(), lastIndex: n.g.raft.LastIndex(), entries: strings.Join(n.fsm.entries(), ",")}
+}
+
+// The issue 24 attack: against a voter follower of a real TLS control
+// group, an attacker holding a member certificate and one holding a
+// non-voter's node certificate send RequestVote at a higher term,
+// AppendEntries with a forged entry at a higher term (which raft would
+// append and commit), InstallSnapshot, TimeoutNow and an AppendEntries
+// carrying a garbage configuration entry. Each is refused and the voter's
+// term, last log index and state do not change. Then, on the same voter
+// with the guard switched off, the forged AppendEntries commits: the
+// attacks are real, so the refusals above are the guard's doing.
+func TestRaftGuardRefusesNonVoters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real network")
+	}
+	p := newTestPKI(t)
+	h := newSecureHarness(t, p)
+	secure := h.cfg
+	h.cfg = func(c *ControlConfig) {
+		secure(c)
+		// Leadership must not move on its own under load (see
+		// TestOutsiderIsRefused): every term change is an attack's.
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
+	}
+	defer h.closeAll()
+	for i := 1; i <= 3; i++ {
+		h.start(fmt.Sprintf("n%d", i))
+	}
+	h.waitConfig(60*time.Second, "n1:V n2:V n3:V")
+	h.start("n5") // a real Raft non-voter: its certificate is a node's
+	h.waitConfig(60*time.Second, "n1:V n2:V n3:V n5:N")
+	leader := h.waitLeader(30 * time.Second)
+	first := "by:" + leader.id + ":before"
+	h.apply(leader, first, 30*time.Second)
+	h.waitApplied(30*time.Second, []string{first})
+	var voter *testNode
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if id != leader.id {
+			voter = h.nodes[id]
+			break
+		}
+	}
+
+	attackers := []struct {
+		attacker
+		id string
+	}{
+		{attacker{"member certificate n4", p.reloader(pki.Identity{Name: "n4", Role: pki.RoleMember}).ClientConfig()}, "n4"},
+		{attacker{"non-voter node certificate n5", p.reloader(pki.Identity{Name: "n5", Role: pki.RoleNode}).ClientConfig()}, "n5"},
+	}
+	// forgedAppend is the issue's attack: an entry right after the voter's
+	// log at a higher term, committed at once.
+	forgedAppend := func(id string, term uint64, typ raft.LogType, data []byte) *raft.AppendEntriesRequest {
+		last := voter.g.raft.LastIndex()
+		lastTerm, _ := strconv.ParseUint(voter.g.raft.Stats()["last_log_term"], 10, 64)
+		return &raft.AppendEntriesRequest{
+			RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte("127.0.0.1:1")},
+			Term:         term,
+			PrevLogEntry: last, PrevLogTerm: lastTerm,
+			Entries:           []*raft.Log{{Index: last + 1, Term: term, Type: typ, Data: data}},
+			LeaderCommitIndex: last + 1,
+		}
+	}
+	forged := []byte("forged: Release(shard 3, by n1) + Grant(shard 3 to the attacker)")
+	before := statsOf(voter)
+	refusedBefore := voter.g.mux.guard.refused.Load()
+	attacks := 0
+	for _, a := range attackers {
+		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(a.id), Addr: []byte("127.0.0.1:1")}
+		higher := before.term + 10
+		snapCfg := encodeConfig(a.id+":V@127.0.0.1:1", "n1:N@x1", "n2:N@x2", "n3:N@x3")
+		snapData := []byte("forged snapshot")
+		for _, m := range []struct {
+			name    string
+			typ     byte
+			req     any
+			trailer []byte
+		}{
+			{"RequestVote at a higher term", raftRequestVote, &raft.RequestVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher, LeadershipTransfer: true}, nil},
+			{"RequestPreVote", raftRequestPreVote, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher}, nil},
+			{"AppendEntries with a forged entry at a higher term", raftAppendEntries, forgedAppend(a.id, higher, raft.LogCommand, forged), nil},
+			{"InstallSnapshot", raftInstallSnap, &raft.InstallSnapshotRequest{RPCHeader: hdr, SnapshotVersion: raft.SnapshotVersionMax, Term: higher,
+				LastLogIndex: 1 << 40, LastLogTerm: higher, Configuration: snapCfg, ConfigurationIndex: 1, Size: int64(len(snapData))}, snapData},
+			{"TimeoutNow", raftTimeoutNow, &raft.TimeoutNowRequest{RPCHeader: hdr}, nil},
+			{"AppendEntries with a garbage configuration entry", raftAppendEntries, forgedAppend(a.id, higher, raft.LogConfiguration, []byte{0xde, 0xad, 0xbe, 0xef}), nil},
+		} {
+			attacks++
+			if err := a.send(voter.addr, m.typ, m.req, m.trailer); err == nil {
+				t.Errorf("%s: %s was answered by voter %s", a.name, m.name, voter.id)
+			}
+		}
+	}
+	if after := statsOf(voter); after != before {
+		t.Errorf("voter %s changed under the attacks: before %+v, after %+v", voter.id, before, after)
+	}
+	if got := voter.g.mux.guard.refused.Load() - refusedBefore; got != uint64(attacks) {
+		t.Errorf("refusals counted on %s: %d, want %d", voter.id, got, attacks)
+	}
+	if l := h.waitLeader(30 * time.Second); l.id != leader.id {
+		t.Errorf("leader moved from %s to %s during the attacks", leader.id, l.id)
+	}
+	second := "by:" + leader.id + ":after"
+	h.apply(leader, second, 30*time.Second)
+	h.waitApplied(30*time.Second, []string{first, second})
+	for _, n := range h.running() {
+		if strings.Contains(strings.Join(n.fsm.entries(), ","), "forged") {
+			t.Errorf("%s applied a forged entry: %q", n.id, n.fsm.entries())
+		}
+	}
+
+	// The control: the same forged AppendEntries from the member
+	// certificate against the same voter with its guard off is appended
+	// and committed (the issue's finding), so the test above can fail.
+	voter.g.mux.guard.off.Store(true)
+	ctl := before.term + 100
+	if err := attackers[0].send(voter.addr, raftAppendEntries, forgedAppend("n4", ctl, raft.LogCommand, forged), nil); err != nil {
+		t.Fatalf("unguarded voter did not answer the forged AppendEntries: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the forged entry applied on the unguarded voter", func() bool {
+		return bytes.Contains([]byte(strings.Join(voter.fsm.entries(), ",")), []byte("forged"))
+	})
+	if term := voter.g.raft.CurrentTerm(); term < ctl {
+		t.Errorf("unguarded voter's term %d, want the attacker's %d", term, ctl)
+	}
+}
