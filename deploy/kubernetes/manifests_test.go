@@ -242,6 +242,33 @@ func checkContainer(errorf func(string, ...any), where string, c corev1.Containe
 	}
 }
 
+// certificateRole checks the certificate role a pod gets (docs/security.md,
+// "Roles"): an init container that issues the agent's certificate with
+// `tenure tls cert` issues a member certificate (--member) exactly when
+// wantMember, for the pod's own name; a pod that must be a member has one.
+func certificateRole(errorf func(string, ...any), where string, spec corev1.PodSpec, wantMember bool) {
+	issued := false
+	for _, ic := range spec.InitContainers {
+		args := ic.Args
+		if len(args) < 2 || args[0] != "tls" || args[1] != "cert" {
+			continue
+		}
+		issued = true
+		if member := slices.Contains(args, "--member"); member != wantMember {
+			errorf("%s: init container %s issues a certificate with --member=%v, want %v (members get member certificates, voters node certificates)", where, ic.Name, member, wantMember)
+		}
+		if i := slices.Index(args, "--node"); i < 0 || i+1 >= len(args) || args[i+1] != "$(POD_NAME)" {
+			errorf("%s: init container %s issues a certificate for %q, want --node $(POD_NAME)", where, ic.Name, args)
+		}
+		if slices.Contains(args, "--operator") {
+			errorf("%s: init container %s issues an operator certificate", where, ic.Name)
+		}
+	}
+	if wantMember && !issued {
+		errorf("%s: no init container issues the pod's member certificate (tenure tls cert --member --node $(POD_NAME))", where)
+	}
+}
+
 func selects(sel map[string]string, podLabels map[string]string) bool {
 	return len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(podLabels))
 }
@@ -274,9 +301,12 @@ func TestAgentManifests(t *testing.T) {
 		t.Errorf("voters: selector does not match the pod template")
 	}
 
-	// Members: never vote, no disk.
+	certificateRole(t.Errorf, "voters", voters.Spec.Template.Spec, false)
+
+	// Members: never vote, no disk, member certificates.
 	mc := members.Spec.Template.Spec.Containers[0]
 	checkContainer(t.Errorf, "members", mc, agentVars, members.Spec.Template.Spec, "never")
+	certificateRole(t.Errorf, "members", members.Spec.Template.Spec, true)
 	if e, _ := env(mc, "TENURE_DISKLESS"); e.Value != "true" {
 		t.Errorf("members: TENURE_DISKLESS %q, want \"true\" (disk-less members, docs/operations.md)", e.Value)
 	}
@@ -396,6 +426,28 @@ func TestChecksCatchMistakes(t *testing.T) {
 		checkContainer(func(string, ...any) { caught = true }, "voters", o.statefulSets[0].Spec.Template.Spec.Containers[0], agentEnv(t), o.statefulSets[0].Spec.Template.Spec, "always")
 		if !caught {
 			t.Errorf("mutation %q -> %q not caught", mutate.from, mutate.to)
+		}
+	}
+	// A member pod with a node certificate, or none issued, is caught.
+	mdata, err := os.ReadFile("members.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mutate := range []struct{ from, to string }{
+		{`"cert", "--member",`, `"cert",`},
+		{`args: ["tls", "cert"`, `args: ["version"`},
+	} {
+		if !bytes.Contains(mdata, []byte(mutate.from)) {
+			t.Fatalf("members.yaml lacks %q", mutate.from)
+		}
+		var o objects
+		if err := decodeAll("members", bytes.Replace(mdata, []byte(mutate.from), []byte(mutate.to), 1), &o); err != nil {
+			t.Fatal(err)
+		}
+		caught := false
+		certificateRole(func(string, ...any) { caught = true }, "members", o.deployments[0].Spec.Template.Spec, true)
+		if !caught {
+			t.Errorf("members mutation %q -> %q not caught", mutate.from, mutate.to)
 		}
 	}
 }
