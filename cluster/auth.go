@@ -283,3 +283,10 @@ func (g *ControlGroup) checkDialed(ctx context.Context, addr string, c net.Conn)
 	}
 	return p, nil
 }
+
+// RaftRefused is how many Raft connections or messages this node refused
+// since it started: a certificate that is not a node's on the first Raft
+// byte, or a message the Raft guard refused (raftguard.go). The same count
+// goes to go-metrics as cluster.raft.refused{reason} (Prometheus:
+// tenure_cluster_raft_refused through httpapi.BridgeGoMetrics).
+func (g *ControlGroup) RaftRefused() uint64 { return g.mux.guard.refused.Load() }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 	"github.com/tenurehq/tenure/internal/pki"
 )
 
@@ -159,6 +161,50 @@ func TestRaftGuardRecordsLeader(t *testing.T) {
 	}
 }
 
+// dialStream is a StreamLayer whose Dial hands out one end of a pipe.
+type dialStream struct {
+	StreamLayer
+	server chan net.Conn
+}
+
+func (d *dialStream) Dial(context.Context, string) (net.Conn, error) {
+	a, b := net.Pipe()
+	d.server <- b
+	return a, nil
+}
+
+// A Raft dial goes only to a server that proved a node certificate: a
+// member's (or one with no role) is dropped before one Raft byte is sent.
+func TestRaftDialNeedsNodeServer(t *testing.T) {
+	for _, tc := range []struct {
+		role Role
+		ok   bool
+	}{{RoleNode, true}, {RoleMember, false}, {RoleOperator, false}, {RoleNone, false}} {
+		ds := &dialStream{server: make(chan net.Conn, 1)}
+		r := &raftStream{stream: &checkedDialer{StreamLayer: ds, check: func(context.Context, string, net.Conn) (Peer, error) {
+			return Peer{ID: "x", Role: tc.role}, nil
+		}}}
+		got := make(chan []byte, 1)
+		go func() {
+			srv := <-ds.server
+			defer srv.Close()
+			b := make([]byte, 1)
+			n, _ := srv.Read(b)
+			got <- b[:n]
+		}()
+		c, err := r.Dial("127.0.0.1:1", 5*time.Second)
+		if (err == nil) != tc.ok {
+			t.Errorf("%v server: Dial err = %v, want ok %v", tc.role, err, tc.ok)
+		}
+		if c != nil {
+			_ = c.Close()
+		}
+		if b := <-got; tc.ok != bytes.Equal(b, []byte{protoRaft}) {
+			t.Errorf("%v server: it read %q", tc.role, b)
+		}
+	}
+}
+
 // attacker speaks raft's NetworkTransport wire format over the TLS mux
 // with its own certificate.
 type attacker struct {
@@ -268,7 +314,7 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 	}
 	forged := []byte("forged: Release(shard 3, by n1) + Grant(shard 3 to the attacker)")
 	before := statsOf(voter)
-	refusedBefore := voter.g.mux.guard.refused.Load()
+	refusedBefore := voter.g.RaftRefused()
 	attacks := 0
 	for _, a := range attackers {
 		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(a.id), Addr: []byte("127.0.0.1:1")}
@@ -298,15 +344,20 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 	if after := statsOf(voter); after != before {
 		t.Errorf("voter %s changed under the attacks: before %+v, after %+v", voter.id, before, after)
 	}
-	if got := voter.g.mux.guard.refused.Load() - refusedBefore; got != uint64(attacks) {
+	if got := voter.g.RaftRefused() - refusedBefore; got != uint64(attacks) {
 		t.Errorf("refusals counted on %s: %d, want %d", voter.id, got, attacks)
 	}
 	if l := h.waitLeader(30 * time.Second); l.id != leader.id {
 		t.Errorf("leader moved from %s to %s during the attacks", leader.id, l.id)
 	}
+	// The member certificate stays good on the RPC path: its own
+	// proposal goes through (the rule, not the port, decides).
+	if r, err := (outsider{t, leader.addr, attackers[0].tls}).apply("by:n4:own"); err != nil || r.Code != wire.CodeOK {
+		t.Errorf("Control.Apply with member certificate n4 for itself = %+v, %v; want OK", r, err)
+	}
 	second := "by:" + leader.id + ":after"
 	h.apply(leader, second, 30*time.Second)
-	h.waitApplied(30*time.Second, []string{first, second})
+	h.waitApplied(30*time.Second, []string{first, "by:n4:own", second})
 	for _, n := range h.running() {
 		if strings.Contains(strings.Join(n.fsm.entries(), ","), "forged") {
 			t.Errorf("%s applied a forged entry: %q", n.id, n.fsm.entries())
