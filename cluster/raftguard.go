@@ -57,10 +57,11 @@ import (
 //
 // What it cannot check: a voter with a valid certificate can still lie
 // (Raft tolerates crashes, not lies); docs/security.md says what that
-// means. A follower that missed the configuration entry that made a new
-// voter refuses that voter's log until another voter leads: promotion
-// happens only to caught-up non-voters (control_reconcile.go), so that
-// window is one lagging follower, not a lost quorum.
+// means. A node that missed the configuration entry that made a new voter
+// (a lagging follower, a standby that was down while the voters changed)
+// refuses that voter's log until a voter it knows leads again: promotion
+// happens only to caught-up non-voters (control_reconcile.go), so that is
+// a lagging node, not a lost quorum (docs/security.md, "Roles").
 
 // The transport's message types (hashicorp/raft net_transport.go; stable
 // since the wire format is shared across raft versions).
