@@ -96,6 +96,8 @@ func (p Peer) String() string {
 		return "operator " + p.ID
 	case RoleMember:
 		return "member " + p.ID
+	case RoleNone:
+		return "peer " + p.ID
 	}
 	return "node " + p.ID
 }
