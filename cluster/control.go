@@ -151,8 +151,9 @@ type ControlGroup struct {
 	established  atomic.Uint64 // term of established leadership, 0 if none
 	confirms     *confirmLog   // lastConfirm per term (control_confirm.go)
 	confirmBatch confirmBatcher
-	inc          atomic.Uint64 // process incarnation (cfg.Incarnation, SetIncarnation)
-	leaderSeen   atomic.Bool   // Apply has seen Raft name a leader (applyViaVoters)
+	inc          atomic.Uint64     // process incarnation (cfg.Incarnation, SetIncarnation)
+	leaderSeen   atomic.Bool       // Apply has seen Raft name a leader (applyViaVoters)
+	vouchReq     chan vouchRequest // the Raft guard's unknown leaders (raftvouch.go)
 
 	mu   sync.Mutex
 	left map[string]uint64 // id → incarnation that left (or was removed)
@@ -204,6 +205,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		events:       newEventQueue(),
 		closing:      make(chan struct{}),
 		confirms:     newConfirmLog(time.Now()),
+		vouchReq:     make(chan vouchRequest, 1),
 	}
 	g.inc.Store(cfg.Incarnation)
 
@@ -243,7 +245,8 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 				_, id := g.raft.LeaderWithID()
 				return string(id)
 			},
-			self: cfg.NodeID,
+			self:          cfg.NodeID,
+			unknownLeader: g.requestVouch,
 		},
 		maxMessage:  cfg.MaxRPCMessage,
 		idleTimeout: cfg.RPCIdleTimeout,
@@ -321,6 +324,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	g.goLoop(g.leaderLoop)
 	g.goLoop(g.pushLoop)
 	g.goLoop(g.events.run(g.closing))
+	if cfg.Authenticate != nil {
+		g.goLoop(g.vouchLoop)
+	}
 	if g.sub != nil {
 		g.goLoop(g.membershipLoop)
 	}

@@ -58,10 +58,10 @@ import (
 // What it cannot check: a voter with a valid certificate can still lie
 // (Raft tolerates crashes, not lies); docs/security.md says what that
 // means. A node that missed the configuration entry that made a new voter
-// (a lagging follower, a standby that was down while the voters changed)
-// refuses that voter's log until a voter it knows leads again: promotion
-// happens only to caught-up non-voters (control_reconcile.go), so that is
-// a lagging node, not a lost quorum (docs/security.md, "Roles").
+// (a lagging follower, a voter or standby that was down while the voters
+// changed) would refuse that voter's log for as long as it leads; the
+// vouch round (raftvouch.go) lets it in on the word of a voter this node
+// knows (docs/security.md, "Roles").
 
 // The transport's message types (hashicorp/raft net_transport.go; stable
 // since the wire format is shared across raft versions).
@@ -136,6 +136,10 @@ type raftView struct {
 	leader func() string
 	// self is this node's server id.
 	self string
+	// unknownLeader is told, without blocking, of log at term from id that
+	// the voter check refused: a voter this node does not know yet, or an
+	// impostor. It starts a vouch round (raftvouch.go); nil: none.
+	unknownLeader func(id string, term uint64)
 }
 
 // raftGuardState is the view decideRaft reads: a snapshot of this node's
@@ -300,15 +304,31 @@ func (g *raftGuard) check(peer Peer, msg raftMessage) error {
 		return nil
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	record, err := decideRaft(peer, msg, g.state())
-	if err != nil {
-		return err
-	}
-	if record && msg.Term >= g.leaderTerm {
+	st := g.state()
+	record, err := decideRaft(peer, msg, st)
+	if err == nil && record && msg.Term >= g.leaderTerm {
 		g.leaderTerm, g.leaderID = msg.Term, peer.ID
 	}
-	return nil
+	g.mu.Unlock()
+	if err != nil && g.view.unknownLeader != nil && refusalReason(err) == refusedNotVoter &&
+		(msg.Type == raftAppendEntries || msg.Type == raftInstallSnap) && msg.Term >= st.Term {
+		g.view.unknownLeader(peer.ID, msg.Term)
+	}
+	return err
+}
+
+// vouch records id as the leader of term on the word of a voter this node
+// knows (raftVouch): its log at term then passes the voter check, as a
+// leader's whose log this node accepted at that term does. It never
+// replaces a leader already recorded at that term or a later one.
+func (g *raftGuard) vouch(id string, term uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if term < g.leaderTerm || (term == g.leaderTerm && g.leaderID != "" && g.leaderID != id) {
+		return false
+	}
+	g.leaderTerm, g.leaderID = term, id
+	return true
 }
 
 // count notes one refusal (a counter and the cluster.raft.refused metric).

@@ -227,7 +227,9 @@ func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
 }
 
 func (g *ControlGroup) status() wire.StatusReply {
+	_, leader := g.raft.LeaderWithID()
 	return wire.StatusReply{
+		Leader:       string(leader),
 		ID:           g.cfg.NodeID,
 		Addr:         g.addr,
 		HasState:     g.raft.LastIndex() > 0,
