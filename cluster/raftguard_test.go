@@ -492,7 +492,8 @@ func TestRaftGuardVouchCatchesUpStaleVoter(t *testing.T) {
 	secure := h.cfg
 	h.cfg = func(c *ControlConfig) {
 		secure(c)
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, time.Second
+		// Leadership must stay where the test puts it (see TestOutsiderIsRefused).
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
 	}
 	defer h.closeAll()
 	for i := 1; i <= 3; i++ {
@@ -508,6 +509,10 @@ func TestRaftGuardVouchCatchesUpStaleVoter(t *testing.T) {
 		cancel()
 		waitFor(t, 30*time.Second, "a leader other than n3", func() bool { l := h.leader(); return l != nil && l.id != "n3" })
 	}
+	// n3 holds the configuration {n1, n2, n3} before it goes down.
+	warm := "by:" + h.waitLeader(30*time.Second).id + ":warm"
+	h.apply(h.waitLeader(30*time.Second), warm, 30*time.Second)
+	h.waitApplied(30*time.Second, []string{warm})
 	h.stop("n3")
 	h.start("n4")
 	h.waitConfig(60*time.Second, "n1:V n2:V n3:V n4:N")
@@ -517,7 +522,24 @@ func TestRaftGuardVouchCatchesUpStaleVoter(t *testing.T) {
 	if err := h.waitLeader(30*time.Second).g.RemoveServer(ctx, "n1"); err != nil { // on the leader: no operator certificate needed
 		t.Fatalf("remove n1: %v", err)
 	}
-	h.waitConfig(60*time.Second, "n2:V n3:V n4:V")
+	// (The new leader may re-add n1, still alive in gossip, as a non-voter.)
+	waitFor(t, 60*time.Second, "voters n2, n3, n4", func() bool {
+		l := h.leader()
+		if l == nil {
+			return false
+		}
+		s, err := l.g.Servers()
+		if err != nil {
+			return false
+		}
+		voters := ""
+		for _, sv := range s {
+			if sv.Voter {
+				voters += sv.ID + " "
+			}
+		}
+		return voters == "n2 n3 n4 "
+	})
 	h.stop("n1")
 	// n4 leads: the one voter n3's configuration does not know.
 	waitFor(t, 60*time.Second, "n4 leading", func() bool {
@@ -535,14 +557,45 @@ func TestRaftGuardVouchCatchesUpStaleVoter(t *testing.T) {
 	})
 	cmd := "by:n4:after-the-change"
 	h.apply(h.nodes["n4"], cmd, 30*time.Second)
+	term := h.nodes["n4"].g.EstablishedTerm()
 
 	h.start("n3")
 	n3 := h.nodes["n3"]
 	waitFor(t, 60*time.Second, "n3 applying "+cmd, func() bool { return slices.Contains(n3.fsm.entries(), cmd) })
+	if l := h.leader(); l == nil || l.id != "n4" || l.g.EstablishedTerm() != term {
+		// n3 may have caught up from a leader it knows: nothing shown.
+		t.Skipf("leadership left n4 (term %d) while n3 caught up (machine load); the stale-voter path was not exercised", term)
+	}
 	if n3.g.RaftRefused() == 0 {
 		t.Error("n3 caught up without its guard ever refusing n4: the scenario did not make n3 stale")
 	}
-	if !strings.Contains(h.logBuf.String(), "on a voter's word") {
+	if !strings.Contains(h.logBuf.String(), "on the word of the voters it knows") {
 		t.Error("no vouch logged")
+	}
+}
+
+// A vouch round needs more than half of the voters that answered to
+// follow the id at that very term.
+func TestVouched(t *testing.T) {
+	req := vouchRequest{id: "n4", term: 9}
+	st := func(id, leader string, term uint64) wire.StatusReply {
+		return wire.StatusReply{ID: id, Leader: leader, Term: term}
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []wire.StatusReply
+		ok      bool
+	}{
+		{"the only voter that answered follows it", []wire.StatusReply{st("n2", "n4", 9)}, true},
+		{"two of three", []wire.StatusReply{st("n1", "n4", 9), st("n2", "n4", 9), st("n5", "n1", 8)}, true},
+		{"one of two: a stale voter cannot carry an up-to-date one", []wire.StatusReply{st("n2", "n1", 5), st("n3", "n4", 9)}, false},
+		{"another term", []wire.StatusReply{st("n2", "n4", 8)}, false},
+		{"no leader named (a previous release)", []wire.StatusReply{st("n2", "", 9)}, false},
+		{"the sender's own word", []wire.StatusReply{st("n4", "n4", 9)}, false},
+		{"nobody answered", nil, false},
+	} {
+		if _, ok := vouched(req, tc.answers); ok != tc.ok {
+			t.Errorf("%s: ok %v, want %v", tc.name, ok, tc.ok)
+		}
 	}
 }

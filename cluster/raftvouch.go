@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -20,13 +21,16 @@ import (
 // cannot place, it asks the voters of its own latest configuration
 // (Control.Status over the authenticated RPC path, each answer from the
 // server gossip and its certificate place at that voter's address) whom
-// they follow. If one of them — not the sender — follows that id at that
-// very term, the id is recorded as that term's leader (raftGuard.vouch)
-// and its log passes from then on; the configuration entries in it make
-// the id a voter in this node's eyes. Voters are trusted (docs/security.md,
-// "Roles"): a voter that follows X at term T accepted X's log at T, which
-// its own guard let through only from a voter it knows. A non-voter's or a
-// member's certificate cannot get a voter to say so.
+// they follow. If more than half of those that answer — never the sender —
+// follow that id at that very term, the id is recorded as that term's
+// leader (raftGuard.vouch) and its log passes from then on; the
+// configuration entries in it make the id a voter in this node's eyes.
+// Voters are trusted (docs/security.md, "Roles"): a voter that follows X
+// at term T accepted X's log at T, which its own guard let through only
+// from a voter it knows. A non-voter's or a member's certificate cannot
+// get an up-to-date voter to say so; a majority of the answers, not one,
+// keeps a stale voter (one that still lists a since-demoted server as a
+// voter) from vouching an up-to-date one into following that server.
 //
 // At most one round runs at a time, at most one a second; a request
 // arriving meanwhile is dropped (the leader keeps sending, so it comes
@@ -67,27 +71,41 @@ func (g *ControlGroup) vouchLoop() {
 		}
 		last = time.Now()
 		by, ok := g.askVoters(req)
-		if ok && g.mux.guard.vouch(req.id, req.term) {
-			g.log.Info("cluster: accepting log from a leader this node's configuration does not list yet, on a voter's word",
+		if !ok {
+			g.log.Debug("cluster: no voter vouched for an unknown leader", "leader", req.id, "term", req.term, "vouched_by", by)
+			continue
+		}
+		if g.mux.guard.vouch(req.id, req.term) {
+			g.log.Info("cluster: accepting log from a leader this node's configuration does not list yet, on the word of the voters it knows",
 				"leader", req.id, "term", req.term, "vouched_by", by)
 		}
 	}
 }
 
 // askVoters asks the voters of this node's latest configuration, other
-// than itself and req.id, whom they follow; ok when one follows req.id at
-// req.term.
-func (g *ControlGroup) askVoters(req vouchRequest) (by string, ok bool) {
+// than itself and req.id, whom they follow; ok when more than half of
+// those that answer follow req.id at req.term. Not one: a voter that was
+// down while the configuration changed (as this node was) may still list a
+// since-demoted server as a voter and follow it, and one such word must
+// not carry an up-to-date voter along.
+func (g *ControlGroup) askVoters(req vouchRequest) (by []string, ok bool) {
 	f := g.raft.GetConfiguration()
 	if f.Error() != nil {
-		return "", false
+		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), vouchTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-g.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		done = make(chan struct{})
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		answers []wire.StatusReply
 	)
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Voter || string(s.ID) == g.cfg.NodeID || string(s.ID) == req.id {
@@ -97,26 +115,27 @@ func (g *ControlGroup) askVoters(req vouchRequest) (by string, ok bool) {
 		go func(s raft.Server) {
 			defer wg.Done()
 			var st wire.StatusReply
-			if err := g.pool.call(ctx, string(s.Address), "Control.Status", &wire.StatusArgs{}, &st); err != nil {
-				return
-			}
-			if st.ID != string(s.ID) || st.Leader != req.id || st.Term != req.term {
+			if err := g.pool.call(ctx, string(s.Address), "Control.Status", &wire.StatusArgs{}, &st); err != nil || st.ID != string(s.ID) {
 				return
 			}
 			mu.Lock()
-			defer mu.Unlock()
-			if !ok {
-				by, ok = st.ID, true
-				close(done)
-			}
+			answers = append(answers, st)
+			mu.Unlock()
 		}(s)
 	}
-	go func() { wg.Wait(); cancel() }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	wg.Wait()
+	return vouched(req, answers)
+}
+
+// vouched decides a vouch round from the voters' answers (each from the
+// voter it names, never from req.id): more than half follow req.id at
+// req.term. by lists those that do, sorted.
+func vouched(req vouchRequest, answers []wire.StatusReply) (by []string, ok bool) {
+	for _, st := range answers {
+		if st.ID != req.id && st.Leader == req.id && st.Term == req.term {
+			by = append(by, st.ID)
+		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return by, ok
+	sort.Strings(by)
+	return by, len(by) > 0 && 2*len(by) > len(answers)
 }
