@@ -16,10 +16,14 @@ import (
 // is on the other end (mutual TLS: the node id in the peer's certificate)
 // before one byte of Raft or RPC is read from it; then
 //
-//   - every Raft message must carry the proven id in its header (a member
-//     cannot speak for another), a TimeoutNow must come from the current
-//     leader, and an InstallSnapshot's configuration must decode (see
-//     raftguard.go);
+//   - only a node (voter-capable) certificate may open a Raft stream: a
+//     member's or an operator's is refused on the first Raft byte, and a
+//     Raft dial accepts only a server with a node certificate (rpc.go);
+//   - every Raft message must carry the proven id in its header (a node
+//     cannot speak for another), votes and log come only from voters of
+//     the latest configuration, log only from the leader of its term,
+//     TimeoutNow only from the leader this node follows, and every
+//     configuration carried must decode (see raftguard.go);
 //   - every forwarded command is checked by ControlConfig.Authorize against
 //     the proven id before it reaches Raft, and Remove of another server
 //     needs an operator;
@@ -29,19 +33,71 @@ import (
 // Without Authenticate (loopback clusters, tests, Insecure) every peer is
 // trusted as before and no command is authorized.
 
+// Role is what a peer's certificate proves it may be (docs/security.md,
+// "Roles"). The role checks apply only where ControlConfig.Authenticate is
+// set; without it (loopback, Insecure, tests) every peer is trusted and
+// Peer is the zero value.
+type Role uint8
+
+// The roles.
+const (
+	// RoleNone: no role proven (the zero value). With authentication on,
+	// such a peer passes no role check: it may not speak Raft nor confirm
+	// leadership (fail closed, for an Authenticate that names no role).
+	RoleNone Role = iota
+	// RoleNode: a voter-capable node certificate (tenure://node/<id>). The
+	// only role the Raft port accepts.
+	RoleNode
+	// RoleMember: a member certificate (tenure://member/<id>): a
+	// --voter=never node proven by its id. The RPC path only: renewals,
+	// proposals (checked by ControlConfig.Authorize), the committed-state
+	// stream. Never Raft.
+	RoleMember
+	// RoleOperator: an operator certificate; ID is the operator's name.
+	// Operator actions over RPC (remove another server); never Raft.
+	RoleOperator
+)
+
+// String names the role as docs/security.md does.
+func (r Role) String() string {
+	switch r {
+	case RoleNone:
+		return "none"
+	case RoleNode:
+		return "node"
+	case RoleMember:
+		return "member"
+	case RoleOperator:
+		return "operator"
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
 // Peer is who is on the other end of a connection, as the stream layer
 // proved it.
 type Peer struct {
-	// ID is the peer's node id (or operator name when Operator).
+	// ID is the peer's node id (or operator name for RoleOperator).
 	ID string
-	// Operator is set for an operator's certificate: such a peer may run
-	// operator actions (remove another server) but is not a member.
-	Operator bool
+	// Role is what its certificate proves.
+	Role Role
 }
 
+// IsOperator reports whether the peer holds an operator certificate: it may
+// run operator actions but is not a node.
+func (p Peer) IsOperator() bool { return p.Role == RoleOperator }
+
+// VoterCapable reports whether the peer proved a node (voter-capable)
+// certificate: the only role that may speak Raft to an authenticating port.
+func (p Peer) VoterCapable() bool { return p.Role == RoleNode }
+
 func (p Peer) String() string {
-	if p.Operator {
+	switch p.Role {
+	case RoleOperator:
 		return "operator " + p.ID
+	case RoleMember:
+		return "member " + p.ID
+	case RoleNone:
+		return "peer " + p.ID
 	}
 	return "node " + p.ID
 }
@@ -187,7 +243,7 @@ func (l *logLimiter) allow() bool {
 // certificate cannot stand in for another member's Raft address.
 type checkedDialer struct {
 	StreamLayer
-	check func(ctx context.Context, addr string, c net.Conn) error
+	check func(ctx context.Context, addr string, c net.Conn) (Peer, error)
 }
 
 func (d *checkedDialer) Dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -195,30 +251,44 @@ func (d *checkedDialer) Dial(ctx context.Context, addr string) (net.Conn, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.check(ctx, addr, c); err != nil {
+	p, err := d.check(ctx, addr, c)
+	if err != nil {
 		_ = c.Close()
 		return nil, err
 	}
-	return c, nil
+	return &provenConn{Conn: c, peer: p}, nil
+}
+
+// provenConn is a dialed connection whose server proved who it is.
+type provenConn struct {
+	net.Conn
+	peer Peer
 }
 
 // checkDialed proves the server at addr and compares it with the member
 // gossip places there (none known: any node certificate of the cluster).
-func (g *ControlGroup) checkDialed(ctx context.Context, addr string, c net.Conn) error {
+func (g *ControlGroup) checkDialed(ctx context.Context, addr string, c net.Conn) (Peer, error) {
 	p, err := g.cfg.Authenticate(ctx, c)
 	if err != nil {
-		return err
+		return Peer{}, err
 	}
-	if p.Operator {
-		return fmt.Errorf("cluster: server at %s presented an operator certificate (%s), not a node's", addr, p.ID)
+	if p.IsOperator() {
+		return Peer{}, fmt.Errorf("cluster: server at %s presented an operator certificate (%s), not a node's", addr, p.ID)
 	}
 	if g.peers == nil {
-		return nil
+		return p, nil
 	}
 	for _, m := range g.peers.Members() {
 		if m.State == StateAlive && m.RaftAddr == addr && m.ID != p.ID {
-			return fmt.Errorf("cluster: server at %s is %s, but %q is the member gossip places there", addr, p, m.ID)
+			return Peer{}, fmt.Errorf("cluster: server at %s is %s, but %q is the member gossip places there", addr, p, m.ID)
 		}
 	}
-	return nil
+	return p, nil
 }
+
+// RaftRefused is how many Raft connections or messages this node refused
+// since it started: a certificate that is not a node's on the first Raft
+// byte, or a message the Raft guard refused (raftguard.go). The same count
+// goes to go-metrics as cluster.raft.refused{reason} (Prometheus:
+// tenure_cluster_raft_refused through httpapi.BridgeGoMetrics).
+func (g *ControlGroup) RaftRefused() uint64 { return g.mux.guard.refused.Load() }

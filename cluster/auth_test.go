@@ -68,7 +68,8 @@ func testPeerOf(cs tls.ConnectionState) (Peer, error) {
 	if err != nil {
 		return Peer{}, err
 	}
-	return Peer{ID: id.Name, Operator: id.Role == pki.RoleOperator}, nil
+	role := map[pki.Role]Role{pki.RoleNode: RoleNode, pki.RoleMember: RoleMember, pki.RoleOperator: RoleOperator}[id.Role]
+	return Peer{ID: id.Name, Role: role}, nil
 }
 
 // testAuthorize lets a peer propose "by:<its id>:..." commands only.

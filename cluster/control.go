@@ -151,8 +151,9 @@ type ControlGroup struct {
 	established  atomic.Uint64 // term of established leadership, 0 if none
 	confirms     *confirmLog   // lastConfirm per term (control_confirm.go)
 	confirmBatch confirmBatcher
-	inc          atomic.Uint64 // process incarnation (cfg.Incarnation, SetIncarnation)
-	leaderSeen   atomic.Bool   // Apply has seen Raft name a leader (applyViaVoters)
+	inc          atomic.Uint64     // process incarnation (cfg.Incarnation, SetIncarnation)
+	leaderSeen   atomic.Bool       // Apply has seen Raft name a leader (applyViaVoters)
+	vouchReq     chan vouchRequest // the Raft guard's unknown leaders (raftvouch.go)
 
 	mu   sync.Mutex
 	left map[string]uint64 // id → incarnation that left (or was removed)
@@ -204,6 +205,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		events:       newEventQueue(),
 		closing:      make(chan struct{}),
 		confirms:     newConfirmLog(time.Now()),
+		vouchReq:     make(chan vouchRequest, 1),
 	}
 	g.inc.Store(cfg.Incarnation)
 
@@ -230,9 +232,21 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			return srv
 		},
 		authenticate: cfg.Authenticate,
-		leader: func() string {
-			_, id := g.raft.LeaderWithID()
-			return string(id)
+		raft: raftView{
+			configuration: func() raft.Configuration {
+				f := g.raft.GetConfiguration()
+				if f.Error() != nil {
+					return raft.Configuration{}
+				}
+				return f.Configuration()
+			},
+			term: func() uint64 { return g.raft.CurrentTerm() },
+			leader: func() string {
+				_, id := g.raft.LeaderWithID()
+				return string(id)
+			},
+			self:          cfg.NodeID,
+			unknownLeader: g.requestVouch,
 		},
 		maxMessage:  cfg.MaxRPCMessage,
 		idleTimeout: cfg.RPCIdleTimeout,
@@ -310,6 +324,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	g.goLoop(g.leaderLoop)
 	g.goLoop(g.pushLoop)
 	g.goLoop(g.events.run(g.closing))
+	if cfg.Authenticate != nil {
+		g.goLoop(g.vouchLoop)
+	}
 	if g.sub != nil {
 		g.goLoop(g.membershipLoop)
 	}

@@ -288,7 +288,7 @@ func (s *controlRPC) Confirm(args *wire.ConfirmArgs, reply *wire.ConfirmReply) e
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad confirm request"
 		return nil
 	}
-	if s.authenticated && (s.peer.Operator || s.peer.ID != args.Leader || !s.isVoter(s.peer.ID)) {
+	if s.authenticated && (!s.peer.VoterCapable() || s.peer.ID != args.Leader || !s.isVoter(s.peer.ID)) {
 		reply.Code = wire.CodeUnauthorized
 		reply.Msg = fmt.Sprintf("%s may not confirm leadership for %q (only a voter, for itself)", s.peer, args.Leader)
 		g.log.Warn("cluster: refused a confirm", "peer", s.peer.String(), "leader", args.Leader)
@@ -309,7 +309,7 @@ func (s *controlRPC) ConfirmAge(args *wire.ConfirmAgeArgs, reply *wire.ConfirmAg
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad confirm-age request"
 		return nil
 	}
-	if s.authenticated && (s.peer.Operator || !s.isVoter(s.peer.ID)) {
+	if s.authenticated && (!s.peer.VoterCapable() || !s.isVoter(s.peer.ID)) {
 		reply.Code = wire.CodeUnauthorized
 		reply.Msg = fmt.Sprintf("%s is not a voter", s.peer)
 		return nil

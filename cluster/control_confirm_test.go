@@ -174,9 +174,14 @@ func TestConfirmRenewAuthorization(t *testing.T) {
 			t.Fatalf("confirm by a non-voter: %+v", cr)
 		}
 		cr = wire.ConfirmReply{}
-		_ = as(Peer{ID: "n1", Operator: true}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "n1"}, &cr)
+		_ = as(Peer{ID: "n1", Role: RoleOperator}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "n1"}, &cr)
 		if cr.Code != wire.CodeUnauthorized {
 			t.Fatalf("confirm by an operator: %+v", cr)
+		}
+		cr = wire.ConfirmReply{}
+		_ = as(Peer{ID: "n1", Role: RoleMember}).Confirm(&wire.ConfirmArgs{Term: l.g.Term(), Leader: "n1"}, &cr)
+		if cr.Code != wire.CodeUnauthorized {
+			t.Fatalf("confirm by a member certificate naming a voter: %+v", cr)
 		}
 		var ar wire.ConfirmAgeReply
 		_ = as(Peer{ID: "outsider"}).ConfirmAge(&wire.ConfirmAgeArgs{Term: l.g.Term()}, &ar)

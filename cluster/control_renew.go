@@ -137,7 +137,7 @@ func (s *controlRPC) Renew(args *wire.RenewArgs, reply *wire.RenewReply) error {
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad renewal request"
 		return nil
 	}
-	if s.authenticated && (s.peer.Operator || s.peer.ID != args.Node) {
+	if s.authenticated && (s.peer.IsOperator() || s.peer.ID != args.Node) {
 		reply.Code = wire.CodeUnauthorized
 		reply.Msg = fmt.Sprintf("%s may renew only its own lease, not %q's", s.peer, args.Node)
 		g.log.Warn("cluster: refused a renewal", "peer", s.peer.String(), "node", args.Node)

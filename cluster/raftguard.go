@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
@@ -20,20 +22,46 @@ import (
 // straight to the connection. A message that fails a check closes the
 // connection; Raft sees a dropped connection, as after a network fault.
 //
-// The checks:
+// Before the guard, the mux lets only a node (voter-capable) certificate
+// open a Raft stream at all (rpc.go): a member's or an operator's is
+// refused on the first Raft byte. The guard's checks (decideRaft, a pure
+// function of the message and this node's view of Raft):
 //   - the header's server id is the id the peer proved (its certificate):
-//     no member speaks for another, and an operator certificate speaks for
-//     no server at all;
+//     no node speaks for another;
+//   - RequestVote, RequestPreVote, AppendEntries, InstallSnapshot and
+//     TimeoutNow come only from a voter of the latest configuration this
+//     node knows (committed or not, as hashicorp/raft itself uses it). Raft
+//     non-voters and servers outside the configuration never legitimately
+//     send these to anyone, so this holds in mixed-version clusters too.
+//     Two exceptions: before this node has any configuration (bootstrap, or
+//     a fresh node being added) every node certificate may, since the
+//     configuration arrives in these messages; and the leader whose log
+//     this node accepted at a term may go on sending at that term after it
+//     appended its own removal (it must commit that entry);
+//   - AppendEntries and InstallSnapshot come only from the leader this
+//     node would accept at that term: the first voter whose log it
+//     accepted at a term is that term's leader (Raft elects at most one),
+//     another id at the same term is refused, a higher term from a voter
+//     is a legitimate new leader, and a lower term passes (raft answers it
+//     with its own term and changes nothing);
 //   - TimeoutNow (start an election now) comes only from the leader this
 //     node follows: hashicorp/raft acts on it from anyone;
-//   - an InstallSnapshot's configuration decodes: hashicorp/raft's decoder
-//     panics on a malformed one, killing the process;
+//   - every configuration a message carries — an InstallSnapshot's, and
+//     every LogConfiguration entry of an AppendEntries — decodes and is
+//     plausible (validateRaftConfiguration): hashicorp/raft's decoder
+//     panics on a malformed one, killing the process. Entries of the
+//     deprecated peer-set types (raft protocol < 3, never written here)
+//     and version-0 snapshots are refused;
 //   - a message is at most maxRaftMessage bytes (the decoder grows slices
 //     as bytes arrive, so a large declared length costs nothing up front).
 //
-// What it cannot check: a member with a valid certificate can still send
-// Raft messages as itself (ask for votes, claim a higher term). Raft
-// tolerates crashes, not lies; docs/security.md says what that means.
+// What it cannot check: a voter with a valid certificate can still lie
+// (Raft tolerates crashes, not lies); docs/security.md says what that
+// means. A node that missed the configuration entry that made a new voter
+// (a lagging follower, a voter or standby that was down while the voters
+// changed) would refuse that voter's log for as long as it leads; the
+// vouch round (raftvouch.go) lets it in on the word of a voter this node
+// knows (docs/security.md, "Roles").
 
 // The transport's message types (hashicorp/raft net_transport.go; stable
 // since the wire format is shared across raft versions).
@@ -49,10 +77,265 @@ const (
 	// ledger.MaxCommandSize (16 MiB) each would not fit, but the batcher
 	// keeps entries at ≤ 1 MiB, so 64 MiB is generous.
 	maxRaftMessage = 64 << 20
+
+	// Plausibility bounds of a configuration (validateRaftConfiguration):
+	// far above any control group (3–5 voters and a few standbys; before
+	// cluster version 5 every member is a non-voter, 100s of them).
+	maxConfigServers = 1 << 14
+	maxConfigField   = 1 << 10 // bytes of one server id or address
 )
 
 // errRaftRefused marks a message the guard refused.
 var errRaftRefused = errors.New("cluster: raft message refused")
+
+// raftRefusal is a refused message: Reason is the metric label
+// (cluster.raft.refused{reason}).
+type raftRefusal struct {
+	Reason string
+	Msg    string
+}
+
+func (e *raftRefusal) Error() string { return errRaftRefused.Error() + ": " + e.Msg }
+func (e *raftRefusal) Unwrap() error { return errRaftRefused }
+
+func refuse(reason, format string, args ...any) error {
+	return &raftRefusal{Reason: reason, Msg: fmt.Sprintf(format, args...)}
+}
+
+// The refusal reasons.
+const (
+	refusedRole      = "role"       // not a node certificate (the mux)
+	refusedID        = "id"         // header id is not the proven id
+	refusedNotVoter  = "not_voter"  // not a voter of the latest configuration
+	refusedNotLeader = "not_leader" // not the leader of that term / the followed leader
+	refusedConfig    = "config"     // a carried configuration is malformed or implausible
+	refusedMalformed = "malformed"  // undecodable message, unknown type
+	refusedTooLarge  = "too_large"  // over maxRaftMessage
+)
+
+// refusalReason names err's metric label.
+func refusalReason(err error) string {
+	var r *raftRefusal
+	if errors.As(err, &r) {
+		return r.Reason
+	}
+	if errors.Is(err, ErrMessageTooLarge) {
+		return refusedTooLarge
+	}
+	return refusedMalformed
+}
+
+// raftView is what the guard reads of this node's Raft server. Every
+// function may be nil (no Raft yet): nothing known.
+type raftView struct {
+	// configuration is the latest configuration (committed or not).
+	configuration func() raft.Configuration
+	// term is the current term.
+	term func() uint64
+	// leader is the server this node currently follows ("" if none).
+	leader func() string
+	// self is this node's server id.
+	self string
+	// unknownLeader is told, without blocking, of log at term from id that
+	// the voter check refused: a voter this node does not know yet, or an
+	// impostor. It starts a vouch round (raftvouch.go); nil: none.
+	unknownLeader func(id string, term uint64)
+}
+
+// raftGuardState is the view decideRaft reads: a snapshot of this node's
+// Raft server plus the leader the guard accepted log from.
+type raftGuardState struct {
+	// Voters of the latest configuration; Configured is false before this
+	// node has any configuration.
+	Voters     map[string]bool
+	Configured bool
+	// Term is this node's current term; Leader the server it follows
+	// (Self when it leads).
+	Term         uint64
+	Leader, Self string
+	// LeaderID sent the log this node's guard accepted at LeaderTerm.
+	LeaderTerm uint64
+	LeaderID   string
+}
+
+// raftMessage is what decideRaft needs of one decoded message.
+type raftMessage struct {
+	Type byte
+	// ID is the header's server id.
+	ID string
+	// Term is the request's term (0 for TimeoutNow, which carries none).
+	Term uint64
+	// Configs are the encoded configurations it carries (InstallSnapshot's,
+	// AppendEntries' LogConfiguration entries).
+	Configs [][]byte
+	// Deprecated is set for a deprecated peer-set entry or a version-0
+	// snapshot (raft protocol < 3).
+	Deprecated bool
+	// Snapshot is the size of the snapshot bytes that follow.
+	Snapshot int64
+}
+
+// decideRaft decides one message from peer against st. record is set for
+// log (AppendEntries, InstallSnapshot) that makes peer the leader of
+// msg.Term; the caller records it for the next decision. Pure: the same
+// arguments give the same answer.
+func decideRaft(peer Peer, msg raftMessage, st raftGuardState) (record bool, err error) {
+	if !peer.VoterCapable() {
+		return false, refuse(refusedRole, "%s may not speak Raft (a node certificate is needed)", peer)
+	}
+	if msg.ID != peer.ID {
+		return false, refuse(refusedID, "%s sent a raft message as server %q", peer, msg.ID)
+	}
+	if msg.Deprecated {
+		return false, refuse(refusedConfig, "%s sent a raft protocol < 3 peer set", peer)
+	}
+	for _, c := range msg.Configs {
+		if err := validateRaftConfiguration(c); err != nil {
+			return false, refuse(refusedConfig, "%s sent a configuration that %v", peer, err)
+		}
+	}
+	log := msg.Type == raftAppendEntries || msg.Type == raftInstallSnap
+	// The leader whose log this node accepted at a term goes on at that
+	// term even once its own removal is appended.
+	sameLeader := log && msg.Term == st.LeaderTerm && peer.ID == st.LeaderID && st.LeaderID != ""
+	if st.Configured && !st.Voters[peer.ID] && !sameLeader {
+		return false, refuse(refusedNotVoter, "%s is not a voter of the latest configuration (raft message type %d, term %d)", peer, msg.Type, msg.Term)
+	}
+	switch msg.Type {
+	case raftTimeoutNow:
+		if st.Leader == "" || st.Leader != peer.ID {
+			return false, refuse(refusedNotLeader, "TimeoutNow from %s, which is not this node's leader (%q)", peer, st.Leader)
+		}
+	case raftAppendEntries, raftInstallSnap:
+		if msg.Term < st.Term || msg.Term < st.LeaderTerm {
+			return false, nil // stale: raft answers with its term and changes nothing
+		}
+		if msg.Term == st.LeaderTerm && st.LeaderID != "" && peer.ID != st.LeaderID {
+			return false, refuse(refusedNotLeader, "%s sent log at term %d, whose leader is %s", peer, msg.Term, st.LeaderID)
+		}
+		if msg.Term == st.Term && st.Self != "" && st.Leader == st.Self {
+			return false, refuse(refusedNotLeader, "%s sent log at term %d, which this node leads", peer, msg.Term)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// validateRaftConfiguration decodes a configuration as hashicorp/raft
+// will (DecodeConfiguration, which panics on bad input) and checks what
+// raft's own checkConfiguration checks of a new one, plus bounds: every
+// server has a known suffrage, a non-empty id and address of at most
+// maxConfigField bytes, no id or address twice, at least one voter.
+func validateRaftConfiguration(data []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("does not decode: %v", r)
+		}
+	}()
+	c := raft.DecodeConfiguration(data)
+	if len(c.Servers) > maxConfigServers {
+		return fmt.Errorf("has %d servers (at most %d)", len(c.Servers), maxConfigServers)
+	}
+	ids := make(map[raft.ServerID]bool, len(c.Servers))
+	addrs := make(map[raft.ServerAddress]bool, len(c.Servers))
+	voters := 0
+	for _, s := range c.Servers {
+		switch s.Suffrage {
+		case raft.Voter:
+			voters++
+		case raft.Nonvoter, raft.Staging:
+		default:
+			return fmt.Errorf("gives %q the unknown suffrage %d", s.ID, s.Suffrage)
+		}
+		if s.ID == "" || len(s.ID) > maxConfigField || s.Address == "" || len(s.Address) > maxConfigField {
+			return fmt.Errorf("has a server with id %.40q and address %.40q (1..%d bytes each)", s.ID, s.Address, maxConfigField)
+		}
+		if ids[s.ID] || addrs[s.Address] {
+			return fmt.Errorf("names %q or %q twice", s.ID, s.Address)
+		}
+		ids[s.ID], addrs[s.Address] = true, true
+	}
+	if voters == 0 {
+		return errors.New("has no voter")
+	}
+	return nil
+}
+
+// raftGuard is a node's guard: its view of Raft, the leader it accepted
+// log from, and its refusal count. Safe for concurrent use; one per mux.
+type raftGuard struct {
+	view    raftView
+	refused atomic.Uint64
+	// off disables every check but the size bound (tests prove with it
+	// that their attacks work on an unguarded node).
+	off atomic.Bool
+
+	mu         sync.Mutex
+	leaderTerm uint64
+	leaderID   string
+}
+
+// state snapshots the view; called with g.mu held.
+func (g *raftGuard) state() raftGuardState {
+	st := raftGuardState{LeaderTerm: g.leaderTerm, LeaderID: g.leaderID, Self: g.view.self}
+	if g.view.configuration != nil {
+		for _, s := range g.view.configuration().Servers {
+			st.Configured = true
+			if s.Suffrage == raft.Voter {
+				if st.Voters == nil {
+					st.Voters = map[string]bool{}
+				}
+				st.Voters[string(s.ID)] = true
+			}
+		}
+	}
+	if g.view.term != nil {
+		st.Term = g.view.term()
+	}
+	if g.view.leader != nil {
+		st.Leader = g.view.leader()
+	}
+	return st
+}
+
+// check decides msg from peer and records an accepted leader.
+func (g *raftGuard) check(peer Peer, msg raftMessage) error {
+	if g.off.Load() {
+		return nil
+	}
+	g.mu.Lock()
+	st := g.state()
+	record, err := decideRaft(peer, msg, st)
+	if err == nil && record && msg.Term >= g.leaderTerm {
+		g.leaderTerm, g.leaderID = msg.Term, peer.ID
+	}
+	g.mu.Unlock()
+	if err != nil && g.view.unknownLeader != nil && refusalReason(err) == refusedNotVoter &&
+		(msg.Type == raftAppendEntries || msg.Type == raftInstallSnap) && msg.Term >= st.Term {
+		g.view.unknownLeader(peer.ID, msg.Term)
+	}
+	return err
+}
+
+// vouch records id as the leader of term on the word of a voter this node
+// knows (raftVouch): its log at term then passes the voter check, as a
+// leader's whose log this node accepted at that term does. It never
+// replaces a leader already recorded at that term or a later one.
+func (g *raftGuard) vouch(id string, term uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if term < g.leaderTerm || (term == g.leaderTerm && g.leaderID != "" && g.leaderID != id) {
+		return false
+	}
+	g.leaderTerm, g.leaderID = term, id
+	return true
+}
+
+// count notes one refusal (a counter and the cluster.raft.refused metric).
+func (g *raftGuard) count(err error) {
+	g.refused.Add(1)
+	metrics.IncrCounterWithLabels([]string{"cluster", "raft", "refused"}, 1, []metrics.Label{{Name: "reason", Value: refusalReason(err)}})
+}
 
 type raftGuardConn struct {
 	net.Conn
@@ -71,15 +354,15 @@ func (c *raftGuardConn) Close() error {
 	return err
 }
 
-// guardRaft returns the connection raft reads from; leader names the server
-// this node currently follows ("" if none). onRefuse is told why a
+// guardRaft returns the connection raft reads from. onRefuse is told why a
 // connection was cut.
-func guardRaft(c net.Conn, peer Peer, leader func() string, onRefuse func(error)) net.Conn {
+func guardRaft(c net.Conn, peer Peer, g *raftGuard, onRefuse func(error)) net.Conn {
 	pr, pw := io.Pipe()
 	gc := &raftGuardConn{Conn: c, pr: pr}
 	go func() {
-		err := runRaftGuard(c, pw, peer, leader)
+		err := runRaftGuard(c, pw, peer, g)
 		if errors.Is(err, errRaftRefused) || errors.Is(err, ErrMessageTooLarge) {
+			g.count(err)
 			onRefuse(err)
 			_ = c.Close()
 		}
@@ -137,7 +420,7 @@ func (r *recorder) UnreadByte() error {
 	return nil
 }
 
-func runRaftGuard(c net.Conn, w io.Writer, peer Peer, leader func() string) error {
+func runRaftGuard(c net.Conn, w io.Writer, peer Peer, g *raftGuard) error {
 	br := bufio.NewReaderSize(c, 64<<10)
 	rec := &recorder{r: br, max: maxRaftMessage}
 	dec := codec.NewDecoder(rec, &codec.MsgpackHandle{})
@@ -147,8 +430,11 @@ func runRaftGuard(c net.Conn, w io.Writer, peer Peer, leader func() string) erro
 		if err != nil {
 			return err
 		}
-		snapshot, err := checkRaftMessage(dec, typ, peer, leader)
+		msg, err := decodeRaftMessage(dec, typ, peer)
 		if err != nil {
+			return err
+		}
+		if err := g.check(peer, msg); err != nil {
 			return err
 		}
 		if _, err := w.Write(rec.buf); err != nil {
@@ -157,68 +443,75 @@ func runRaftGuard(c net.Conn, w io.Writer, peer Peer, leader func() string) erro
 		if len(rec.buf) > 1<<20 {
 			rec.buf = nil // do not pin a large buffer for the connection's life
 		}
-		if snapshot > 0 {
-			if _, err := io.CopyN(w, br, snapshot); err != nil {
+		if msg.Snapshot > 0 {
+			if _, err := io.CopyN(w, br, msg.Snapshot); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// checkRaftMessage decodes one message and returns the size of the
-// snapshot that follows it (InstallSnapshot only).
-func checkRaftMessage(dec *codec.Decoder, typ byte, peer Peer, leader func() string) (snapshot int64, err error) {
+// decodeRaftMessage decodes one message of type typ (the type byte already
+// read) into what decideRaft checks. It never panics.
+func decodeRaftMessage(dec *codec.Decoder, typ byte, peer Peer) (msg raftMessage, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: undecodable message from %s: %v", errRaftRefused, peer, r)
+			msg, err = raftMessage{}, refuse(refusedMalformed, "undecodable message from %s: %v", peer, r)
 		}
 	}()
+	msg.Type = typ
 	var hdr raft.RPCHeader
 	switch typ {
 	case raftAppendEntries:
 		var req raft.AppendEntriesRequest
 		err = dec.Decode(&req)
-		hdr = req.RPCHeader
+		hdr, msg.Term = req.RPCHeader, req.Term
+		for _, e := range req.Entries {
+			if e == nil {
+				continue
+			}
+			switch e.Type {
+			case raft.LogConfiguration:
+				msg.Configs = append(msg.Configs, e.Data)
+			case raft.LogAddPeerDeprecated, raft.LogRemovePeerDeprecated:
+				msg.Deprecated = true
+			}
+		}
 	case raftRequestVote:
 		var req raft.RequestVoteRequest
 		err = dec.Decode(&req)
-		hdr = req.RPCHeader
+		hdr, msg.Term = req.RPCHeader, req.Term
 	case raftRequestPreVote:
 		var req raft.RequestPreVoteRequest
 		err = dec.Decode(&req)
-		hdr = req.RPCHeader
+		hdr, msg.Term = req.RPCHeader, req.Term
 	case raftTimeoutNow:
 		var req raft.TimeoutNowRequest
 		err = dec.Decode(&req)
 		hdr = req.RPCHeader
-		if err == nil && (peer.ID == "" || leader() != peer.ID) {
-			return 0, fmt.Errorf("%w: TimeoutNow from %s, which is not this node's leader", errRaftRefused, peer)
-		}
 	case raftInstallSnap:
 		var req raft.InstallSnapshotRequest
 		err = dec.Decode(&req)
-		hdr = req.RPCHeader
+		hdr, msg.Term = req.RPCHeader, req.Term
 		if err == nil {
 			if req.Size < 0 {
-				return 0, fmt.Errorf("%w: InstallSnapshot of %d bytes from %s", errRaftRefused, req.Size, peer)
+				return raftMessage{}, refuse(refusedMalformed, "InstallSnapshot of %d bytes from %s", req.Size, peer)
 			}
-			if req.SnapshotVersion > 0 {
-				// raft panics on a configuration it cannot decode.
-				_ = raft.DecodeConfiguration(req.Configuration)
+			if req.SnapshotVersion != raft.SnapshotVersionMax {
+				msg.Deprecated = true // version 0 carries a peer set; raft refuses > max itself
 			}
-			snapshot = req.Size
+			msg.Configs = append(msg.Configs, req.Configuration)
+			msg.Snapshot = req.Size
 		}
 	default:
-		return 0, fmt.Errorf("%w: unknown raft message type %d from %s", errRaftRefused, typ, peer)
+		return raftMessage{}, refuse(refusedMalformed, "unknown raft message type %d from %s", typ, peer)
 	}
 	if err != nil {
 		if errors.Is(err, ErrMessageTooLarge) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-			return 0, err
+			return raftMessage{}, err
 		}
-		return 0, fmt.Errorf("%w: undecodable message from %s: %v", errRaftRefused, peer, err)
+		return raftMessage{}, refuse(refusedMalformed, "undecodable message from %s: %v", peer, err)
 	}
-	if peer.Operator || string(hdr.ID) != peer.ID {
-		return 0, fmt.Errorf("%w: %s sent a raft message as server %q", errRaftRefused, peer, hdr.ID)
-	}
-	return snapshot, nil
+	msg.ID = string(hdr.ID)
+	return msg, nil
 }

@@ -125,6 +125,7 @@ type mux struct {
 	stream StreamLayer
 	opts   muxOptions
 	raft   *raftStream // nil when Raft has its own transport
+	guard  *raftGuard
 	log    *slog.Logger
 	wg     sync.WaitGroup
 	refuse logLimiter
@@ -141,15 +142,15 @@ type muxOptions struct {
 	server func(p Peer, authenticated bool) *rpc.Server
 	// authenticate proves the peer of an accepted connection; nil trusts all.
 	authenticate func(context.Context, net.Conn) (Peer, error)
-	// leader names the server this node follows (the Raft guard's TimeoutNow check).
-	leader func() string
+	// raft is the Raft guard's view of this node's Raft server.
+	raft raftView
 	// RPC limits (auth.go).
 	maxMessage              int
 	idleTimeout, msgTimeout time.Duration
 }
 
 func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger) *mux {
-	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{}}
+	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{}, guard: &raftGuard{view: opts.raft}}
 	m.refuse.every = time.Second
 	if withRaft {
 		m.raft = &raftStream{stream: stream, accept: make(chan net.Conn), closed: make(chan struct{})}
@@ -249,11 +250,21 @@ func (m *mux) handle(c net.Conn) {
 		m.opts.server(peer, authenticated).ServeConn(&writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout})
 		m.untrack(c)
 	case b[0] == protoRaft && m.raft != nil:
+		// Only a node (voter-capable) certificate speaks Raft: a member's
+		// or an operator's is cut off on this first byte.
+		if authenticated && !peer.VoterCapable() && !m.guard.off.Load() {
+			err := refuse(refusedRole, "%s may not open a Raft stream (a node certificate is needed; a member certificate serves the RPC path only)", peer)
+			m.guard.count(err)
+			m.refused(c, err)
+			m.untrack(c)
+			_ = c.Close()
+			return
+		}
 		// Raft owns it now; it stays tracked (until raft closes it) so
 		// close() can end raft's blocked reads.
 		var rc net.Conn = c
 		if authenticated {
-			rc = guardRaft(c, peer, m.opts.leader, func(err error) { m.refused(c, err) })
+			rc = guardRaft(c, peer, m.guard, func(err error) { m.refused(c, err) })
 		}
 		tc := &trackedConn{Conn: rc, untrack: func() { m.untrack(c) }}
 		select {
@@ -336,6 +347,13 @@ func (r *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	c, err := r.stream.Dial(ctx, string(addr))
 	if err != nil {
 		return nil, &errDial{err} // the peer is unreachable: raftwait.go waits on it
+	}
+	// With authentication, Raft goes only to a server that proved a node
+	// certificate: a member's certificate is never replicated to, never
+	// asked for a vote, so it can never be counted towards a quorum.
+	if pc, ok := c.(*provenConn); ok && !pc.peer.VoterCapable() {
+		_ = c.Close()
+		return nil, &errDial{fmt.Errorf("cluster: Raft server at %s is %s (%s certificate), not a node", addr, pc.peer, pc.peer.Role)}
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := c.Write([]byte{protoRaft}); err != nil {

@@ -187,7 +187,7 @@ func (s *controlRPC) Remove(args *wire.RemoveArgs, reply *wire.RemoveReply) erro
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad server id"
 		return nil
 	}
-	if s.authenticated && !s.peer.Operator && args.ID != s.peer.ID {
+	if s.authenticated && !s.peer.IsOperator() && args.ID != s.peer.ID {
 		reply.Code = wire.CodeUnauthorized
 		reply.Msg = fmt.Sprintf("%s may remove only itself, not %q (removing another server needs an operator certificate)", s.peer, args.ID)
 		g.log.Warn("cluster: refused a removal", "peer", s.peer.String(), "server", args.ID)
@@ -227,7 +227,9 @@ func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
 }
 
 func (g *ControlGroup) status() wire.StatusReply {
+	_, leader := g.raft.LeaderWithID()
 	return wire.StatusReply{
+		Leader:       string(leader),
 		ID:           g.cfg.NodeID,
 		Addr:         g.addr,
 		HasState:     g.raft.LastIndex() > 0,

@@ -92,9 +92,8 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 	if err != nil {
 		return fmt.Errorf("node: TLS: %w", err)
 	}
-	if id := rl.Identity(); id.Role != pki.RoleNode || id.Name != cfg.NodeID {
-		return fmt.Errorf("node: TLS: certificate %s is for %s %q, but this node is %q: issue one with `tenure tls cert --node %s`",
-			cfg.TLSCertFile, id.Role, id.Name, cfg.NodeID, cfg.NodeID)
+	if err := checkOwnCertificate(rl.Identity(), cfg); err != nil {
+		return err
 	}
 	inner := cc.StreamLayer
 	if inner == nil {
@@ -110,16 +109,50 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 		if err != nil {
 			return err
 		}
-		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.Operator}, c)
+		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.IsOperator()}, c)
 	}
 	return nil
 }
 
-// peerFromTLS names a verified peer from its certificate.
+// checkOwnCertificate refuses to start with a certificate that is not this
+// node's, or whose role does not fit its Voter preference: a member
+// certificate (tenure://member/<id>) only with VoterNever, since the Raft
+// port of every voter refuses it. A node certificate fits every
+// preference (VoterNever nodes of a cluster below version 5 keep theirs;
+// docs/upgrades.md).
+func checkOwnCertificate(id pki.Identity, cfg Config) error {
+	if (id.Role != pki.RoleNode && id.Role != pki.RoleMember) || id.Name != cfg.NodeID {
+		return fmt.Errorf("node: TLS: certificate %s is for %s %q, but this node is %q: issue one with `tenure tls cert --node %s` "+
+			"(add --member for a --voter=never member)", cfg.TLSCertFile, id.Role, id.Name, cfg.NodeID, cfg.NodeID)
+	}
+	if id.Role == pki.RoleMember && cfg.Voter != VoterNever {
+		voter := cfg.Voter
+		if voter == "" {
+			voter = VoterAuto
+		}
+		return fmt.Errorf("node: TLS: certificate %s is a member certificate (tenure://member/%s), which cannot speak Raft, but this node "+
+			"runs with Voter %q: run a member with --voter=never, or give a voter-capable node a node certificate (`tenure tls cert --node %s`)",
+			cfg.TLSCertFile, id.Name, voter, id.Name)
+	}
+	return nil
+}
+
+// peerRoles maps certificate roles to the control group's.
+var peerRoles = map[pki.Role]cluster.Role{
+	pki.RoleNode:     cluster.RoleNode,
+	pki.RoleMember:   cluster.RoleMember,
+	pki.RoleOperator: cluster.RoleOperator,
+}
+
+// peerFromTLS names a verified peer and its role from its certificate.
 func peerFromTLS(cs tls.ConnectionState) (cluster.Peer, error) {
 	id, err := pki.PeerIdentity(cs)
 	if err != nil {
 		return cluster.Peer{}, err
 	}
-	return cluster.Peer{ID: id.Name, Operator: id.Role == pki.RoleOperator}, nil
+	role, ok := peerRoles[id.Role]
+	if !ok {
+		return cluster.Peer{}, fmt.Errorf("node: certificate role %q has no control-group role", id.Role)
+	}
+	return cluster.Peer{ID: id.Name, Role: role}, nil
 }

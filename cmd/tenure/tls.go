@@ -23,18 +23,18 @@ const (
 )
 
 func init() {
-	register("tls", "create a cluster CA and node/operator certificates (init, cert)", runTLS)
+	register("tls", "create a cluster CA and node/member/operator certificates (init, cert)", runTLS)
 }
 
 func runTLS(_ context.Context, m *Main, args []string) error {
 	if len(args) == 0 || (args[0] != "init" && args[0] != "cert") {
 		if len(args) > 0 && isHelp(args[0]) {
 			fmt.Fprintln(m.Stdout, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
-			fmt.Fprintln(m.Stdout, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--operator] [--hosts h1,h2] [--force]")
+			fmt.Fprintln(m.Stdout, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--member|--operator] [--hosts h1,h2] [--force]")
 			return nil
 		}
 		fmt.Fprintln(m.Stderr, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
-		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--operator] [--hosts h1,h2] [--force]")
+		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--member|--operator] [--hosts h1,h2] [--force]")
 		return errors.New("tls: want a subcommand: init or cert")
 	}
 	sub := args[0]
@@ -48,7 +48,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 	days := fset.Int("cert-days", tlsCertDays, "validity of issued certificates in days")
 	cluster := "tenure"
 	var node, caDir *string
-	var operator *bool
+	var operator, member *bool
 	if sub == "init" {
 		fset.Var(listValue{&nodes}, "nodes", "comma-separated node ids to issue certificates for")
 		fset.StringVar(&cluster, "cluster", cluster, "cluster name in the CA's subject")
@@ -57,6 +57,8 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		node = fset.String("node", "", "node id (or operator name with --operator)")
 		caDir = fset.String("ca-dir", "", "directory holding ca.pem and ca-key.pem (default --dir): a read-only mount of the CA, e.g. a Kubernetes Secret in an init container")
 		operator = fset.Bool("operator", false, "issue an operator (client) certificate")
+		member = fset.Bool("member", false, "issue a member certificate (tenure://member/NAME) for a --voter=never node: "+
+			"it serves renewals, proposals and the state stream but can never speak Raft (without it: a voter-capable node certificate)")
 	}
 	if err := parseFlags(fset, args[1:]); err != nil {
 		return err
@@ -123,8 +125,13 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		}
 	} else {
 		role := pki.RoleNode
-		if *operator {
+		switch {
+		case *operator && *member:
+			return errors.New("tls cert: --member and --operator exclude each other")
+		case *operator:
 			role = pki.RoleOperator
+		case *member:
+			role = pki.RoleMember
 		}
 		ids = []pki.Identity{{Name: *node, Role: role}}
 		if err := refuseOverwrite([]string{certPath(*dir, ids[0]), keyPath(*dir, ids[0])}, *force); err != nil {
@@ -144,7 +151,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 	}
 	for _, id := range ids {
 		h := append([]string{"localhost", "127.0.0.1", "::1"}, hosts...)
-		if id.Role == pki.RoleNode {
+		if id.Role == pki.RoleNode || id.Role == pki.RoleMember {
 			h = append(h, id.Name)
 		}
 		c, k, err := pki.Issue(cb, kb, id, h, validFor)
@@ -154,8 +161,11 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		if err := writeFiles(m, certPath(*dir, id), c, keyPath(*dir, id), k); err != nil {
 			return err
 		}
-		if id.Role == pki.RoleNode {
+		switch id.Role {
+		case pki.RoleNode:
 			fmt.Fprintf(m.Stdout, "  %s: --tls-ca %s --tls-cert %s --tls-key %s\n", id.Name, caCert, certPath(*dir, id), keyPath(*dir, id))
+		case pki.RoleMember:
+			fmt.Fprintf(m.Stdout, "  %s (member): --voter=never --tls-ca %s --tls-cert %s --tls-key %s\n", id.Name, caCert, certPath(*dir, id), keyPath(*dir, id))
 		}
 	}
 	return nil

@@ -71,6 +71,20 @@ func TestTLSCommand(t *testing.T) {
 	if err != nil || r.Identity() != (pki.Identity{Name: "member-x", Role: pki.RoleNode}) {
 		t.Fatalf("member-x from --ca-dir: %v", err)
 	}
+	// --member: a member certificate, the role in its URI SAN.
+	if err := m.Run(ctx, []string{"tls", "cert", "--dir", podDir, "--ca-dir", dir, "--node", "m7", "--member"}); err != nil {
+		t.Fatalf("cert --member: %v", err)
+	}
+	r, err = pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(podDir, "m7.pem"), Key: filepath.Join(podDir, "m7-key.pem")}, nil)
+	if err != nil || r.Identity() != (pki.Identity{Name: "m7", Role: pki.RoleMember}) {
+		t.Fatalf("m7 --member: %+v %v", r, err)
+	}
+	if !strings.Contains(out.String(), "m7 (member): --voter=never") {
+		t.Errorf("cert --member did not print the member's flags:\n%s", out.String())
+	}
+	if err := m.Run(ctx, []string{"tls", "cert", "--dir", podDir, "--node", "m8", "--member", "--operator"}); err == nil {
+		t.Error("cert --member --operator: no error")
+	}
 	if err := m.Run(ctx, []string{"tls", "cert", "--dir", podDir, "--ca-dir", filepath.Join(t.TempDir(), "none"), "--node", "y"}); err == nil {
 		t.Error("cert with an empty --ca-dir: no error")
 	}

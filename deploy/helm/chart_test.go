@@ -153,9 +153,8 @@ func checkPod(t *testing.T, where string, spec corev1.PodSpec, issuerName, issue
 		t.Fatalf("%s: volume tls is not cert-manager's CSI driver: %+v", where, vols["tls"])
 	}
 	a := tls.VolumeAttributes
-	if a["csi.cert-manager.io/uri-sans"] != "tenure://node/${POD_NAME}" {
-		t.Errorf("%s: uri-sans %q: the certificate must name the pod (its node id) as tenure://node/<id>", where, a["csi.cert-manager.io/uri-sans"])
-	}
+	// The role in the URI SAN (node for voters, member for members) is
+	// checked by manifestcheck.CertificateRole through CheckCluster.
 	if a["csi.cert-manager.io/issuer-name"] != issuerName || a["csi.cert-manager.io/issuer-kind"] != issuerKind {
 		t.Errorf("%s: issuer %s/%s, want %v/%v", where, a["csi.cert-manager.io/issuer-kind"], a["csi.cert-manager.io/issuer-name"], issuerKind, issuerName)
 	}

@@ -1,8 +1,9 @@
 // Package pki issues and loads the certificates that prove who a cluster
 // member is: a cluster CA, one certificate per node carrying its node id,
 // and operator certificates. Identities live in a URI SAN
-// (tenure://node/<id>, tenure://operator/<name>). Reloader re-reads the
-// files when they change, so certificates rotate without a restart.
+// (tenure://node/<id>, tenure://member/<id>, tenure://operator/<name>).
+// Reloader re-reads the files when they change, so certificates rotate
+// without a restart.
 package pki
 
 import (
@@ -29,11 +30,22 @@ import (
 // Role of a certificate holder.
 type Role string
 
-// The roles.
+// The roles (docs/security.md, "Roles").
 const (
-	RoleNode     Role = "node"     // a cluster member; Name is its node id
-	RoleOperator Role = "operator" // an operator or client
+	// RoleNode: a voter-capable node (--voter=auto|always, or a
+	// --voter=never node of a cluster below version 5); Name is its node
+	// id. Only this role may speak Raft.
+	RoleNode Role = "node"
+	// RoleMember: a member (--voter=never) that never holds Raft state;
+	// Name is its node id. It uses the RPC path only (renewals, proposals,
+	// the committed-state stream).
+	RoleMember Role = "member"
+	// RoleOperator: an operator or client; Name is the operator's name.
+	RoleOperator Role = "operator"
 )
+
+// Valid reports whether r is one of the roles.
+func (r Role) Valid() bool { return r == RoleNode || r == RoleMember || r == RoleOperator }
 
 // Identity is who a certificate says its holder is.
 type Identity struct {
@@ -72,7 +84,7 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 			return Identity{}, fmt.Errorf("%w: %v", ErrNoIdentity, err)
 		}
 		role := Role(u.Host)
-		if role != RoleNode && role != RoleOperator {
+		if !role.Valid() {
 			return Identity{}, fmt.Errorf("%w: unknown role %q", ErrNoIdentity, u.Host)
 		}
 		if err := validName(name); err != nil {
@@ -138,7 +150,7 @@ func Issue(caCertPEM, caKeyPEM []byte, id Identity, hosts []string, validFor tim
 	if err := validName(id.Name); err != nil {
 		return nil, nil, err
 	}
-	if id.Role != RoleNode && id.Role != RoleOperator {
+	if !id.Role.Valid() {
 		return nil, nil, fmt.Errorf("pki: unknown role %q", id.Role)
 	}
 	ca, err := tls.X509KeyPair(caCertPEM, caKeyPEM)
@@ -373,8 +385,9 @@ func (r *Reloader) ServerConfig() *tls.Config {
 }
 
 // ClientConfig presents the current certificate and accepts only a server
-// with a node certificate of the current CA (no host name check: node ids
-// are not host names).
+// with a node or member certificate of the current CA (no host name check:
+// node ids are not host names). A member serves the RPC path only; the
+// Raft dialer checks the server's role itself (cluster: raftStream.Dial).
 func (r *Reloader) ClientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS13,
@@ -388,8 +401,8 @@ func (r *Reloader) ClientConfig() *tls.Config {
 			if err != nil {
 				return err
 			}
-			if id.Role != RoleNode {
-				return fmt.Errorf("pki: server presented a %s certificate (%s), not a node's", id.Role, id.Name)
+			if id.Role != RoleNode && id.Role != RoleMember {
+				return fmt.Errorf("pki: server presented a %s certificate (%s), not a node's or a member's", id.Role, id.Name)
 			}
 			return nil
 		},

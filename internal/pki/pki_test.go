@@ -125,6 +125,42 @@ func TestHandshakes(t *testing.T) {
 	}
 }
 
+// A member certificate names a member (tenure://member/<id>), distinct
+// from a node certificate with the same id; it handshakes both ways (the
+// RPC path) and an unknown role is no identity.
+func TestMemberRole(t *testing.T) {
+	dir, caC, caK := newCADir(t)
+	n1, err := NewReloader(issueTo(t, dir, caC, caK, Identity{"n1", RoleNode}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m4, err := NewReloader(issueTo(t, dir, caC, caK, Identity{"m4", RoleMember}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m4.Identity(); got != (Identity{"m4", RoleMember}) {
+		t.Fatalf("member reloader identity %+v", got)
+	}
+	s, c, err := handshake(n1.ServerConfig(), m4.ClientConfig())
+	if err != nil || s != (Identity{"m4", RoleMember}) || c != (Identity{"n1", RoleNode}) {
+		t.Fatalf("m4→n1: server saw %+v, client saw %+v, err %v", s, c, err)
+	}
+	if s, c, err := handshake(m4.ServerConfig(), n1.ClientConfig()); err != nil || s != (Identity{"n1", RoleNode}) || c != (Identity{"m4", RoleMember}) {
+		t.Fatalf("n1→m4: server saw %+v, client saw %+v, err %v", s, c, err)
+	}
+	if _, _, err := Issue(caC, caK, Identity{"x", Role("voter")}, nil, time.Hour); err == nil {
+		t.Error("Issue accepted an unknown role")
+	}
+	for _, r := range []Role{RoleNode, RoleMember, RoleOperator} {
+		if !r.Valid() {
+			t.Errorf("%q not valid", r)
+		}
+	}
+	if Role("").Valid() || Role("Node").Valid() {
+		t.Error("an unknown role is valid")
+	}
+}
+
 // Overwritten files are served on the next handshake once the throttle
 // passes; a damaged file keeps the old material and is reported.
 func TestReloadRotation(t *testing.T) {

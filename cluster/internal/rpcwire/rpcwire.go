@@ -54,6 +54,10 @@ type StatusReply struct {
 	AppliedIndex uint64   // last applied index
 	Term         uint64   // current term
 	Bootstrap    []string // the initial voters this node would choose now, sorted
+	// Leader is the server this node follows at Term ("" if none). A
+	// release before it sends none (gob drops unknown fields both ways):
+	// the Raft guard's vouch round then learns nothing (raftvouch.go).
+	Leader string
 }
 
 // RemoveArgs is the request of Control.Remove.

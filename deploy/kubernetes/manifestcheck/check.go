@@ -274,10 +274,12 @@ func CheckCluster(errorf func(string, ...any), o Objects, agentVars map[string]b
 	if !Selects(voters.Spec.Selector.MatchLabels, voters.Spec.Template.Labels) {
 		errorf("voters: selector does not match the pod template")
 	}
+	CertificateRole(errorf, "voters", voters.Spec.Template.Spec, false)
 
-	// Members: never vote, no disk.
+	// Members: never vote, no disk, member certificates.
 	mc := members.Spec.Template.Spec.Containers[0]
 	CheckContainer(errorf, "members", mc, agentVars, members.Spec.Template.Spec, "never")
+	CertificateRole(errorf, "members", members.Spec.Template.Spec, true)
 	if e, _ := Env(mc, "TENURE_DISKLESS"); e.Value != "true" {
 		errorf("members: TENURE_DISKLESS %q, want \"true\" (disk-less members, docs/operations.md)", e.Value)
 	}
@@ -349,5 +351,48 @@ func CheckCluster(errorf func(string, ...any), o Objects, agentVars map[string]b
 	}
 	if !votersPDB {
 		errorf("no PodDisruptionBudget selects the voters (and only them)")
+	}
+}
+
+// CertificateRole checks the certificate role a pod gets (docs/security.md,
+// "Roles"): members get member certificates (tenure://member/<pod>), voters
+// node certificates (tenure://node/<pod>). Two ways to issue one are
+// understood: an init container running `tenure tls cert` (--member exactly
+// when wantMember, --node $(POD_NAME), never --operator), and a cert-manager
+// CSI volume whose csi.cert-manager.io/uri-sans names the pod in the right
+// role. A pod that must be a member and has neither is an error.
+func CertificateRole(errorf func(string, ...any), where string, spec corev1.PodSpec, wantMember bool) {
+	issued := false
+	for _, ic := range spec.InitContainers {
+		args := ic.Args
+		if len(args) < 2 || args[0] != "tls" || args[1] != "cert" {
+			continue
+		}
+		issued = true
+		if member := slices.Contains(args, "--member"); member != wantMember {
+			errorf("%s: init container %s issues a certificate with --member=%v, want %v (members get member certificates, voters node certificates)", where, ic.Name, member, wantMember)
+		}
+		if i := slices.Index(args, "--node"); i < 0 || i+1 >= len(args) || args[i+1] != "$(POD_NAME)" {
+			errorf("%s: init container %s issues a certificate for %q, want --node $(POD_NAME)", where, ic.Name, args)
+		}
+		if slices.Contains(args, "--operator") {
+			errorf("%s: init container %s issues an operator certificate", where, ic.Name)
+		}
+	}
+	want := "tenure://node/${POD_NAME}"
+	if wantMember {
+		want = "tenure://member/${POD_NAME}"
+	}
+	for _, v := range spec.Volumes {
+		if v.CSI == nil || v.CSI.Driver != "csi.cert-manager.io" {
+			continue
+		}
+		issued = true
+		if got := v.CSI.VolumeAttributes["csi.cert-manager.io/uri-sans"]; got != want {
+			errorf("%s: volume %s asks cert-manager for uri-sans %q, want %q", where, v.Name, got, want)
+		}
+	}
+	if wantMember && !issued {
+		errorf("%s: nothing issues the pod's member certificate (tenure tls cert --member --node $(POD_NAME), or a cert-manager CSI volume with uri-sans %s)", where, want)
 	}
 }

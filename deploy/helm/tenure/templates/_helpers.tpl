@@ -137,8 +137,10 @@ The agent container, shared by voters and members. Call with
 {{- end -}}
 
 {{/* The pod's volumes other than the voters' data. */}}
+{{- /* tenure.volumes takes (dict "root" $ "role" "node"|"member"): voters get
+node certificates, members member certificates (docs/security.md, "Roles"). */ -}}
 {{- define "tenure.volumes" -}}
-{{- $v := .Values -}}
+{{- $v := .root.Values -}}
 - name: tls
   csi:
     driver: csi.cert-manager.io
@@ -147,8 +149,8 @@ The agent container, shared by voters and members. Call with
       csi.cert-manager.io/issuer-name: {{ $v.tls.issuer.name }}
       csi.cert-manager.io/issuer-kind: {{ $v.tls.issuer.kind }}
       csi.cert-manager.io/issuer-group: {{ $v.tls.issuer.group }}
-      # tenure's identity: the URI SAN tenure://node/<node id>.
-      csi.cert-manager.io/uri-sans: "tenure://node/${POD_NAME}"
+      # tenure's identity: the URI SAN tenure://<role>/<node id>.
+      csi.cert-manager.io/uri-sans: "tenure://{{ .role }}/${POD_NAME}"
       csi.cert-manager.io/common-name: "${POD_NAME}"
       csi.cert-manager.io/key-usages: "digital signature,key encipherment,server auth,client auth"
       csi.cert-manager.io/key-encoding: PKCS8

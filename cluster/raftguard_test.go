@@ -1,0 +1,601 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/raft"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/internal/pki"
+)
+
+// encodeConfig encodes servers given as "id:V|N|S@addr" (addr defaults to
+// id) the way raft writes a configuration entry.
+func encodeConfig(servers ...string) []byte {
+	var c raft.Configuration
+	for _, s := range servers {
+		id, rest, _ := strings.Cut(s, ":")
+		kind, addr, _ := strings.Cut(rest, "@")
+		if addr == "" {
+			addr = id
+		}
+		suf := map[string]raft.ServerSuffrage{"V": raft.Voter, "N": raft.Nonvoter, "S": raft.Staging}[kind]
+		c.Servers = append(c.Servers, raft.Server{Suffrage: suf, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+	}
+	return raft.EncodeConfiguration(c)
+}
+
+func TestValidateRaftConfiguration(t *testing.T) {
+	var many []string
+	for i := 0; i <= maxConfigServers; i++ {
+		many = append(many, fmt.Sprintf("s%d:N", i))
+	}
+	many[0] = "s0:V"
+	for _, tc := range []struct {
+		name string
+		data []byte
+		ok   bool
+	}{
+		{"three voters and a standby", encodeConfig("n1:V", "n2:V", "n3:V", "n4:N"), true},
+		{"staging", encodeConfig("n1:V", "n2:S"), true},
+		{"garbage", []byte{0xff, 0x00, 0x13}, false},
+		{"empty", nil, false},
+		{"truncated", encodeConfig("n1:V", "n2:V")[:9], false},
+		{"no server", encodeConfig(), false},
+		{"no voter", encodeConfig("n1:N"), false},
+		{"duplicate id", encodeConfig("n1:V@a", "n1:V@b"), false},
+		{"duplicate address", encodeConfig("n1:V@a", "n2:V@a"), false},
+		{"empty id", encodeConfig(":V@a"), false},
+		{"long id", encodeConfig(strings.Repeat("x", maxConfigField+1) + ":V@a"), false},
+		{"unknown suffrage", raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{Suffrage: 7, ID: "n1", Address: "a"}}}), false},
+		{"too many servers", encodeConfig(many...), false},
+	} {
+		err := validateRaftConfiguration(tc.data)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// Every rule of decideRaft, one row each: the message, the node's view,
+// and whether it passes (and makes the sender the term's leader).
+func TestDecideRaft(t *testing.T) {
+	voters := map[string]bool{"n1": true, "n2": true, "n3": true}
+	// n3 follows n1 at term 5; n4 is a non-voter of the configuration.
+	follower := raftGuardState{Voters: voters, Configured: true, Term: 5, Leader: "n1", Self: "n3", LeaderTerm: 5, LeaderID: "n1"}
+	fresh := raftGuardState{}
+	node := func(id string) Peer { return Peer{ID: id, Role: RoleNode} }
+	msg := func(typ byte, id string, term uint64) raftMessage { return raftMessage{Type: typ, ID: id, Term: term} }
+	withCfg := func(m raftMessage, cfg []byte) raftMessage { m.Configs = append(m.Configs, cfg); return m }
+	leading := follower
+	leading.Leader, leading.LeaderID, leading.LeaderTerm = "n3", "", 0
+	removed := follower
+	removed.Voters = map[string]bool{"n2": true, "n3": true} // n1 appended its own removal
+	for _, tc := range []struct {
+		name   string
+		peer   Peer
+		msg    raftMessage
+		st     raftGuardState
+		reason string // "" passes
+		record bool
+	}{
+		{"leader's heartbeat", node("n1"), msg(raftAppendEntries, "n1", 5), follower, "", true},
+		{"leader's snapshot", node("n1"), msg(raftInstallSnap, "n1", 5), follower, "", true},
+		{"member certificate", Peer{ID: "n1", Role: RoleMember}, msg(raftAppendEntries, "n1", 5), follower, refusedRole, false},
+		{"operator certificate", Peer{ID: "n1", Role: RoleOperator}, msg(raftRequestVote, "n1", 6), follower, refusedRole, false},
+		{"no role proven", Peer{ID: "n1"}, msg(raftAppendEntries, "n1", 5), follower, refusedRole, false},
+		{"speaks for another", node("n2"), msg(raftAppendEntries, "n1", 5), follower, refusedID, false},
+		{"non-voter RequestVote at a higher term", node("n4"), msg(raftRequestVote, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter PreVote", node("n4"), msg(raftRequestPreVote, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter AppendEntries at a higher term", node("n4"), msg(raftAppendEntries, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter InstallSnapshot", node("n4"), msg(raftInstallSnap, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter TimeoutNow", node("n4"), msg(raftTimeoutNow, "n4", 0), follower, refusedNotVoter, false},
+		{"voter RequestVote at a higher term", node("n2"), msg(raftRequestVote, "n2", 6), follower, "", false},
+		{"voter PreVote", node("n2"), msg(raftRequestPreVote, "n2", 6), follower, "", false},
+		{"voter AppendEntries at a higher term: a new leader", node("n2"), msg(raftAppendEntries, "n2", 6), follower, "", true},
+		{"another voter's log at the leader's term", node("n2"), msg(raftAppendEntries, "n2", 5), follower, refusedNotLeader, false},
+		{"another voter's snapshot at the leader's term", node("n2"), msg(raftInstallSnap, "n2", 5), follower, refusedNotLeader, false},
+		{"stale log passes (raft refuses it unchanged)", node("n2"), msg(raftAppendEntries, "n2", 4), follower, "", false},
+		{"log at the term this node leads", node("n2"), msg(raftAppendEntries, "n2", 5), leading, refusedNotLeader, false},
+		{"TimeoutNow from the leader", node("n1"), msg(raftTimeoutNow, "n1", 0), follower, "", false},
+		{"TimeoutNow from another voter", node("n2"), msg(raftTimeoutNow, "n2", 0), follower, refusedNotLeader, false},
+		{"TimeoutNow without a leader", node("n2"), msg(raftTimeoutNow, "n2", 0), raftGuardState{Voters: voters, Configured: true, Term: 5}, refusedNotLeader, false},
+		{"leader after appending its own removal, same term", node("n1"), msg(raftAppendEntries, "n1", 5), removed, "", true},
+		{"removed leader at a later term", node("n1"), msg(raftAppendEntries, "n1", 6), removed, refusedNotVoter, false},
+		{"removed leader's RequestVote", node("n1"), msg(raftRequestVote, "n1", 6), removed, refusedNotVoter, false},
+		{"bootstrap: vote request before any configuration", node("n2"), msg(raftRequestVote, "n2", 1), fresh, "", false},
+		{"fresh node: first log from anyone with a node certificate", node("n2"), msg(raftAppendEntries, "n2", 3), fresh, "", true},
+		{"fresh node: still no member", Peer{ID: "n2", Role: RoleMember}, msg(raftAppendEntries, "n2", 3), fresh, refusedRole, false},
+		{"configuration entry that decodes", node("n1"), withCfg(msg(raftAppendEntries, "n1", 5), encodeConfig("n1:V", "n2:V", "n3:V", "n5:N")), follower, "", true},
+		{"configuration entry with garbage", node("n1"), withCfg(msg(raftAppendEntries, "n1", 5), []byte("garbage")), follower, refusedConfig, false},
+		{"snapshot configuration without a voter", node("n1"), withCfg(msg(raftInstallSnap, "n1", 5), encodeConfig("n1:N")), follower, refusedConfig, false},
+		{"deprecated peer set", node("n1"), raftMessage{Type: raftAppendEntries, ID: "n1", Term: 5, Deprecated: true}, follower, refusedConfig, false},
+	} {
+		record, err := decideRaft(tc.peer, tc.msg, tc.st)
+		got := ""
+		if err != nil {
+			got = refusalReason(err)
+		}
+		if got != tc.reason || record != tc.record {
+			t.Errorf("%s: refused %q record %v (err %v), want refused %q record %v", tc.name, got, record, err, tc.reason, tc.record)
+		}
+	}
+}
+
+// The guard remembers the leader whose log it accepted at a term: another
+// voter at that term is refused, a higher term moves it on.
+func TestRaftGuardRecordsLeader(t *testing.T) {
+	term := uint64(3)
+	g := &raftGuard{view: raftView{
+		configuration: func() raft.Configuration { return raft.DecodeConfiguration(encodeConfig("n1:V", "n2:V", "n3:V")) },
+		term:          func() uint64 { return term },
+		self:          "n3",
+	}}
+	n1, n2 := Peer{ID: "n1", Role: RoleNode}, Peer{ID: "n2", Role: RoleNode}
+	ae := func(id string, t uint64) raftMessage { return raftMessage{Type: raftAppendEntries, ID: id, Term: t} }
+	if err := g.check(n1, ae("n1", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(n2, ae("n2", 3)); refusalReason(err) != refusedNotLeader {
+		t.Fatalf("second leader at term 3: %v", err)
+	}
+	term = 4 // n2 won an election
+	if err := g.check(n2, ae("n2", 4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(n1, ae("n1", 4)); refusalReason(err) != refusedNotLeader {
+		t.Fatalf("old leader at the new term: %v", err)
+	}
+	if err := g.check(n1, ae("n1", 3)); err != nil {
+		t.Fatalf("stale log must pass to raft (it answers with its term): %v", err)
+	}
+}
+
+// dialStream is a StreamLayer whose Dial hands out one end of a pipe.
+type dialStream struct {
+	StreamLayer
+	server chan net.Conn
+}
+
+func (d *dialStream) Dial(context.Context, string) (net.Conn, error) {
+	a, b := net.Pipe()
+	d.server <- b
+	return a, nil
+}
+
+// A Raft dial goes only to a server that proved a node certificate: a
+// member's (or one with no role) is dropped before one Raft byte is sent.
+func TestRaftDialNeedsNodeServer(t *testing.T) {
+	for _, tc := range []struct {
+		role Role
+		ok   bool
+	}{{RoleNode, true}, {RoleMember, false}, {RoleOperator, false}, {RoleNone, false}} {
+		ds := &dialStream{server: make(chan net.Conn, 1)}
+		r := &raftStream{stream: &checkedDialer{StreamLayer: ds, check: func(context.Context, string, net.Conn) (Peer, error) {
+			return Peer{ID: "x", Role: tc.role}, nil
+		}}}
+		got := make(chan []byte, 1)
+		go func() {
+			srv := <-ds.server
+			defer srv.Close()
+			b := make([]byte, 1)
+			n, _ := srv.Read(b)
+			got <- b[:n]
+		}()
+		c, err := r.Dial("127.0.0.1:1", 5*time.Second)
+		if (err == nil) != tc.ok {
+			t.Errorf("%v server: Dial err = %v, want ok %v", tc.role, err, tc.ok)
+		}
+		if c != nil {
+			_ = c.Close()
+		}
+		if b := <-got; tc.ok != bytes.Equal(b, []byte{protoRaft}) {
+			t.Errorf("%v server: it read %q", tc.role, b)
+		}
+	}
+}
+
+// attacker speaks raft's NetworkTransport wire format over the TLS mux
+// with its own certificate.
+type attacker struct {
+	name string
+	tls  *tls.Config
+}
+
+// send sends one raft message (type byte, msgpack request, trailer: the
+// snapshot bytes of an InstallSnapshot) and reports whether the node
+// answered (nil) or cut the connection.
+func (a attacker) send(addr string, typ byte, req any, trailer []byte) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := tls.DialWithDialer(&d, "tcp", addr, a.tls)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	w := bufio.NewWriter(c)
+	_ = w.WriteByte(protoRaft)
+	_ = w.WriteByte(typ)
+	if err := codec.NewEncoder(w, &codec.MsgpackHandle{}).Encode(req); err != nil {
+		return err
+	}
+	_, _ = w.Write(trailer)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	dec := codec.NewDecoder(bufio.NewReader(c), &codec.MsgpackHandle{})
+	var rpcErr string
+	if err := dec.Decode(&rpcErr); err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	return nil
+}
+
+// raftStats is what an attack must not change on a voter.
+type raftStats struct {
+	term, lastIndex uint64
+	entries         string
+}
+
+func statsOf(n *testNode) raftStats {
+	return raftStats{term: n.g.raft.CurrentTerm(), lastIndex: n.g.raft.LastIndex(), entries: strings.Join(n.fsm.entries(), ",")}
+}
+
+// The issue 24 attack: against a voter follower of a real TLS control
+// group, an attacker holding a member certificate and one holding a
+// non-voter's node certificate send RequestVote at a higher term,
+// AppendEntries with a forged entry at a higher term (which raft would
+// append and commit), InstallSnapshot, TimeoutNow and an AppendEntries
+// carrying a garbage configuration entry. Each is refused and the voter's
+// term, last log index and state do not change. Then, on the same voter
+// with the guard switched off, the forged AppendEntries commits: the
+// attacks are real, so the refusals above are the guard's doing.
+func TestRaftGuardRefusesNonVoters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real network")
+	}
+	p := newTestPKI(t)
+	h := newSecureHarness(t, p)
+	secure := h.cfg
+	h.cfg = func(c *ControlConfig) {
+		secure(c)
+		// Leadership must not move on its own under load (see
+		// TestOutsiderIsRefused): every term change is an attack's.
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
+	}
+	defer h.closeAll()
+	for i := 1; i <= 3; i++ {
+		h.start(fmt.Sprintf("n%d", i))
+	}
+	h.waitConfig(60*time.Second, "n1:V n2:V n3:V")
+	h.start("n5") // a real Raft non-voter: its certificate is a node's
+	h.waitConfig(60*time.Second, "n1:V n2:V n3:V n5:N")
+	leader := h.waitLeader(30 * time.Second)
+	first := "by:" + leader.id + ":before"
+	h.apply(leader, first, 30*time.Second)
+	h.waitApplied(30*time.Second, []string{first})
+	var voter *testNode
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if id != leader.id {
+			voter = h.nodes[id]
+			break
+		}
+	}
+
+	attackers := []struct {
+		attacker
+		id string
+	}{
+		{attacker{"member certificate n4", p.reloader(pki.Identity{Name: "n4", Role: pki.RoleMember}).ClientConfig()}, "n4"},
+		{attacker{"non-voter node certificate n5", p.reloader(pki.Identity{Name: "n5", Role: pki.RoleNode}).ClientConfig()}, "n5"},
+	}
+	// forgedAppend is the issue's attack: an entry right after the voter's
+	// log at a higher term, committed at once.
+	forgedAppend := func(id string, term uint64, typ raft.LogType, data []byte) *raft.AppendEntriesRequest {
+		last := voter.g.raft.LastIndex()
+		lastTerm, _ := strconv.ParseUint(voter.g.raft.Stats()["last_log_term"], 10, 64)
+		return &raft.AppendEntriesRequest{
+			RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte("127.0.0.1:1")},
+			Term:         term,
+			PrevLogEntry: last, PrevLogTerm: lastTerm,
+			Entries:           []*raft.Log{{Index: last + 1, Term: term, Type: typ, Data: data}},
+			LeaderCommitIndex: last + 1,
+		}
+	}
+	forged := []byte("forged: Release(shard 3, by n1) + Grant(shard 3 to the attacker)")
+	before := statsOf(voter)
+	refusedBefore := voter.g.RaftRefused()
+	attacks := 0
+	for _, a := range attackers {
+		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(a.id), Addr: []byte("127.0.0.1:1")}
+		higher := before.term + 10
+		snapCfg := encodeConfig(a.id+":V@127.0.0.1:1", "n1:N@x1", "n2:N@x2", "n3:N@x3")
+		snapData := []byte("forged snapshot")
+		for _, m := range []struct {
+			name    string
+			typ     byte
+			req     any
+			trailer []byte
+		}{
+			{"RequestVote at a higher term", raftRequestVote, &raft.RequestVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher, LeadershipTransfer: true}, nil},
+			{"RequestPreVote", raftRequestPreVote, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher}, nil},
+			{"AppendEntries with a forged entry at a higher term", raftAppendEntries, forgedAppend(a.id, higher, raft.LogCommand, forged), nil},
+			{"InstallSnapshot", raftInstallSnap, &raft.InstallSnapshotRequest{RPCHeader: hdr, SnapshotVersion: raft.SnapshotVersionMax, Term: higher,
+				LastLogIndex: 1 << 40, LastLogTerm: higher, Configuration: snapCfg, ConfigurationIndex: 1, Size: int64(len(snapData))}, snapData},
+			{"TimeoutNow", raftTimeoutNow, &raft.TimeoutNowRequest{RPCHeader: hdr}, nil},
+			{"AppendEntries with a garbage configuration entry", raftAppendEntries, forgedAppend(a.id, higher, raft.LogConfiguration, []byte{0xde, 0xad, 0xbe, 0xef}), nil},
+		} {
+			attacks++
+			if err := a.send(voter.addr, m.typ, m.req, m.trailer); err == nil {
+				t.Errorf("%s: %s was answered by voter %s", a.name, m.name, voter.id)
+			}
+		}
+	}
+	if after := statsOf(voter); after != before {
+		t.Errorf("voter %s changed under the attacks: before %+v, after %+v", voter.id, before, after)
+	}
+	if got := voter.g.RaftRefused() - refusedBefore; got != uint64(attacks) {
+		t.Errorf("refusals counted on %s: %d, want %d", voter.id, got, attacks)
+	}
+	if l := h.waitLeader(30 * time.Second); l.id != leader.id {
+		t.Errorf("leader moved from %s to %s during the attacks", leader.id, l.id)
+	}
+	// The member certificate stays good on the RPC path: its own
+	// proposal goes through (the rule, not the port, decides).
+	if r, err := (outsider{t, leader.addr, attackers[0].tls}).apply("by:n4:own"); err != nil || r.Code != wire.CodeOK {
+		t.Errorf("Control.Apply with member certificate n4 for itself = %+v, %v; want OK", r, err)
+	}
+	second := "by:" + leader.id + ":after"
+	h.apply(leader, second, 30*time.Second)
+	h.waitApplied(30*time.Second, []string{first, "by:n4:own", second})
+	for _, n := range h.running() {
+		if strings.Contains(strings.Join(n.fsm.entries(), ","), "forged") {
+			t.Errorf("%s applied a forged entry: %q", n.id, n.fsm.entries())
+		}
+	}
+
+	// The control: the same forged AppendEntries from the member
+	// certificate against the same voter with its guard off is appended
+	// and committed (the issue's finding), so the test above can fail.
+	voter.g.mux.guard.off.Store(true)
+	ctl := before.term + 100
+	if err := attackers[0].send(voter.addr, raftAppendEntries, forgedAppend("n4", ctl, raft.LogCommand, forged), nil); err != nil {
+		t.Fatalf("unguarded voter did not answer the forged AppendEntries: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the forged entry applied on the unguarded voter", func() bool {
+		return bytes.Contains([]byte(strings.Join(voter.fsm.entries(), ",")), []byte("forged"))
+	})
+	if term := voter.g.raft.CurrentTerm(); term < ctl {
+		t.Errorf("unguarded voter's term %d, want the attacker's %d", term, ctl)
+	}
+}
+
+// FuzzRaftGuard feeds arbitrary bytes (a type byte and a msgpack request)
+// through the guard's decoder and decision, as the node that n1 leads at
+// term 5 sees them arrive from voter n2: nothing panics, and nothing that
+// passes is log or a TimeoutNow from n2 at n1's term, speaks for another
+// id, or carries a configuration raft cannot decode. A member certificate
+// never passes. Seeds: testdata/fuzz/FuzzRaftGuard.
+func FuzzRaftGuard(f *testing.F) {
+	st := raftGuardState{Voters: map[string]bool{"n1": true, "n2": true, "n3": true}, Configured: true,
+		Term: 5, Leader: "n1", Self: "n3", LeaderTerm: 5, LeaderID: "n1"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		peer := Peer{ID: "n2", Role: RoleNode}
+		rec := &recorder{r: bufio.NewReader(bytes.NewReader(data[1:])), max: 1 << 20}
+		msg, err := decodeRaftMessage(codec.NewDecoder(rec, &codec.MsgpackHandle{}), data[0], peer)
+		if err != nil {
+			return
+		}
+		if _, err := decideRaft(Peer{ID: "n2", Role: RoleMember}, msg, st); err == nil {
+			t.Fatalf("a member certificate passed: %+v", msg)
+		}
+		if _, err := decideRaft(peer, msg, st); err != nil {
+			return
+		}
+		if msg.ID != "n2" {
+			t.Fatalf("passed as server %q from n2", msg.ID)
+		}
+		if msg.Type == raftTimeoutNow || ((msg.Type == raftAppendEntries || msg.Type == raftInstallSnap) && msg.Term == st.LeaderTerm) {
+			t.Fatalf("passed type %d at term %d from n2, which does not lead", msg.Type, msg.Term)
+		}
+		for _, c := range msg.Configs {
+			_ = raft.DecodeConfiguration(c) // panics (fails the fuzz run) if the guard let a bad one through
+		}
+	})
+}
+
+// BenchmarkRaftGuardCheck is the guard's cost per message on a node whose
+// configuration has 3 voters and 97 non-voters (a cluster below version
+// 5): the configuration copy, the voter set and the decision.
+func BenchmarkRaftGuardCheck(b *testing.B) {
+	servers := []string{"n1:V", "n2:V", "n3:V"}
+	for i := 4; i <= 100; i++ {
+		servers = append(servers, fmt.Sprintf("n%d:N", i))
+	}
+	cfg := raft.DecodeConfiguration(encodeConfig(servers...))
+	g := &raftGuard{view: raftView{
+		configuration: func() raft.Configuration { return cfg.Clone() },
+		term:          func() uint64 { return 5 },
+		leader:        func() string { return "n1" },
+		self:          "n50",
+	}}
+	peer := Peer{ID: "n1", Role: RoleNode}
+	msg := raftMessage{Type: raftAppendEntries, ID: "n1", Term: 5}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := g.check(peer, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Log refused by the voter check at a current or higher term asks for a
+// vouch round; a vouched leader's log at that term then passes, and a
+// vouch never displaces the leader recorded at a term.
+func TestRaftGuardVouch(t *testing.T) {
+	var asked []string
+	g := &raftGuard{view: raftView{
+		configuration: func() raft.Configuration { return raft.DecodeConfiguration(encodeConfig("n1:V", "n2:V", "n3:V")) },
+		term:          func() uint64 { return 5 },
+		self:          "n3",
+		unknownLeader: func(id string, term uint64) { asked = append(asked, fmt.Sprintf("%s@%d", id, term)) },
+	}}
+	n4 := Peer{ID: "n4", Role: RoleNode}
+	ae := raftMessage{Type: raftAppendEntries, ID: "n4", Term: 6}
+	if err := g.check(n4, ae); refusalReason(err) != refusedNotVoter {
+		t.Fatalf("unknown n4's log: %v", err)
+	}
+	_ = g.check(n4, raftMessage{Type: raftRequestVote, ID: "n4", Term: 7})                                 // votes: no round
+	_ = g.check(n4, raftMessage{Type: raftAppendEntries, ID: "n4", Term: 4})                               // stale: no round
+	_ = g.check(Peer{ID: "n4", Role: RoleMember}, raftMessage{Type: raftAppendEntries, ID: "n4", Term: 6}) // a member: no round
+	if want := []string{"n4@6"}; !slices.Equal(asked, want) {
+		t.Fatalf("vouch rounds asked %q, want %q", asked, want)
+	}
+	if !g.vouch("n4", 6) {
+		t.Fatal("vouch refused")
+	}
+	if err := g.check(n4, ae); err != nil {
+		t.Fatalf("vouched n4's log at term 6: %v", err)
+	}
+	if err := g.check(n4, raftMessage{Type: raftAppendEntries, ID: "n4", Term: 7}); refusalReason(err) != refusedNotVoter {
+		t.Fatalf("vouched at 6, n4's log at 7 (not vouched): %v", err)
+	}
+	if g.vouch("n5", 6) || g.vouch("n5", 5) {
+		t.Fatal("a vouch displaced term 6's leader")
+	}
+}
+
+// A voter that was down while the voters changed comes back with a
+// configuration that does not list the new leader. Its guard refuses that
+// leader's log, asks the voters it knows, and accepts it once one of them
+// follows it at that term: the node catches up instead of waiting for a
+// leader it knows.
+func TestRaftGuardVouchCatchesUpStaleVoter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real network")
+	}
+	h := newSecureHarness(t, newTestPKI(t))
+	secure := h.cfg
+	h.cfg = func(c *ControlConfig) {
+		secure(c)
+		// Leadership must stay where the test puts it (see TestOutsiderIsRefused).
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
+	}
+	defer h.closeAll()
+	for i := 1; i <= 3; i++ {
+		h.start(fmt.Sprintf("n%d", i))
+	}
+	h.waitConfig(60*time.Second, "n1:V n2:V n3:V")
+	// n3 must be the one that goes stale: make sure it does not lead.
+	if l := h.waitLeader(30 * time.Second); l.id == "n3" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := l.g.TransferLeadership(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		waitFor(t, 30*time.Second, "a leader other than n3", func() bool { l := h.leader(); return l != nil && l.id != "n3" })
+	}
+	// n3 holds the configuration {n1, n2, n3} before it goes down.
+	warm := "by:" + h.waitLeader(30*time.Second).id + ":warm"
+	h.apply(h.waitLeader(30*time.Second), warm, 30*time.Second)
+	h.waitApplied(30*time.Second, []string{warm})
+	h.stop("n3")
+	h.start("n4")
+	h.waitConfig(60*time.Second, "n1:V n2:V n3:V n4:N")
+	// Replace n1 by n4 (promoted first), while n3 is down.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := h.waitLeader(30*time.Second).g.RemoveServer(ctx, "n1"); err != nil { // on the leader: no operator certificate needed
+		t.Fatalf("remove n1: %v", err)
+	}
+	// (The new leader may re-add n1, still alive in gossip, as a non-voter.)
+	waitFor(t, 60*time.Second, "voters n2, n3, n4", func() bool {
+		l := h.leader()
+		if l == nil {
+			return false
+		}
+		s, err := l.g.Servers()
+		if err != nil {
+			return false
+		}
+		voters := ""
+		for _, sv := range s {
+			if sv.Voter {
+				voters += sv.ID + " "
+			}
+		}
+		return voters == "n2 n3 n4 "
+	})
+	h.stop("n1")
+	// n4 leads: the one voter n3's configuration does not know.
+	waitFor(t, 60*time.Second, "n4 leading", func() bool {
+		l := h.leader()
+		if l == nil {
+			return false
+		}
+		if l.id == "n4" {
+			return true
+		}
+		tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer tcancel()
+		_ = l.g.TransferLeadership(tctx)
+		return false
+	})
+	cmd := "by:n4:after-the-change"
+	h.apply(h.nodes["n4"], cmd, 30*time.Second)
+	term := h.nodes["n4"].g.EstablishedTerm()
+
+	h.start("n3")
+	n3 := h.nodes["n3"]
+	waitFor(t, 60*time.Second, "n3 applying "+cmd, func() bool { return slices.Contains(n3.fsm.entries(), cmd) })
+	if l := h.leader(); l == nil || l.id != "n4" || l.g.EstablishedTerm() != term {
+		// n3 may have caught up from a leader it knows: nothing shown.
+		t.Skipf("leadership left n4 (term %d) while n3 caught up (machine load); the stale-voter path was not exercised", term)
+	}
+	if n3.g.RaftRefused() == 0 {
+		t.Error("n3 caught up without its guard ever refusing n4: the scenario did not make n3 stale")
+	}
+	if !strings.Contains(h.logBuf.String(), "on the word of the voters it knows") {
+		t.Error("no vouch logged")
+	}
+}
+
+// A vouch round needs more than half of the voters that answered to
+// follow the id at that very term.
+func TestVouched(t *testing.T) {
+	req := vouchRequest{id: "n4", term: 9}
+	st := func(id, leader string, term uint64) wire.StatusReply {
+		return wire.StatusReply{ID: id, Leader: leader, Term: term}
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []wire.StatusReply
+		ok      bool
+	}{
+		{"the only voter that answered follows it", []wire.StatusReply{st("n2", "n4", 9)}, true},
+		{"two of three", []wire.StatusReply{st("n1", "n4", 9), st("n2", "n4", 9), st("n5", "n1", 8)}, true},
+		{"one of two: a stale voter cannot carry an up-to-date one", []wire.StatusReply{st("n2", "n1", 5), st("n3", "n4", 9)}, false},
+		{"another term", []wire.StatusReply{st("n2", "n4", 8)}, false},
+		{"no leader named (a previous release)", []wire.StatusReply{st("n2", "", 9)}, false},
+		{"the sender's own word", []wire.StatusReply{st("n4", "n4", 9)}, false},
+		{"nobody answered", nil, false},
+	} {
+		if _, ok := vouched(req, tc.answers); ok != tc.ok {
+			t.Errorf("%s: ok %v, want %v", tc.name, ok, tc.ok)
+		}
+	}
+}
