@@ -1,6 +1,10 @@
 package ledger
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tenurehq/tenure/internal/mutation"
+)
 
 // Cluster versions (docs/upgrades.md). A binary speaks the cluster versions
 // MinClusterVersion..MaxClusterVersion; the ledger records the cluster's
@@ -110,7 +114,7 @@ func (f *FSM) clusterConfig(c ClusterConfig) Result {
 	case cur.Name != "" && (c.Name != cur.Name || c.Partitions != cur.Partitions):
 		return Result{Err: errf(ErrInvalid, "cluster config %q with %d partitions: the cluster is %q with %d partitions",
 			c.Name, c.Partitions, cur.Name, cur.Partitions)}
-	case c.Version < cur.Version:
+	case c.Version < cur.Version && !mutation.On(mutation.ClusterVersionDown):
 		return Result{Err: errf(ErrInvalid, "cluster version %d: the cluster runs %d, and versions never go down", c.Version, cur.Version)}
 	case cur.Name != "" && c.Version == cur.Version:
 		return Result{Duplicate: true}

@@ -24,6 +24,7 @@ func TestDeadLeaderHostExpiresOnlyItself(t *testing.T) {
 	}
 	defer func(old func(*ownership.Config)) { tuneOwnership = old }(tuneOwnership)
 	tuneOwnership = func(c *ownership.Config) { c.Lease = 3 * time.Second }
+	start := time.Now()
 	ctx := testCtx(t)
 	net := NewMemNetwork()
 	fast := func(c *Config) { c.Profile = ProfileFast }
@@ -60,6 +61,7 @@ func TestDeadLeaderHostExpiresOnlyItself(t *testing.T) {
 	}) {
 		t.Fatal("no control-group leader")
 	}
+	t.Logf("PHASE setup done after %v (ctx deadline in %v)", time.Since(start).Round(time.Millisecond), func() time.Duration { d, _ := ctx.Deadline(); return time.Until(d).Round(time.Millisecond) }())
 	liveness := map[string]uint64{}
 	for _, n := range nodes {
 		rec, _ := state(survivors[0]).Node(n.ID())
@@ -74,7 +76,7 @@ func TestDeadLeaderHostExpiresOnlyItself(t *testing.T) {
 		rec, _ := state(survivors[0]).Node(leader.ID())
 		return rec.Liveness > liveness[leader.ID()]
 	}) {
-		t.Fatalf("the dead leader %s was never expired", leader.ID())
+		t.Fatalf("the dead leader %s was never expired (%v after the cut, %v after start)", leader.ID(), time.Since(deadAt).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	}
 	t.Logf("dead leader %s expired after %v", leader.ID(), time.Since(deadAt).Round(time.Millisecond))
 	for _, n := range survivors {

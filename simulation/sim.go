@@ -345,6 +345,10 @@ type Sim struct {
 	gossip *gossipModel
 	check  *checker
 	faults []Fault
+	// ridSeq numbers the request ids the workload draws; requestIDs keeps
+	// up to maxRequestIDs recent ones for the probes (work.go).
+	ridSeq     uint64
+	requestIDs []ledger.RequestID
 }
 
 // event kinds, for the trace hash.
