@@ -158,7 +158,7 @@ func (c *checker) final() {
 	parts := s.cfg.Ownership.Ring.Partitions
 	var eligible []string
 	for _, n := range s.nodes {
-		if n.up {
+		if n.up && !n.draining {
 			eligible = append(eligible, n.id)
 		}
 	}
@@ -193,9 +193,7 @@ func (c *checker) final() {
 		return
 	}
 	s.placementStats(owners, eligible, pl.Weights)
-	for _, v := range balanceViolations(owners, eligible, pl.Weights, len(pl.Zones) > 0) {
-		s.violate("L2", "%s", v)
-	}
+	var moves []string
 	for sh := range uint32(parts) {
 		rec, _ := ref.Shard(sh)
 		var acting []string
@@ -210,15 +208,33 @@ func (c *checker) final() {
 			continue
 		}
 		if want[sh] != owners[sh] {
-			s.violate("L2", "shard %d owned by %s, placement proposes %s", sh, rec.Owner, want[sh])
+			moves = append(moves, fmt.Sprintf("shard %d owned by %s, placement proposes %s", sh, rec.Owner, want[sh]))
 		}
 	}
-	// L3: planned moves after the faults stopped handed over with a gap of
-	// at most the drain timeout plus a few commits and a planner round.
-	if limit := s.cfg.Ownership.DrainTimeout + 500*time.Millisecond; s.res.MaxHandoffGap > limit {
+	// L2 by quota arithmetic first (independent of ring.Assign), then
+	// ring.Assign's fixed point: nothing left to move.
+	for _, v := range balanceViolations(owners, eligible, pl.Weights, len(pl.Zones) > 0) {
+		s.violate("L2", "%s", v)
+	}
+	for _, v := range moves {
+		s.violate("L2", "%s", v)
+	}
+	// L3: planned moves after the faults stopped handed over with a gap,
+	// from the old owner's stop (after its drain) to the new owner's
+	// start, of a few commits and a planner round: handoffGapLimit. (The
+	// worst seen in 60 clean seeds each of DefaultConfig and
+	// handoffConfig: 78 ms; without the handoff, the takeover wait makes
+	// it ≥ 1.2 s.)
+	if limit := handoffGapLimit; s.res.MaxHandoffGap > limit {
 		s.violate("L3", "a handoff after the faults stopped left a shard unowned for %v (limit %v): %s", s.res.MaxHandoffGap, limit, c.gapInfo)
 	}
 }
+
+// handoffGapLimit bounds L3's gap: the Release or Transfer commits, the
+// leader's next planner round grants, the grant commits and applies on the
+// new owner — two commits and a round (100 ms), with slack for the
+// simulator's slow fsyncs, applies and responses.
+const handoffGapLimit = 500 * time.Millisecond
 
 func (c *checker) String() string { return fmt.Sprintf("checker: %d acknowledged", len(c.acked)) }
 

@@ -75,7 +75,7 @@ type proposal struct {
 	term uint64
 	// cut: the leader had no quorum when the proposal reached it, so the
 	// entry is on no other voter and a later leader cannot commit it.
-	cut  bool
+	cut bool
 	// replicated is when the entry reaches a follower's disk: until then
 	// it is only in the leader's log, whose unsynced tail a crash or a
 	// deposition loses (S3 is about what a majority holds).
