@@ -497,7 +497,7 @@ func (f *FSM) shard(id uint32) ShardRecord {
 func (f *FSM) checkNewOwner(node string, inc, liveness uint64) error {
 	n, ok := f.st.Node(node)
 	switch {
-	case mutation.On(mutation.NewOwnerUnchecked):
+	case mutation.On(mutation.NewOwnerUnchecked), node == "" && mutation.On(mutation.GrantEmptyOwner):
 		return nil
 	case !ok:
 		return errf(ErrUnknownNode, "%q", node)

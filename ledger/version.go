@@ -28,8 +28,10 @@ const (
 	// VersionLogSettings) and the leader forgetting the records of nodes
 	// gone for good (ForgetNode; VersionForgetNodes): encoding and snapshot
 	// version 6; lease renewals off the log (VersionLeaseRenewals; no new
-	// command or encoding).
-	MaxClusterVersion uint32 = 4
+	// command or encoding). Version 5: this round's wire and log changes
+	// (each helper's own gate constant); a binary of the previous release
+	// speaks 1..4.
+	MaxClusterVersion uint32 = 5
 )
 
 // VersionLeaseRenewals is the cluster version from which nodes renew their

@@ -96,7 +96,6 @@ func (s *Sim) probe() {
 		}
 		return c[s.rng.IntN(len(c))], true
 	}
-	unfinished := func(j ledger.JobRecord) bool { return !j.State.Finished() }
 	// startable: a job the shard's owner may start now. A start probe
 	// picks one, so the rule it breaks is the only one that refuses it
 	// (a state catch: with that rule off the ledger accepts it).
@@ -250,10 +249,20 @@ func (s *Sim) probe() {
 			}
 		}
 	case 16: // a finish while the ownership is not valid
-		if sh, ok := pickShard(invalid); ok {
-			if j, ok := job(sh.Shard, unfinished); ok {
-				commit(ledger.JobFail{Shard: sh.Shard, Epoch: sh.Epoch, Job: j.ID, Attempt: j.Attempt, Now: now}, ledger.ErrNotOwner)
+		// Of an attempt running at the shard's epoch, so that only the
+		// ownership refuses it. Such attempts are rare (between an owner's
+		// expiry or release and the next grant): every invalid shard is
+		// searched.
+		var cand []ledger.JobFail
+		for _, sh := range invalid {
+			for _, j := range st.Jobs(sh.Shard, ledger.JobStarted) {
+				if running(sh)(j) {
+					cand = append(cand, ledger.JobFail{Shard: sh.Shard, Epoch: sh.Epoch, Job: j.ID, Attempt: j.Attempt, Now: now})
+				}
 			}
+		}
+		if len(cand) > 0 {
+			commit(cand[s.rng.IntN(len(cand))], ledger.ErrNotOwner)
 		}
 	case 17: // a finish of another attempt
 		if sh, ok := pickShard(append(valid, revoking...)); ok {

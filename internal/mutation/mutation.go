@@ -68,7 +68,7 @@ const (
 	// is accepted while the shard's ownership is valid (ErrShardOwned).
 	GrantOverValidOwner
 	// GrantEmptyOwner: a Grant to the empty node id is not refused as
-	// invalid before the grantee is looked up.
+	// invalid (nor as an unknown grantee): the shard is granted to "".
 	GrantEmptyOwner
 	// NewOwnerUnchecked: Grant and Transfer do not check the grantee's
 	// NodeRecord against its (incarnation, liveness).
