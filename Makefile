@@ -37,7 +37,7 @@ SIMSCALE_TEST ?= 1000
 # not a report about our code, and not reproduced in 4 reruns. The same
 # tier-2 code runs under -race in the first line (TestTier2*), and the
 # mutation switches under -race in TestSetAndOn and tier 1.
-MUTATION_TESTS := ^(TestSetAndOn|TestMutations|TestSimShrink)$$
+MUTATION_TESTS := ^(TestSetAndOn|TestMutations|TestSimShrink|TestRuleMutationsCaught)$$
 test:
 	$(GO) test -race -count=1 -timeout 30m -skip '^TestSimSeeds$$' ./...
 	$(GO) test -race -count=1 -timeout 30m -tags mutations -run '$(MUTATION_TESTS)' ./internal/mutation/ ./simulation/

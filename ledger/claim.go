@@ -1,5 +1,7 @@
 package ledger
 
+import "github.com/tenurehq/tenure/internal/mutation"
+
 // VersionDisklessMembers is the cluster version from which a node without
 // local state (a disk-less member, docs/operations.md) may ask the control
 // group for its incarnation with ClaimIncarnation (encoding version 5).
@@ -39,7 +41,7 @@ func (f *FSM) claimIncarnation(index uint64, c ClaimIncarnation) Result {
 		return Result{Err: errf(ErrInvalid, "incarnation claim with empty node id")}
 	}
 	n, known := f.st.Node(c.Node)
-	if !f.st.VersionActive(VersionDisklessMembers) {
+	if !f.st.VersionActive(VersionDisklessMembers) && !mutation.On(mutation.GatedWhileMixed) {
 		// The leader refuses the command before the log (node's
 		// CheckCommand); a replica that meets one anyway rejects it the
 		// same way everywhere.

@@ -1,5 +1,7 @@
 package ledger
 
+import "github.com/tenurehq/tenure/internal/mutation"
+
 // VersionForgetNodes is the cluster version from which the control-group
 // leader removes the records of nodes gone for good (ForgetNode, encoding
 // version 6), and from which an incarnation claim for an id the ledger does
@@ -35,7 +37,7 @@ type ForgetNode struct {
 func (ForgetNode) kind() Kind { return KindForgetNode }
 
 func (f *FSM) forgetNode(index uint64, c ForgetNode) Result {
-	if !f.st.VersionActive(VersionForgetNodes) {
+	if !f.st.VersionActive(VersionForgetNodes) && !mutation.On(mutation.GatedWhileMixed) {
 		return Result{Err: errf(ErrVersion, "forgetting nodes needs cluster version %d; the cluster runs %d",
 			VersionForgetNodes, f.st.ActiveVersion())}
 	}

@@ -497,7 +497,7 @@ func (f *FSM) shard(id uint32) ShardRecord {
 func (f *FSM) checkNewOwner(node string, inc, liveness uint64) error {
 	n, ok := f.st.Node(node)
 	switch {
-	case mutation.On(mutation.NewOwnerUnchecked):
+	case mutation.On(mutation.NewOwnerUnchecked), node == "" && mutation.On(mutation.GrantEmptyOwner):
 		return nil
 	case !ok:
 		return errf(ErrUnknownNode, "%q", node)
@@ -757,7 +757,7 @@ func (f *FSM) checkFinish(shard uint32, epoch, id uint64, attempt uint32) (*JobR
 		return nil, Result{Job: *j, Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, job %d finish at %d", shard, rec.Epoch, id, epoch)}, false
 	case !f.st.OwnershipValid(rec) && !mutation.On(mutation.FinishInvalidOwner):
 		return nil, Result{Job: *j, Shard: rec, Err: errf(ErrNotOwner, "shard %d ownership by %q is not valid", shard, rec.Owner)}, false
-	case j.State != JobStarted:
+	case j.State != JobStarted && !(j.State.Finished() && mutation.On(mutation.FinishFinished)):
 		return nil, Result{Job: *j, Err: errf(ErrJobState, "job %d is %s", j.ID, j.State)}, false
 	case j.Attempt != attempt && !mutation.On(mutation.FinishWrongAttempt):
 		return nil, Result{Job: *j, Err: errf(ErrWrongAttempt, "job %d attempt %d, current %d", j.ID, attempt, j.Attempt)}, false

@@ -3,6 +3,8 @@ package ledger
 import (
 	"fmt"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/mutation"
 )
 
 // VersionLogSettings is the cluster version from which the values every
@@ -61,7 +63,7 @@ func (c LogSettings) Validate() error {
 }
 
 func (f *FSM) logSettings(c LogSettings) Result {
-	if !f.st.VersionActive(VersionLogSettings) {
+	if !f.st.VersionActive(VersionLogSettings) && !mutation.On(mutation.GatedWhileMixed) {
 		return Result{Err: errf(ErrVersion, "logged settings need cluster version %d; the cluster runs %d",
 			VersionLogSettings, f.st.ActiveVersion())}
 	}

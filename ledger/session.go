@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/google/btree"
+
+	"github.com/tenurehq/tenure/internal/mutation"
 )
 
 // Client sessions (the Raft dissertation, §6.3; docs/ledger.md "Sessions").
@@ -203,11 +205,12 @@ func (f *FSM) session(index uint64, c Session) Result {
 	}
 	now, kind, shard := commandNow(c.Command), KindOf(c.Command), commandShard(c.Command)
 	f.evictSessions(now, 0)
-	if e, ok := f.st.sessions.Get(sessionEntry{id: c.ID}); ok {
-		if e.kind != kind || e.shard != shard {
-			return Result{Err: errf(ErrInvalid, "request id %s was used for %s on shard %d, not %s on shard %d",
-				c.ID, e.kind, e.shard, kind, shard)}
-		}
+	e, ok := f.st.sessions.Get(sessionEntry{id: c.ID})
+	if ok && (e.kind != kind || e.shard != shard) && !mutation.On(mutation.RequestIDIgnored) {
+		return Result{Err: errf(ErrInvalid, "request id %s was used for %s on shard %d, not %s on shard %d",
+			c.ID, e.kind, e.shard, kind, shard)}
+	}
+	if ok && !mutation.On(mutation.SessionDedupOff) {
 		r := *e.res
 		if r.Job.ID != 0 {
 			// The remembered job carries no payload or result (see

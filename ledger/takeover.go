@@ -134,7 +134,7 @@ func (s *State) shardLimit() uint64 {
 func (f *FSM) setTakeoverPolicy(c SetTakeoverPolicy) Result {
 	limit := f.st.shardLimit()
 	switch {
-	case !f.st.VersionActive(VersionFencedTakeover):
+	case !f.st.VersionActive(VersionFencedTakeover) && !mutation.On(mutation.GatedWhileMixed):
 		return Result{Err: errf(ErrVersion, "takeover policy needs cluster version %d, the cluster runs %d", VersionFencedTakeover, f.st.ActiveVersion())}
 	case c.First > c.Last:
 		return Result{Err: errf(ErrInvalid, "takeover policy for shards %d..%d: first after last", c.First, c.Last)}

@@ -1,6 +1,10 @@
 package ledger
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tenurehq/tenure/internal/mutation"
+)
 
 // Cluster versions (docs/upgrades.md). A binary speaks the cluster versions
 // MinClusterVersion..MaxClusterVersion; the ledger records the cluster's
@@ -24,8 +28,10 @@ const (
 	// VersionLogSettings) and the leader forgetting the records of nodes
 	// gone for good (ForgetNode; VersionForgetNodes): encoding and snapshot
 	// version 6; lease renewals off the log (VersionLeaseRenewals; no new
-	// command or encoding).
-	MaxClusterVersion uint32 = 4
+	// command or encoding). Version 5: this round's wire and log changes
+	// (each helper's own gate constant); a binary of the previous release
+	// speaks 1..4.
+	MaxClusterVersion uint32 = 5
 )
 
 // VersionLeaseRenewals is the cluster version from which nodes renew their
@@ -110,7 +116,7 @@ func (f *FSM) clusterConfig(c ClusterConfig) Result {
 	case cur.Name != "" && (c.Name != cur.Name || c.Partitions != cur.Partitions):
 		return Result{Err: errf(ErrInvalid, "cluster config %q with %d partitions: the cluster is %q with %d partitions",
 			c.Name, c.Partitions, cur.Name, cur.Partitions)}
-	case c.Version < cur.Version:
+	case c.Version < cur.Version && !mutation.On(mutation.ClusterVersionDown):
 		return Result{Err: errf(ErrInvalid, "cluster version %d: the cluster runs %d, and versions never go down", c.Version, cur.Version)}
 	case cur.Name != "" && c.Version == cur.Version:
 		return Result{Duplicate: true}

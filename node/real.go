@@ -298,7 +298,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		return nil, fmt.Errorf("node: data dir %s belongs to node %q, not %q", cfg.DataDir, b.id, cfg.NodeID)
 	}
 	if dir := b.versionDir(); dir != "" {
-		if b.versionSeen, err = checkVersionFile(dir); err != nil {
+		if b.versionSeen, err = checkVersionFile(dir, cfg.speakMax); err != nil {
 			return nil, err
 		}
 	}

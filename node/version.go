@@ -57,8 +57,13 @@ func (b *netBackend) versionDir() string {
 }
 
 // checkVersionFile refuses a data dir last run at a cluster version this
-// binary cannot run at. It returns the version recorded (0 if none).
-func checkVersionFile(dataDir string) (uint32, error) {
+// binary cannot run at: above hi, the newest it speaks (0:
+// ledger.MaxClusterVersion; Config.speakMax in tests, standing in for an
+// older binary). It returns the version recorded (0 if none).
+func checkVersionFile(dataDir string, hi uint32) (uint32, error) {
+	if hi == 0 {
+		hi = ledger.MaxClusterVersion
+	}
 	path := filepath.Join(dataDir, versionFileName)
 	raw, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -72,10 +77,10 @@ func checkVersionFile(dataDir string) (uint32, error) {
 		return 0, fmt.Errorf("%w: %s is damaged (%q): it records the cluster version this data dir last ran at; "+
 			"restore it, or write the cluster's version (`tenure upgrade status`) into it", ledger.ErrStoreCorrupt, path, raw)
 	}
-	if uint32(v) > ledger.MaxClusterVersion {
+	if uint32(v) > hi {
 		return 0, fmt.Errorf("%w: %s was last run at cluster version %d; this binary speaks %d to %d: "+
 			"the cluster was finalized past it, so it can only run a binary that speaks %d",
-			ErrVersionMismatch, dataDir, v, ledger.MinClusterVersion, ledger.MaxClusterVersion, v)
+			ErrVersionMismatch, dataDir, v, ledger.MinClusterVersion, hi, v)
 	}
 	return uint32(v), nil
 }

@@ -768,6 +768,7 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 			continue
 		}
 		switch {
+		case !valid && rec.State != ledger.ShardUnowned && mutation.On(mutation.LeaveExpiredShards):
 		case !valid:
 			// Unowned, or the owner's incarnation/liveness moved on (it
 			// restarted or was expired): grant at once. The ledger re-checks
@@ -796,6 +797,9 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 				prio, reason = 0, p.leaveReason(rec.Owner, t)
 			case t.pins[s] == target:
 				prio, reason = 0, "pinned to "+target
+			}
+			if prio == 1 && mutation.On(mutation.NoRebalance) {
+				continue
 			}
 			revokes = append(revokes, revoke{prio, ledger.Revoke{Shard: s, Epoch: rec.Epoch, Target: target, Now: ts, Reason: reason}})
 		}

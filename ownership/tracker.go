@@ -486,7 +486,7 @@ func (t *Tracker) Changes(now time.Time) []Change {
 func (t *Tracker) Handoffs(now time.Time) []ledger.Command {
 	var shards []uint32
 	for s, st := range t.shards {
-		if st.rec.State != ledger.ShardRevoking || !t.holds(st) || t.acting(st, now) {
+		if st.rec.State != ledger.ShardRevoking || !t.holds(st) || t.acting(st, now) || mutation.On(mutation.NoHandoff) {
 			continue
 		}
 		if !st.handoffAt.IsZero() && now.Sub(st.handoffAt) < t.cfg.RenewEvery {

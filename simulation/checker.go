@@ -19,17 +19,22 @@ import (
 type checker struct {
 	s    *Sim
 	hist *history.Checker
-	// acked[index] is the command a proposer was told committed there (S3).
-	acked map[uint64]string
-	// lastStop[shard] is when the last node stopped acting on it (L3).
+	// acked lists every command a proposer was told committed, with the
+	// index it was told (S3).
+	acked []ackRecord
+	// lastStop[shard] is when the last node stopped acting on it while a
+	// planned move of it was in progress (L3); cleared when a node starts.
 	lastStop map[uint32]int64
-	// planned[shard]: a planned move (Revoke) is in progress.
+	// planned[shard]: a planned move (Revoke) is in progress: set by the
+	// Revoke's commit, cleared by the Grant or Transfer that ends it. Only
+	// a stop during a planned move is a handoff L3 judges (a crash or an
+	// expiry is a failover: L1).
 	planned map[uint32]bool
 	gapInfo string
 }
 
 func newChecker(s *Sim) *checker {
-	c := &checker{s: s, acked: map[uint64]string{}, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}}
+	c := &checker{s: s, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}}
 	st, _ := ledger.NewFSM(ledgerConfig())
 	c.hist = history.New(st.State().Settings(), func(rule, msg string) { s.violate(rule, "%s", msg) })
 	return c
@@ -52,12 +57,20 @@ func (c *checker) committed(index uint64, from int, cmd ledger.Command, res ledg
 		c.planned[cmd.Shard] = true
 	case ledger.Grant:
 		c.planned[cmd.Shard] = false
+	case ledger.Transfer:
+		c.planned[cmd.Shard] = false
 	}
 }
 
 // acked records that a proposer was told cmd committed at index (S3).
 func (c *checker) ack(index uint64, cmd ledger.Command) {
-	c.acked[index] = ownership.FormatCommand(cmd)
+	c.acked = append(c.acked, ackRecord{index, ownership.FormatCommand(cmd)})
+}
+
+// ackRecord is one acknowledgement: cmd (formatted) committed at index.
+type ackRecord struct {
+	index uint64
+	cmd   string
 }
 
 // startedActing checks S4 when n starts acting on shard: no other process
@@ -79,7 +92,9 @@ func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 	// (dead incarnations expired, restarted nodes stable in the ring).
 	o := s.cfg.Ownership
 	settled := int64(s.cfg.FaultsUntil) + int64(float64(o.Lease)*(1+o.MaxDrift)+float64(o.StableFor)) + int64(time.Second)
-	if t, ok := c.lastStop[shard]; ok && t >= settled {
+	t, ok := c.lastStop[shard]
+	delete(c.lastStop, shard)
+	if ok && t >= settled {
 		if gap := time.Duration(s.now - t); gap > s.res.MaxHandoffGap {
 			s.res.MaxHandoffGap = gap
 			c.gapInfo = fmt.Sprintf("shard %d to %s at %v", shard, n.id, time.Duration(s.now))
@@ -88,7 +103,9 @@ func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 }
 
 func (c *checker) stoppedActing(n *node, shard uint32, epoch uint64) {
-	c.lastStop[shard] = c.s.now
+	if c.planned[shard] {
+		c.lastStop[shard] = c.s.now
+	}
 }
 
 // quietNeeded is how long after the faults stop the cluster needs to
@@ -105,15 +122,13 @@ func quietNeeded(cfg Config) time.Duration {
 // final runs the end-of-run checks.
 func (c *checker) final() {
 	s := c.s
-	// S3: every acknowledged command is in the log at its index.
-	idx := make([]uint64, 0, len(c.acked))
-	for i := range c.acked {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
-		if i == 0 || i > uint64(len(s.raft.log)) || ownership.FormatCommand(s.raft.log[i-1].cmd) != c.acked[i] {
-			s.violate("S3", "acknowledged #%d %s is not in the log", i, c.acked[i])
+	// S3: every acknowledged command is in the log at its index. The log
+	// model loses what was on no majority (raftModel.elect), so an
+	// acknowledgement given before the commit can point at an entry that
+	// is gone or at another command.
+	for _, a := range c.acked {
+		if i := a.index; i == 0 || i > uint64(len(s.raft.log)) || ownership.FormatCommand(s.raft.log[i-1].cmd) != a.cmd {
+			s.violate("S3", "acknowledged #%d %s is not in the log", i, a.cmd)
 		}
 	}
 	// Replicas that applied the whole log agree with the reference (shared
@@ -143,7 +158,7 @@ func (c *checker) final() {
 	parts := s.cfg.Ownership.Ring.Partitions
 	var eligible []string
 	for _, n := range s.nodes {
-		if n.up {
+		if n.up && !n.draining {
 			eligible = append(eligible, n.id)
 		}
 	}
@@ -178,12 +193,7 @@ func (c *checker) final() {
 		return
 	}
 	s.placementStats(owners, eligible, pl.Weights)
-	quota := ring.PlacementQuotas(pl)
-	for id, l := range ring.Loads(owners, eligible) {
-		if l != quota[id] {
-			s.violate("L2", "%s owns %d shards, quota %d (P=%d over %d eligible nodes)", id, l, quota[id], parts, len(eligible))
-		}
-	}
+	var moves []string
 	for sh := range uint32(parts) {
 		rec, _ := ref.Shard(sh)
 		var acting []string
@@ -198,15 +208,33 @@ func (c *checker) final() {
 			continue
 		}
 		if want[sh] != owners[sh] {
-			s.violate("L2", "shard %d owned by %s, placement proposes %s", sh, rec.Owner, want[sh])
+			moves = append(moves, fmt.Sprintf("shard %d owned by %s, placement proposes %s", sh, rec.Owner, want[sh]))
 		}
 	}
-	// L3: planned moves after the faults stopped handed over with a gap of
-	// at most the drain timeout plus a few commits and a planner round.
-	if limit := s.cfg.Ownership.DrainTimeout + 500*time.Millisecond; s.res.MaxHandoffGap > limit {
+	// L2 by quota arithmetic first (independent of ring.Assign), then
+	// ring.Assign's fixed point: nothing left to move.
+	for _, v := range balanceViolations(owners, eligible, pl.Weights, len(pl.Zones) > 0) {
+		s.violate("L2", "%s", v)
+	}
+	for _, v := range moves {
+		s.violate("L2", "%s", v)
+	}
+	// L3: planned moves after the faults stopped handed over with a gap,
+	// from the old owner's stop (after its drain) to the new owner's
+	// start, of a few commits and a planner round: handoffGapLimit. (The
+	// worst seen in 60 clean seeds each of DefaultConfig and
+	// handoffConfig: 78 ms; without the handoff, the takeover wait makes
+	// it ≥ 1.2 s.)
+	if limit := handoffGapLimit; s.res.MaxHandoffGap > limit {
 		s.violate("L3", "a handoff after the faults stopped left a shard unowned for %v (limit %v): %s", s.res.MaxHandoffGap, limit, c.gapInfo)
 	}
 }
+
+// handoffGapLimit bounds L3's gap: the Release or Transfer commits, the
+// leader's next planner round grants, the grant commits and applies on the
+// new owner — two commits and a round (100 ms), with slack for the
+// simulator's slow fsyncs, applies and responses.
+const handoffGapLimit = 500 * time.Millisecond
 
 func (c *checker) String() string { return fmt.Sprintf("checker: %d acknowledged", len(c.acked)) }
 
@@ -241,4 +269,51 @@ func (s *Sim) placementStats(owners, eligible []string, weights map[string]int) 
 			s.res.LoadMaxOverAvg = max(s.res.LoadMaxOverAvg, totals[m]/(sum*float64(max(weights[m], 1))/float64(w)))
 		}
 	}
+}
+
+// balanceViolations is L2's oracle, by quota arithmetic alone (it does not
+// call ring.Assign, the code under test): every shard is owned by an
+// eligible node; without weights or zones every eligible node owns ⌊P/N⌋
+// or ⌈P/N⌉ shards (at most one when N > P); with weights or zones node i
+// owns within two shards of P·wᵢ/W (docs/guarantees.md, L2). The result
+// lists the violations in a stable order.
+func balanceViolations(owners, eligible []string, weights map[string]int, zones bool) []string {
+	var out []string
+	parts, n := len(owners), len(eligible)
+	if n == 0 {
+		return nil
+	}
+	load := make(map[string]int, n)
+	for _, id := range eligible {
+		load[id] = 0
+	}
+	for sh, o := range owners {
+		if _, ok := load[o]; !ok {
+			out = append(out, fmt.Sprintf("shard %d owned by %q, not an eligible node (%v)", sh, o, eligible))
+			continue
+		}
+		load[o]++
+	}
+	ids := slices.Clone(eligible)
+	slices.Sort(ids)
+	if len(weights) == 0 && !zones {
+		lo, hi := parts/n, (parts+n-1)/n
+		for _, id := range ids {
+			if l := load[id]; l < lo || l > hi {
+				out = append(out, fmt.Sprintf("%s owns %d shards, quota %d..%d (P=%d over %d eligible nodes)", id, l, lo, hi, parts, n))
+			}
+		}
+		return out
+	}
+	total := 0
+	for _, id := range ids {
+		total += max(weights[id], 1)
+	}
+	for _, id := range ids {
+		share := float64(parts) * float64(max(weights[id], 1)) / float64(total)
+		if l := float64(load[id]); l < share-2 || l > share+2 {
+			out = append(out, fmt.Sprintf("%s owns %d shards, weighted share %.2f ± 2 (P=%d, weight %d of %d)", id, load[id], share, parts, max(weights[id], 1), total))
+		}
+	}
+	return out
 }

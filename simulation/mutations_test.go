@@ -52,6 +52,17 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		cfg = expiringConfig(seed)
 	case mutation.DrainIgnoresLease:
 		cfg = drainCutConfig(seed)
+	case mutation.LeaveExpiredShards, mutation.NoRebalance:
+		// Liveness rules: judged only at the end of a full-length run.
+		cfg = DefaultConfig(seed)
+		cfg.Stress = true
+	case mutation.NoHandoff:
+		cfg = handoffConfig(seed)
+	case mutation.GatedWhileMixed:
+		// A rolling upgrade from version-3 binaries: until the leader
+		// finalizes, the cluster runs version 3 and refuses what version
+		// 4 introduced.
+		cfg = upgradeConfig(seed)
 	case mutation.SkipApplyWait:
 		// A lease extended before the replica applied the heartbeat lets a
 		// node act past a Revoke it has not applied yet; with a drain as
@@ -83,6 +94,7 @@ var scenarioOnly = map[mutation.Switch]bool{
 	mutation.NoDriftMargin: true, mutation.IgnoreEstablish: true, mutation.ActOnRevoking: true,
 	mutation.RenewWithoutConfirm: true, mutation.EstablishIgnoresBound: true,
 	mutation.RenewWithoutApplyWait: true, mutation.RenewWhileExpiring: true, mutation.DrainIgnoresLease: true,
+	mutation.LeaveExpiredShards: true, mutation.NoRebalance: true, mutation.NoHandoff: true, mutation.GatedWhileMixed: true,
 }
 
 // sweepMutation runs up to seeds seeds under m and returns the first catch.

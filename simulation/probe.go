@@ -96,10 +96,17 @@ func (s *Sim) probe() {
 		}
 		return c[s.rng.IntN(len(c))], true
 	}
-	anyJob := func(ledger.JobRecord) bool { return true }
-	unfinished := func(j ledger.JobRecord) bool { return !j.State.Finished() }
+	// startable: a job the shard's owner may start now. A start probe
+	// picks one, so the rule it breaks is the only one that refuses it
+	// (a state catch: with that rule off the ledger accepts it).
+	startable := func(j ledger.JobRecord) bool { return j.State == ledger.JobPending && now >= j.NotBefore }
+	// running: an attempt started at the shard's epoch (a finish at that
+	// epoch and attempt is accepted).
+	running := func(sh ledger.ShardRecord) func(ledger.JobRecord) bool {
+		return func(j ledger.JobRecord) bool { return j.State == ledger.JobStarted && j.Epoch == sh.Epoch }
+	}
 
-	switch s.rng.IntN(22) {
+	switch s.rng.IntN(25) {
 	case 0: // heartbeats from an older incarnation, or at another liveness
 		if len(nodes) > 0 {
 			n := nodes[s.rng.IntN(len(nodes))]
@@ -186,7 +193,7 @@ func (s *Sim) probe() {
 		}
 	case 8: // a start by another node
 		if sh, ok := pickShard(valid); ok {
-			if j, ok := job(sh.Shard, unfinished); ok {
+			if j, ok := job(sh.Shard, startable); ok {
 				if n, ok := other(sh.Owner); ok {
 					commit(ledger.JobStart{Shard: sh.Shard, Epoch: sh.Epoch, Owner: n.ID, Job: j.ID, Attempt: j.Attempt,
 						Timeout: int64(time.Second), Now: now}, ledger.ErrNotOwner)
@@ -195,14 +202,14 @@ func (s *Sim) probe() {
 		}
 	case 9: // a start on a Revoking shard
 		if sh, ok := pickShard(revoking); ok {
-			if j, ok := job(sh.Shard, anyJob); ok {
+			if j, ok := job(sh.Shard, startable); ok {
 				commit(ledger.JobStart{Shard: sh.Shard, Epoch: sh.Epoch, Owner: sh.Owner, Job: j.ID, Attempt: j.Attempt,
 					Timeout: int64(time.Second), Now: now}, ledger.ErrNotOwner)
 			}
 		}
 	case 10: // a start at another epoch
 		if sh, ok := pickShard(valid); ok {
-			if j, ok := job(sh.Shard, anyJob); ok {
+			if j, ok := job(sh.Shard, startable); ok {
 				commit(ledger.JobStart{Shard: sh.Shard, Epoch: sh.Epoch + 1, Owner: sh.Owner, Job: j.ID, Attempt: j.Attempt,
 					Timeout: int64(time.Second), Now: now}, ledger.ErrStaleEpoch)
 			}
@@ -237,15 +244,25 @@ func (s *Sim) probe() {
 		}
 	case 15: // a finish at another epoch
 		if sh, ok := pickShard(append(valid, revoking...)); ok {
-			if j, ok := job(sh.Shard, unfinished); ok {
+			if j, ok := job(sh.Shard, running(sh)); ok {
 				commit(ledger.JobComplete{Shard: sh.Shard, Epoch: sh.Epoch + 1, Job: j.ID, Attempt: j.Attempt, Now: now}, ledger.ErrStaleEpoch)
 			}
 		}
 	case 16: // a finish while the ownership is not valid
-		if sh, ok := pickShard(invalid); ok {
-			if j, ok := job(sh.Shard, unfinished); ok {
-				commit(ledger.JobFail{Shard: sh.Shard, Epoch: sh.Epoch, Job: j.ID, Attempt: j.Attempt, Now: now}, ledger.ErrNotOwner)
+		// Of an attempt running at the shard's epoch, so that only the
+		// ownership refuses it. Such attempts are rare (between an owner's
+		// expiry or release and the next grant): every invalid shard is
+		// searched.
+		var cand []ledger.JobFail
+		for _, sh := range invalid {
+			for _, j := range st.Jobs(sh.Shard, ledger.JobStarted) {
+				if running(sh)(j) {
+					cand = append(cand, ledger.JobFail{Shard: sh.Shard, Epoch: sh.Epoch, Job: j.ID, Attempt: j.Attempt, Now: now})
+				}
 			}
+		}
+		if len(cand) > 0 {
+			commit(cand[s.rng.IntN(len(cand))], ledger.ErrNotOwner)
 		}
 	case 17: // a finish of another attempt
 		if sh, ok := pickShard(append(valid, revoking...)); ok {
@@ -255,7 +272,7 @@ func (s *Sim) probe() {
 		}
 	case 18: // a finish of a finished job (a retry must learn it finished)
 		if sh, ok := pickShard(append(valid, revoking...)); ok {
-			if j, ok := job(sh.Shard, func(j ledger.JobRecord) bool { return j.State.Finished() }); ok {
+			if j, ok := job(sh.Shard, func(j ledger.JobRecord) bool { return j.State.Finished() && j.Epoch == sh.Epoch }); ok {
 				commit(ledger.JobComplete{Shard: sh.Shard, Epoch: sh.Epoch, Job: j.ID, Attempt: j.Attempt, Now: now}, ledger.ErrJobFinished)
 			}
 		}
@@ -280,6 +297,24 @@ func (s *Sim) probe() {
 			}); ok {
 				asOwner(sh.Owner, ledger.JobFail{Shard: sh.Shard, Epoch: sh.Epoch, Job: j.ID, Attempt: j.Attempt, Error: "probe", Now: now})
 			}
+		}
+	case 22: // a used request id reused for another command (another shard)
+		if len(s.requestIDs) > 0 {
+			id := s.requestIDs[s.rng.IntN(len(s.requestIDs))]
+			// Only an id the ledger still remembers (proposers' clocks
+			// far apart age ids out early), at its own clock, so the
+			// probe itself ages nothing out.
+			if info, ok := st.Session(id); ok {
+				commit(ledger.Session{ID: id, Command: ledger.App{Shard: probeShard, Type: appType, Payload: []byte{4}, Now: info.Now}}, ledger.ErrInvalid)
+			}
+		}
+	case 23: // a cluster version going down
+		if cur := st.Cluster(); cur.Name != "" && cur.Version > 1 {
+			commit(ledger.ClusterConfig{Name: cur.Name, Partitions: cur.Partitions, Version: cur.Version - 1, Now: now}, ledger.ErrInvalid)
+		}
+	case 24: // a command gated at a newer cluster version than the active one
+		if !st.VersionActive(ledger.VersionLogSettings) {
+			commit(ledger.LogSettingsOf(st.Settings(), now), ledger.ErrVersion)
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package simulation
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/mutation"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
@@ -73,8 +75,17 @@ type proposal struct {
 	term uint64
 	// cut: the leader had no quorum when the proposal reached it, so the
 	// entry is on no other voter and a later leader cannot commit it.
-	cut  bool
-	done func(res ledger.Result, index uint64, err error)
+	cut bool
+	// replicated is when the entry reaches a follower's disk: until then
+	// it is only in the leader's log, whose unsynced tail a crash or a
+	// deposition loses (S3 is about what a majority holds).
+	replicated int64
+	// acked: the proposer was already told it committed, at index
+	// ackedAt (only under the ack-before-commit mutation, before the
+	// commit).
+	acked   bool
+	ackedAt uint64
+	done    func(res ledger.Result, index uint64, err error)
 }
 
 func newRaft(s *Sim) *raftModel {
@@ -154,9 +165,15 @@ func (r *raftModel) elect() {
 	pend := r.pending
 	r.pending = nil
 	for _, p := range pend {
-		committed := s.chance(0.5) && len(cands) > 0 && !p.cut
+		// Lost when it never left the old leader's log (not yet on a
+		// follower's disk, or received while cut off); otherwise a coin:
+		// the next leader may or may not be one of the voters holding it.
+		committed := s.chance(0.5) && len(cands) > 0 && !p.cut && s.now >= p.replicated
 		if committed {
 			r.commit(p.cmd, p.from.idx)
+		} else if p.acked {
+			s.violate("S3", "acknowledged #%d %s was lost: it was on no majority when %s lost the leadership",
+				p.ackedAt, ownership.FormatCommand(p.cmd), s.nodes[max(old, 0)].id)
 		}
 		s.tracef("raft: in-flight %s from %s %s", ownership.FormatCommand(p.cmd), p.from.id, map[bool]string{true: "committed anyway", false: "lost"}[committed])
 		if p.done != nil {
@@ -237,6 +254,21 @@ func (r *raftModel) proposeAll(n *node, cmds []ledger.Command, done func(ledger.
 	if s.chance(0.05) {
 		d += s.jitter(5*time.Millisecond, 40*time.Millisecond) // slow fsync
 	}
+	for _, p := range ps {
+		p.replicated = s.now + int64(d)/2
+	}
+	if mutation.On(mutation.AckBeforeCommit) && done != nil {
+		// The broken rule: the leader answers once it appended the
+		// entries, at the indexes they would get, before any follower
+		// holds them.
+		for i, p := range ps {
+			p.acked, p.ackedAt = true, uint64(len(r.log)+len(r.pending)-len(ps)+i+1)
+			s.onNodeGen(n, p.gen, 200*time.Microsecond, evDeliver, func() {
+				s.check.ack(p.ackedAt, p.cmd)
+				done(ledger.Result{}, p.ackedAt, nil)
+			})
+		}
+	}
 	var try func()
 	try = func() {
 		if ps[0].term != r.term {
@@ -265,6 +297,9 @@ func (r *raftModel) proposeAll(n *node, cmds []ledger.Command, done func(ledger.
 			return
 		}
 		for i, p := range ps {
+			if p.acked {
+				continue // answered at append (ack-before-commit)
+			}
 			if !r.link(r.leader, n.idx) {
 				fail(s.jitter(100*time.Millisecond, 300*time.Millisecond)) // response lost: timeout
 				continue
@@ -295,6 +330,9 @@ func (r *raftModel) commitChecked(cmd ledger.Command, from int, probe bool, want
 	index := uint64(len(r.log))
 	s.res.Commits++
 	res := r.ref.ApplyCommand(index, cmd)
+	if c, ok := cmd.(ledger.Session); ok && !probe && (res.Err == nil || !errors.Is(res.Err, ledger.ErrInvalid)) {
+		s.usedRequestID(c.ID)
+	}
 	if s.cfg.SharedReplicas {
 		r.log[index-1].touched = touchedBy(r.ref.State(), cmd)
 	}

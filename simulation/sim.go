@@ -113,7 +113,10 @@ type Config struct {
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
-// profile (its DrainTimeout raised to the Lease), 13 s simulated with random faults during the first 5 s.
+// profile (its DrainTimeout raised to the Lease), 15 s simulated with
+// random faults during the first 5 s: the 10 s after them are at least
+// quietNeeded (9.6 s), so the liveness checks (L1–L3) judge every run
+// (TestDefaultConfigJudgesLiveness).
 func DefaultConfig(seed uint64) Config {
 	oc := ownership.TestConfig()
 	// DrainTimeout >= Lease, as in every production profile: with a drain
@@ -127,7 +130,7 @@ func DefaultConfig(seed uint64) Config {
 		Profile:        "default",
 		Nodes:          5,
 		Voters:         3,
-		Duration:       13 * time.Second,
+		Duration:       15 * time.Second,
 		FaultsUntil:    5 * time.Second,
 		RandomFaults:   true,
 		Ownership:      oc,
@@ -190,6 +193,7 @@ func ScaleConfig(seed uint64, nodes, shards int) Config {
 	c.ClockRateError = c.Ownership.MaxDrift
 	c.Workload = false
 	c.SharedReplicas = true
+	c.Duration = 13 * time.Second
 	return c
 }
 
@@ -268,6 +272,9 @@ type Result struct {
 	Commits    uint64
 	Simulated  time.Duration
 	Violations []Violation
+	// ViolationCounts counts every violation by rule, also those past the
+	// 20 Violations keeps.
+	ViolationCounts map[string]int
 	// TraceHash is a hash of the event sequence and every committed
 	// command: equal seeds give equal hashes.
 	TraceHash uint64
@@ -345,6 +352,10 @@ type Sim struct {
 	gossip *gossipModel
 	check  *checker
 	faults []Fault
+	// ridSeq numbers the request ids the workload draws; requestIDs keeps
+	// up to maxRequestIDs recent ones for the probes (work.go).
+	ridSeq     uint64
+	requestIDs []ledger.RequestID
 }
 
 // event kinds, for the trace hash.
@@ -498,6 +509,10 @@ func (s *Sim) violate(rule, format string, args ...any) {
 	if len(s.res.Violations) < 20 {
 		s.res.Violations = append(s.res.Violations, v)
 	}
+	if s.res.ViolationCounts == nil {
+		s.res.ViolationCounts = map[string]int{}
+	}
+	s.res.ViolationCounts[rule]++
 	if s.cfg.StopAtFirstViolation {
 		s.stop = true
 	}

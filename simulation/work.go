@@ -2,6 +2,7 @@ package simulation
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -106,11 +107,11 @@ func (s *Sim) work(n *node) {
 		if i == pick && s.chance(0.5) {
 			n.jobSeq++
 			// Few attempts, so failures reach the dead letter.
-			s.raft.propose(n, ledger.JobEnqueue{Shard: sh, Key: fmt.Sprintf("%s-%d-%d", n.id, n.inc, n.jobSeq), Type: "sim",
-				MaxAttempts: uint32(1 + s.rng.IntN(3)), Now: wall}, nil)
+			s.proposeRetried(n, st, ledger.JobEnqueue{Shard: sh, Key: fmt.Sprintf("%s-%d-%d", n.id, n.inc, n.jobSeq), Type: "sim",
+				MaxAttempts: uint32(1 + s.rng.IntN(3)), Now: wall})
 		}
 		if i == pick && s.chance(0.5) {
-			s.raft.propose(n, ledger.App{Shard: sh, Epoch: rec.Epoch, Type: appType, Payload: []byte{1}, Now: wall}, nil)
+			s.proposeRetried(n, st, ledger.App{Shard: sh, Epoch: rec.Epoch, Type: appType, Payload: []byte{1}, Now: wall})
 		}
 		for _, j := range st.Jobs(sh, ledger.JobPending) {
 			s.jobOp(n, fmt.Sprintf("start %d/%d", j.ID, j.Attempt), ledger.JobStart{Shard: sh, Epoch: rec.Epoch, Owner: n.id,
@@ -140,4 +141,44 @@ func (s *Sim) jobOp(n *node, key string, c ledger.Command) {
 	}
 	n.inflight[key] = s.now
 	s.raft.propose(n, c, nil)
+}
+
+// maxRequestIDs is how many recent request ids the simulator keeps for the
+// probes that reuse one (probe.go).
+const maxRequestIDs = 64
+
+// proposeRetried proposes an enqueue or application command as node does:
+// once the cluster runs ledger.VersionRequestIDs, wrapped in a Session
+// with a request id of its own, and retried with that same id, up to
+// three times, when the outcome is unknown (the ledger answers a retry
+// whose first try applied with the first result). Before that version it
+// is proposed once, unwrapped.
+func (s *Sim) proposeRetried(n *node, st *ledger.State, c ledger.Command) {
+	if !st.VersionActive(ledger.VersionRequestIDs) {
+		s.raft.propose(n, c, nil)
+		return
+	}
+	s.ridSeq++
+	var id ledger.RequestID
+	binary.BigEndian.PutUint64(id[:8], s.cfg.Seed|1<<63)
+	binary.BigEndian.PutUint64(id[8:], s.ridSeq)
+	s.proposeSession(n, ledger.Session{ID: id, Command: c}, 3)
+}
+
+func (s *Sim) proposeSession(n *node, c ledger.Session, tries int) {
+	s.raft.propose(n, c, func(_ ledger.Result, _ uint64, err error) {
+		if errors.Is(err, ownership.ErrLeadershipLost) && tries > 1 {
+			s.onNode(n, 50*time.Millisecond, evWork, func() { s.proposeSession(n, c, tries-1) })
+		}
+	})
+}
+
+// usedRequestID records id, whose Session the log applied (the ledger
+// remembers it), for the probes that reuse one.
+func (s *Sim) usedRequestID(id ledger.RequestID) {
+	if len(s.requestIDs) < maxRequestIDs {
+		s.requestIDs = append(s.requestIDs, id)
+		return
+	}
+	s.requestIDs[s.ridSeq%maxRequestIDs] = id
 }

@@ -29,9 +29,11 @@ import (
 // keyed-job load, are replaced one at a time by the current tree the way
 // docs/upgrades.md tells operators to — drain, SIGTERM, start the new
 // binary on the same data dir; members first, then voters, the leader last,
-// in a seeded random order within each group — then one node goes back to
-// the previous binary and forward again (the downgrade window), and the
-// cluster is finalized. It checks: no two nodes ever acted on one shard at
+// in a seeded random order within each group — then a member and a voter
+// go back to the previous binary and forward again, one at a time (the
+// downgrade window that --manual-finalize keeps open), and the cluster is
+// finalized; then the previous binary, started on a data dir that ran at
+// the finalized version, must be refused with a clear error. It checks: no two nodes ever acted on one shard at
 // once (the witness), every shard acting after each step, every
 // acknowledged job done exactly once with its creation reported once, the
 // voter set unchanged, and, when the new binary speaks a newer cluster
@@ -135,11 +137,15 @@ func TestRollingUpgrade(t *testing.T) {
 	for _, a := range order {
 		replace("upgrade", a, newBin)
 	}
-	// The downgrade window: one node back to the previous binary and
-	// forward again, before finalizing.
+	// The downgrade window: a member and a voter back to the previous
+	// binary and forward again, one at a time, before finalizing. The
+	// voter keeps its Raft state across both binaries.
 	back := members[0]
 	replace("downgrade", back, oldBin)
 	replace("upgrade again", back, newBin)
+	backVoter := voters[0]
+	replace("downgrade voter", backVoter, oldBin)
+	replace("upgrade voter again", backVoter, newBin)
 
 	after := upgradeStatusOf(t, dc.agents[0])
 	if after.Active != before.Active {
@@ -157,6 +163,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		t.Logf("finalized: cluster version %d → %d", before.Active, fin.Active)
 		checkPreviousRefused(t, dc, oldBin, dir)
+		checkPreviousRefusedOnDataDir(t, dc, back, oldBin, newBin, live, partitions)
 	default:
 		if code != http.StatusConflict {
 			t.Fatalf("finalize with nothing newer: %d %s, want 409", code, body)
@@ -463,6 +470,41 @@ func checkPreviousRefused(t *testing.T, dc *demoCluster, oldBin, dir string) {
 		<-a.exited
 		t.Errorf("the previous binary still runs 90s after finalizing; its log:\n%s", tail(a.logPath, 10))
 	}
+}
+
+// checkPreviousRefusedOnDataDir stops a (a member running the new binary
+// after finalizing) and starts the previous binary on its data dir: it must
+// exit non-zero without becoming ready, its log saying the data dir ran at
+// a cluster version it cannot speak. Then a runs the new binary again.
+func checkPreviousRefusedOnDataDir(t *testing.T, dc *demoCluster, a *demoAgent, oldBin, newBin string, live map[string]bool, partitions int) {
+	t.Helper()
+	drainAgent(t, a)
+	stopAgent(t, a)
+	live[a.id] = false
+	if err := dc.startAgent(a, oldBin); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.exited:
+		log := tail(a.logPath, 5)
+		t.Logf("the previous binary on %s's upgraded data dir was refused: %v; its log:\n%s", a.id, a.exitErr, log)
+		if a.exitErr == nil {
+			t.Errorf("the previous binary exited 0 on %s's upgraded data dir", a.id)
+		}
+		if !strings.Contains(log, "last run at cluster version") {
+			t.Errorf("the previous binary's refusal on %s's data dir does not say why (want \"last run at cluster version\"):\n%s", a.id, log)
+		}
+	case <-time.After(90 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		t.Fatalf("the previous binary still runs on %s's upgraded data dir 90s after start; its log:\n%s", a.id, tail(a.logPath, 10))
+	}
+	if err := dc.startAgent(a, newBin); err != nil {
+		t.Fatal(err)
+	}
+	live[a.id] = true
+	waitAgentReady(t, a, 60*time.Second)
+	waitOneActingOwner(t, dc, live, partitions, "", 60*time.Second)
 }
 
 // jobLoad enqueues keyed jobs through random live agents until stopped.

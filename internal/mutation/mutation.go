@@ -68,7 +68,7 @@ const (
 	// is accepted while the shard's ownership is valid (ErrShardOwned).
 	GrantOverValidOwner
 	// GrantEmptyOwner: a Grant to the empty node id is not refused as
-	// invalid before the grantee is looked up.
+	// invalid (nor as an unknown grantee): the shard is granted to "".
 	GrantEmptyOwner
 	// NewOwnerUnchecked: Grant and Transfer do not check the grantee's
 	// NodeRecord against its (incarnation, liveness).
@@ -117,7 +117,8 @@ const (
 	// accepted.
 	FinishWrongAttempt
 	// FinishFinished: JobComplete/JobFail of a finished job is not refused
-	// with ErrJobFinished first (a retry cannot tell it already finished).
+	// (neither with ErrJobFinished nor for its state): it finishes again,
+	// a job completed twice.
 	FinishFinished
 	// FailNoDeadLetter: a JobFail of the last allowed attempt makes the job
 	// Pending again instead of Dead.
@@ -162,6 +163,39 @@ const (
 	// RenewWhileExpiring: the planner accepts renewals of a node whose
 	// ExpireNode it proposed and has not seen apply (no expiring mark).
 	RenewWhileExpiring
+
+	// Issue 26: every rule of docs/guarantees.md can fail.
+
+	// AckBeforeCommit: the simulated control group (simulation/raft.go)
+	// acknowledges a proposal when the leader appended it, before it is
+	// durable on a majority of the voters (S3).
+	AckBeforeCommit
+	// LeaveExpiredShards: the planner does not grant a shard whose owner's
+	// ownership is no longer valid (expired or restarted owner); only
+	// Unowned shards are granted (L1).
+	LeaveExpiredShards
+	// NoRebalance: the planner never revokes a shard to rebalance (only
+	// from owners that left the ring), so a node that joins or returns
+	// stays under its quota (L2).
+	NoRebalance
+	// NoHandoff: a draining owner never proposes its Release or Transfer;
+	// every planned move ends with the leader's takeover wait (L3).
+	NoHandoff
+	// SessionDedupOff: the ledger applies a Session's command again when
+	// its request id is in the session table, instead of answering the
+	// first result.
+	SessionDedupOff
+	// RequestIDIgnored: the ledger answers a Session from the table by its
+	// request id alone, ignoring that the id was used for another command
+	// (kind or shard), instead of refusing it (ErrInvalid).
+	RequestIDIgnored
+	// ClusterVersionDown: a ClusterConfig may lower the cluster version.
+	ClusterVersionDown
+	// GatedWhileMixed: the ledger applies a command gated at a cluster
+	// version (LogSettings, SetTakeoverPolicy, ForgetNode,
+	// ClaimIncarnation) while the cluster runs an older one, as in a
+	// rolling upgrade not yet finalized (ErrVersion).
+	GatedWhileMixed
 	numSwitches
 )
 
@@ -178,7 +212,9 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"enqueue-duplicate-key", "app-stale-epoch", "app-invalid-owner",
 	"act-on-revoking", "takeover-without-drain", "drain-ignores-lease",
 	"fenced-takeover-unfenced",
-	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring"}
+	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring",
+	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
+	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -216,7 +252,7 @@ var rules = [...]string{
 	"ledger JobComplete/JobFail: only at the shard's and the attempt's epoch (ErrStaleEpoch)",
 	"ledger JobComplete/JobFail: only while the ownership is valid (ErrNotOwner)",
 	"ledger JobComplete/JobFail: only for the current attempt (ErrWrongAttempt)",
-	"ledger JobComplete/JobFail: a finished job answers ErrJobFinished",
+	"ledger JobComplete/JobFail: a finished job is never finished again (ErrJobFinished)",
 	"ledger JobFail: the last allowed attempt's failure dead-letters the job",
 	"ledger JobEnqueue: a retained (shard, Key) returns the existing job (Duplicate)",
 	"ledger App: only at the shard's epoch (ErrStaleEpoch)",
@@ -229,6 +265,14 @@ var rules = [...]string{
 	"protocol rule 2 (v4): a renewal ack extends the lease only once the replica applied its commit index",
 	"protocol (v4): a new leader counts every node as seen at the bound from the voters' confirm records, no earlier",
 	"protocol (v4): no renewal is accepted between the decision to expire a node and seeing the expiry apply",
+	"S3: the control group acknowledges a command only once it is durable on a majority of the voters",
+	"L1: the planner grants every shard whose ownership is not valid (Unowned, expired or restarted owner)",
+	"L2: the planner revokes shards from nodes above their quota so that every eligible node reaches its quota",
+	"L3: a draining owner hands its shard over (Release/Transfer) as soon as it stopped acting, not after the takeover wait",
+	"ledger Session: a request id in the session table is answered with its first result, never applied again",
+	"ledger Session: a request id is bound to its command's kind and shard; another command under it is refused (ErrInvalid)",
+	"ledger ClusterConfig: the cluster version never goes down (ErrInvalid)",
+	"ledger: a command gated at a cluster version is refused while the cluster runs an older one (ErrVersion)",
 }
 
 // Rule describes the rule switch s disables.

@@ -15,6 +15,11 @@
 //     idempotency key while it is retained, at most one running attempt;
 //   - liveness: the node-record compare-and-sets (Heartbeat, ExpireNode,
 //     SetDraining);
+//   - sessions: a request id (Session) is applied at most once while the
+//     ledger remembers it — a retry is answered with the first result —
+//     and an id used for another command is refused (ErrInvalid);
+//   - upgrade: the cluster version never goes down, and no command gated
+//     at a cluster version is accepted while the cluster runs an older one;
 //   - contract: a probe (a command the caller knows the contract rejects)
 //     rejected with the documented sentinel.
 //
@@ -56,6 +61,24 @@ type Checker struct {
 	// record an accepted ForgetNode removed.
 	version   uint32
 	forgotten map[string]uint64
+	// sessions are the request ids applied so far (Session), in the
+	// order sessionSeq counts.
+	sessions   map[ledger.RequestID]sessionRec
+	sessionSeq uint64
+	// sessionNow is the latest proposer clock of any Session so far: the
+	// ledger forgets an id by age only once a Session's clock is a window
+	// past the id's.
+	sessionNow int64
+}
+
+// sessionRec is what the model remembers of a request id.
+type sessionRec struct {
+	index uint64
+	kind  ledger.Kind
+	shard uint32
+	now   int64
+	seq   uint64
+	job   uint64
 }
 
 // Fenced reports whether the accepted SetTakeoverPolicy commands so far
@@ -80,7 +103,7 @@ func (c *Checker) fencedTakeover(shard uint32) bool {
 func New(settings ledger.LedgerSettings, violate func(rule, msg string)) *Checker {
 	return &Checker{violate: violate, settings: settings, nodes: map[string]ledger.NodeRecord{},
 		shards: map[uint32]ledger.ShardRecord{}, jobs: map[uint64]ledger.JobRecord{}, keys: map[jobKey]uint64{},
-		owners: map[uint32]map[uint64]string{}}
+		owners: map[uint32]map[uint64]string{}, sessions: map[ledger.RequestID]sessionRec{}}
 }
 
 func (c *Checker) fail(rule string, index uint64, cmd ledger.Command, format string, args ...any) {
@@ -145,12 +168,20 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 		}
 		return
 	}
+	if g := gate(cmd); g > max(c.version, 1) && res.Err == nil {
+		c.fail("upgrade", index, cmd, "accepted at cluster version %d; it needs version %d", max(c.version, 1), g)
+	}
 	switch cmd := cmd.(type) {
+	case ledger.Session:
+		c.session(index, from, cmd, res)
 	case ledger.Heartbeat:
 		c.heartbeat(index, cmd, res)
 	case ledger.ClaimIncarnation:
 		c.claim(index, cmd, res)
 	case ledger.ClusterConfig:
+		if res.Err == nil && cmd.Version < c.version {
+			c.fail("upgrade", index, cmd, "accepted: the cluster version went down from %d to %d", c.version, cmd.Version)
+		}
 		if res.Err == nil {
 			c.version = max(c.version, cmd.Version)
 		}
@@ -279,6 +310,7 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 			return
 		}
 		c.settings.JobRetention, c.settings.MaxFinishedJobs, c.settings.DefaultMaxAttempts = cmd.JobRetention, cmd.MaxFinishedJobs, cmd.DefaultMaxAttempts
+		c.settings.SessionWindow, c.settings.MaxSessions = cmd.SessionWindow, cmd.MaxSessions
 	}
 }
 
@@ -537,3 +569,116 @@ func (c *Checker) Shard(id uint32) ledger.ShardRecord { return c.shard(id) }
 
 // Valid reports whether the model holds r's ownership valid.
 func (c *Checker) Valid(r ledger.ShardRecord) bool { return c.valid(r) }
+
+// gate is the cluster version a command needs (docs/upgrades.md); 0 for
+// the commands of version 1 and those the ledger does not gate itself.
+func gate(cmd ledger.Command) uint32 {
+	switch cmd.(type) {
+	case ledger.ClaimIncarnation:
+		return ledger.VersionDisklessMembers
+	case ledger.LogSettings:
+		return ledger.VersionLogSettings
+	case ledger.SetTakeoverPolicy:
+		return ledger.VersionFencedTakeover
+	case ledger.ForgetNode:
+		return ledger.VersionForgetNodes
+	}
+	return 0
+}
+
+// session checks a Session: while the ledger must still remember its
+// request id (well inside SessionWindow and MaxSessions), a second use is
+// answered from the table (Replayed, the first result's job) for the same
+// command, refused (ErrInvalid) for another; a first use applies its
+// command, which is checked like any other.
+func (c *Checker) session(index uint64, from string, cmd ledger.Session, res ledger.Result) {
+	inner := cmd.Command
+	switch inner.(type) {
+	case nil, ledger.Batch, ledger.Session:
+		return
+	}
+	if cmd.ID.IsZero() {
+		return
+	}
+	kind, shard, now := ledger.KindOf(inner), sessionShard(inner), sessionNow(inner)
+	c.sessionNow = max(c.sessionNow, now)
+	if prev, ok := c.sessions[cmd.ID]; ok && c.remembered(prev, now) {
+		switch {
+		case prev.kind != kind || prev.shard != shard:
+			if !errors.Is(res.Err, ledger.ErrInvalid) {
+				c.fail("sessions", index, cmd, "request id %s of a %s on shard %d (#%d) reused for a %s on shard %d: answered (replayed %v, %v), want %v",
+					cmd.ID, prev.kind, prev.shard, prev.index, kind, shard, res.Replayed, res.Err, ledger.ErrInvalid)
+			}
+		case !res.Replayed:
+			c.fail("sessions", index, cmd, "request id %s applied again (first at #%d): want the first result replayed", cmd.ID, prev.index)
+			c.Apply(index, from, inner, res)
+		case prev.job != 0 && res.Job.ID != prev.job:
+			c.fail("sessions", index, cmd, "request id %s replayed job %d, the first result was job %d", cmd.ID, res.Job.ID, prev.job)
+		}
+		return
+	}
+	if res.Replayed {
+		if _, ok := c.sessions[cmd.ID]; !ok {
+			c.fail("sessions", index, cmd, "replayed request id %s, which was never applied", cmd.ID)
+		}
+		return
+	}
+	c.Apply(index, from, inner, res)
+	c.sessionSeq++
+	c.sessions[cmd.ID] = sessionRec{index: index, kind: kind, shard: shard, now: now, seq: c.sessionSeq, job: res.Job.ID}
+}
+
+// remembered reports whether the ledger must still hold prev: no Session
+// so far (this one included) carried a proposer clock a window past
+// prev's (the ledger evicts by age with the clocks of the Sessions it
+// applies), and fewer than half of MaxSessions ids came after it.
+func (c *Checker) remembered(prev sessionRec, now int64) bool {
+	window, limit := c.settings.SessionWindow, uint64(c.settings.MaxSessions)
+	if window <= 0 || limit == 0 {
+		return false
+	}
+	return max(c.sessionNow, now)-prev.now < window && c.sessionSeq-prev.seq < limit/2
+}
+
+// sessionShard is the shard of a command a Session may wrap (0 for the
+// others, as the ledger records it).
+func sessionShard(cmd ledger.Command) uint32 {
+	switch c := cmd.(type) {
+	case ledger.Grant:
+		return c.Shard
+	case ledger.Revoke:
+		return c.Shard
+	case ledger.Release:
+		return c.Shard
+	case ledger.Transfer:
+		return c.Shard
+	case ledger.JobEnqueue:
+		return c.Shard
+	case ledger.JobStart:
+		return c.Shard
+	case ledger.JobComplete:
+		return c.Shard
+	case ledger.JobFail:
+		return c.Shard
+	case ledger.App:
+		return c.Shard
+	}
+	return 0
+}
+
+// sessionNow is the proposer's clock a Session's command carries.
+func sessionNow(cmd ledger.Command) int64 {
+	switch c := cmd.(type) {
+	case ledger.JobEnqueue:
+		return c.Now
+	case ledger.JobStart:
+		return c.Now
+	case ledger.JobComplete:
+		return c.Now
+	case ledger.JobFail:
+		return c.Now
+	case ledger.App:
+		return c.Now
+	}
+	return 0
+}
