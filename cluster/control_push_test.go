@@ -144,3 +144,54 @@ func TestControlPushCommitOnlyCommitted(t *testing.T) {
 		h.mem.Heal()
 	})
 }
+
+// refusingTransport answers every AppendEntries as a follower that lacks
+// the previous entry would, without sending it.
+type refusingTransport struct{ raft.Transport }
+
+func (refusingTransport) AppendEntries(_ raft.ServerID, _ raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	*resp = raft.AppendEntriesResponse{Term: args.Term, LastLog: args.PrevLogEntry - 1}
+	return nil
+}
+
+// A follower that keeps refusing a commit push (it lacks the entry: it is
+// behind) gets the push as an appended PushCommand instead, whose
+// replication carries the commit index.
+func TestControlPushCommitFallsBackToAnEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const commitTick = 2 * time.Second
+		h := newMemHarness(t, 1)
+		h.cfg = func(c *ControlConfig) {
+			c.CommitTimeout = commitTick
+			c.PushCommand = []byte("push")
+		}
+		defer h.closeAll()
+		for _, id := range []string{"n1", "n2", "n3"} {
+			h.start(id)
+		}
+		h.waitConfig(time.Minute, "n1:V n2:V n3:V")
+		leader := h.waitLeader(time.Minute)
+		h.waitApplied(time.Minute, nil)
+		synctest.Wait()
+		time.Sleep(3 * commitTick)
+		// Set before the push is signalled: the push loop reads it after
+		// receiving the signal.
+		leader.g.pushTrans = refusingTransport{leader.g.pushTrans}
+		t0 := time.Now()
+		h.apply(leader, "late", time.Minute)
+		leader.g.PushCommit()
+		for _, n := range h.running() {
+			waitFor(t, time.Minute, n.id+" applies late", func() bool {
+				return slices.Contains(n.fsm.entries(), "late")
+			})
+		}
+		if d := time.Since(t0); d >= commitTick/4 {
+			t.Fatalf("every replica applied the command %v after it was applied on the leader, want < %v (the entry push)", d, commitTick/4)
+		}
+		for _, n := range h.running() {
+			if !slices.Contains(n.fsm.entries(), "push") {
+				t.Errorf("%s's FSM did not apply the push command: %q", n.id, n.fsm.entries())
+			}
+		}
+	})
+}
