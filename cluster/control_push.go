@@ -20,21 +20,24 @@ import (
 //
 // A push is that idle send, made now: the leader sends every follower in
 // its Raft configuration (voters and non-voters) an AppendEntries of its
-// current term with no entries, whose previous entry is the newest entry
-// it has applied (so committed) and whose commit index is that entry's
-// index — exactly what its replication loop sends a follower that has
-// everything. A follower whose log holds that entry at that term holds
-// the leader's log up to it (Raft's log matching), so it may and does
-// commit and apply up to it; one that lacks it refuses and changes
-// nothing. The push appends nothing: no entry, no fsync on any node —
-// one round trip, then the follower applies.
+// current term with no entries, whose previous entry is the entry at its
+// commit index and whose commit index is that index — exactly what its
+// replication loop sends a follower that has everything. A follower
+// whose log holds that entry at that term holds the leader's log up to it
+// (Raft's log matching), so it may and does commit and apply up to it;
+// one that lacks it refuses and changes nothing. The push appends
+// nothing: no entry, no fsync on any node — one round trip, then the
+// follower applies. (The commit index, not raft's AppliedIndex: raft
+// counts an entry applied only after handing it to the FSM, so a caller
+// whose command has applied can still read an AppliedIndex below it, and
+// its push would miss the command.)
 //
 // When a follower answers that it lacks the entry (it is behind; the
 // entries it is still to receive will carry the commit index unless they
 // left the leader before it), and when this node has not yet established
 // its leadership (control_leader.go), the push appends
-// ControlConfig.PushCommand instead, as before cluster version 5's
-// release: a command the FSM applies as a no-op, whose replication
+// ControlConfig.PushCommand instead, as every push did before the
+// release that brings cluster version 5: a command the FSM applies as a no-op, whose replication
 // carries the commit index. (Not a Raft Barrier: the FSM never sees a
 // LogBarrier entry, so a replica's applied index would stay below the
 // log's last index until the next command, and anything that waits for
@@ -80,8 +83,7 @@ func (g *ControlGroup) pushLoop() {
 }
 
 // pushCommitIndex sends every follower an AppendEntries without entries
-// that carries the commit index of the newest entry this leader applied
-// (PushCommit). It returns false, having sent nothing, when it cannot
+// that carries this leader's commit index (PushCommit). It returns false, having sent nothing, when it cannot
 // vouch for the request: this node is not the established leader of its
 // current term, or the entry is no longer in its log. Answers arrive
 // later; a follower that lacked the entry asks for an entry push.
@@ -90,7 +92,7 @@ func (g *ControlGroup) pushCommitIndex() bool {
 	if g.established.Load() != term || g.raft.State() != raft.Leader {
 		return false
 	}
-	index := g.raft.AppliedIndex()
+	index := g.raft.CommitIndex()
 	var prev raft.Log
 	if index == 0 || g.cfg.LogStore.GetLog(index, &prev) != nil {
 		return false
