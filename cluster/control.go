@@ -147,6 +147,9 @@ type ControlGroup struct {
 	reconcileSig chan struct{}
 	bootstrapSig chan struct{}
 	pushSig      chan struct{} // PushCommit (control_push.go)
+	pushEntrySig chan struct{} // a follower missed a commit push: push an entry
+	pushTrans    raft.Transport
+	pushing      sync.Map // follower id → *atomic.Bool: a commit push to it is in flight
 
 	established  atomic.Uint64 // term of established leadership, 0 if none
 	confirms     *confirmLog   // lastConfirm per term (control_confirm.go)
@@ -201,6 +204,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		reconcileSig: make(chan struct{}, 1),
 		bootstrapSig: make(chan struct{}, 1),
 		pushSig:      make(chan struct{}, 1),
+		pushEntrySig: make(chan struct{}, 1),
 		left:         map[string]uint64{},
 		events:       newEventQueue(),
 		closing:      make(chan struct{}),
@@ -268,6 +272,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	// Log replication to an unreachable peer waits for it (raftwait.go), so
 	// a voter back from an outage is not left to raft's growing backoff.
 	wt := newWaitingTransport(g.trans, log, waitProbe, waitMax)
+	g.pushTrans = g.trans // commit pushes never wait (control_push.go)
 	g.trans, g.waitT = wt.raftTransport(), wt
 
 	hasState, err := raft.HasExistingState(cfg.LogStore, cfg.StableStore, cfg.SnapshotStore)

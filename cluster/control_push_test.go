@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // hashicorp/raft tells followers that an entry committed only with a later
@@ -80,12 +82,116 @@ func TestControlPushCommit(t *testing.T) {
 		if d := applyAndTime("pushed-again", true); d >= commitTick/4 {
 			t.Fatalf("every replica applied the second pushed command after %v, want < %v", d, commitTick/4)
 		}
-		// The push is a command every FSM applies (not a Barrier, which
-		// FSMs never see).
+		// The push appended nothing: it was the commit index alone, sent
+		// at once (a follower that has every entry needs no PushCommand).
 		for _, n := range h.running() {
-			if !slices.Contains(n.fsm.entries(), "push") {
-				t.Errorf("%s's FSM did not apply the push command: %q", n.id, n.fsm.entries())
+			if slices.Contains(n.fsm.entries(), "push") {
+				t.Errorf("%s's FSM applied a push command: %q; want the commit index pushed without an entry", n.id, n.fsm.entries())
 			}
 		}
+	})
+}
+
+// A commit push carries only what the leader knows is committed: a
+// follower that holds an entry the leader appended but could not commit
+// (no quorum acknowledged it) must not apply it after a push. The push
+// pushes the leader's commit index; pushing its last index instead would
+// make the follower apply an entry a later leader may overwrite.
+func TestControlPushCommitOnlyCommitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const commitTick = 2 * time.Second
+		h := newMemHarness(t, 1)
+		h.cfg = func(c *ControlConfig) {
+			c.CommitTimeout = commitTick
+			c.PushCommand = []byte("push")
+		}
+		defer h.closeAll()
+		for _, id := range []string{"n1", "n2", "n3"} {
+			h.start(id)
+		}
+		h.waitConfig(time.Minute, "n1:V n2:V n3:V")
+		leader := h.waitLeader(time.Minute)
+		h.waitApplied(time.Minute, nil)
+		synctest.Wait()
+		time.Sleep(3 * commitTick)
+		var others []*testNode
+		for _, n := range h.running() {
+			if n != leader {
+				others = append(others, n)
+			}
+		}
+		cut, holder := others[0], others[1]
+		// cut hears nothing from the leader and the leader nothing from it;
+		// holder gets the leader's entries but its answers are lost: the
+		// leader appends "x", holder stores it, no quorum acknowledges it.
+		h.mem.Cut(leader.addr, cut.addr)
+		h.mem.Cut(cut.addr, leader.addr)
+		h.mem.Cut(holder.addr, leader.addr)
+		before := holder.g.raft.LastIndex()
+		leader.g.raft.Apply([]byte("x"), 0) // never commits while the cuts last
+		waitFor(t, time.Second, holder.id+" stores the uncommitted entry", func() bool {
+			return holder.g.raft.LastIndex() > before
+		})
+		leader.g.PushCommit()
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		if leader.g.raft.State() != raft.Leader {
+			t.Fatalf("%s is no longer leader: the check ran too late (its leader lease is %v)", leader.id, TestControlConfig().LeaderLeaseTimeout)
+		}
+		if slices.Contains(holder.fsm.entries(), "x") {
+			t.Fatalf("%s applied an entry no quorum acknowledged after a commit push: %q", holder.id, holder.fsm.entries())
+		}
+		h.mem.Heal()
+	})
+}
+
+// refusingTransport answers every AppendEntries as a follower that lacks
+// the previous entry would, without sending it.
+type refusingTransport struct{ raft.Transport }
+
+func (refusingTransport) AppendEntries(_ raft.ServerID, _ raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	*resp = raft.AppendEntriesResponse{Term: args.Term, LastLog: args.PrevLogEntry - 1}
+	return nil
+}
+
+// A follower that keeps refusing a commit push (it lacks the entry: it is
+// behind) gets the push as an appended PushCommand instead, whose
+// replication carries the commit index.
+func TestControlPushCommitFallsBackToAnEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const commitTick = 2 * time.Second
+		h := newMemHarness(t, 1)
+		h.cfg = func(c *ControlConfig) {
+			c.CommitTimeout = commitTick
+			c.PushCommand = []byte("push")
+		}
+		defer h.closeAll()
+		for _, id := range []string{"n1", "n2", "n3"} {
+			h.start(id)
+		}
+		h.waitConfig(time.Minute, "n1:V n2:V n3:V")
+		leader := h.waitLeader(time.Minute)
+		h.waitApplied(time.Minute, nil)
+		synctest.Wait()
+		time.Sleep(3 * commitTick)
+		// Set before the push is signalled: the push loop reads it after
+		// receiving the signal.
+		leader.g.pushTrans = refusingTransport{leader.g.pushTrans}
+		t0 := time.Now()
+		h.apply(leader, "late", time.Minute)
+		leader.g.PushCommit()
+		for _, n := range h.running() {
+			waitFor(t, time.Minute, n.id+" applies late", func() bool {
+				return slices.Contains(n.fsm.entries(), "late")
+			})
+		}
+		if d := time.Since(t0); d >= commitTick/4 {
+			t.Fatalf("every replica applied the command %v after it was applied on the leader, want < %v (the entry push)", d, commitTick/4)
+		}
+		// The leader applies the push entry once it commits; the followers
+		// learn that commit only with the next commit index they get.
+		waitFor(t, commitTick/4, leader.id+" applies the push command", func() bool {
+			return slices.Contains(leader.fsm.entries(), "push")
+		})
 	})
 }

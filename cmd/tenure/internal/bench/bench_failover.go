@@ -47,6 +47,9 @@ type failoverOptions struct {
 	// fenced puts every partition under fenced takeover (bench_failover_fenced.go).
 	fenced      bool
 	fencedAfter time.Duration
+	// burn is how many CPU-burning processes run beside the cluster
+	// during the measured runs (bench_failover_phases.go).
+	burn int
 }
 
 func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error) {
@@ -65,6 +68,7 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
 	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
 	fs.DurationVar(&o.down, "down", 0, "restart mode: how long the killed agent stays down before it restarts (0: at once); then restart→acting is measured")
+	fs.IntVar(&o.burn, "burn", 0, "run this many CPU-burning processes (busy loops) beside the cluster during the measured runs, to measure under load")
 	fencedFlags(fs, &o)
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return o, err
@@ -97,6 +101,8 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 		return o, fmt.Errorf("bench failover: -down %v: want 0..10m", o.down)
 	case o.down > 0 && o.mode != "restart":
 		return o, fmt.Errorf("bench failover: -down %v needs -mode restart", o.down)
+	case o.burn < 0 || o.burn > maxBurners:
+		return o, fmt.Errorf("bench failover: -burn %d: want 0..%d", o.burn, maxBurners)
 	}
 	if o.tickSample < 0 {
 		o.tickSample = 0
@@ -161,6 +167,17 @@ type failoverSummary struct {
 	// and the witness counts the overlap); they are left out of the
 	// samples.
 	FencedEarly int `json:"fenced_early,omitempty"`
+	// Phases (drain mode): where the handoff gap went, per shard
+	// (bench_failover_phases.go).
+	Phases *phaseSummary `json:"phases,omitempty"`
+	// Burn is -burn; LoadAvgMin/Max the 1-minute load average seen at the
+	// start of each run; FsyncP50Ms/P99Ms a 4 KiB write+fsync every 20 ms
+	// in the agents' parent directory during the runs.
+	Burn       int     `json:"burn,omitempty"`
+	LoadAvgMin float64 `json:"load_avg_min"`
+	LoadAvgMax float64 `json:"load_avg_max"`
+	FsyncP50Ms float64 `json:"fsync_p50_ms"`
+	FsyncP99Ms float64 `json:"fsync_p99_ms"`
 }
 
 // agentWorkspace resolves what a benchmark that starts agent processes
@@ -250,11 +267,26 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 		s.Measured, s.DownMs = "restart→acting", o.down.Milliseconds()
 	}
 	var commits, restarts, drainCalls, leaderMs, otherMs []float64
+	var phases []handoffPhases
+	burn, err := startBurner(o.burn)
+	if err != nil {
+		return err
+	}
+	defer burn.stop()
+	probe, err := startFsyncProbe(c.dir)
+	if err != nil {
+		return err
+	}
+	defer probe.finish()
+	s.Burn, s.LoadAvgMin = o.burn, math.Inf(1)
 	for i := range o.runs {
+		load := loadAverage()
+		s.LoadAvgMin, s.LoadAvgMax = min(s.LoadAvgMin, load), max(s.LoadAvgMax, load)
 		r, err := c.oneRun(ctx, rec, rng)
 		if err != nil {
 			return fmt.Errorf("bench failover: run %d: %w", i+1, err)
 		}
+		phases = append(phases, r.phases...)
 		s.SamplesMs = append(s.SamplesMs, r.samples...)
 		if r.overlap {
 			s.Overlaps++
@@ -300,6 +332,8 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	slices.Sort(drainCalls)
 	s.DrainCallP50Ms = nearestRank(drainCalls, 0.5)
 	s.WitnessTicks, s.WitnessViolations = rec.check()
+	s.Phases = summarizePhases(phases)
+	s.FsyncP50Ms, s.FsyncP99Ms, _ = probe.finish()
 	if o.json {
 		b, err := json.Marshal(s)
 		if err != nil {
@@ -329,6 +363,11 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	if len(drainCalls) > 0 {
 		fmt.Fprintf(m.Stdout, "  POST /v1/drain returned after: p50 %.1f ms\n", s.DrainCallP50Ms)
 	}
+	if p := s.Phases; p != nil {
+		fmt.Fprintf(m.Stdout, "  gap by phase (%d shards), p50 / p99: commit %.1f / %.1f, replicate %.1f / %.1f, act %.1f / %.1f ms\n",
+			p.Samples, p.CommitP50Ms, p.CommitP99Ms, p.ReplicateP50Ms, p.ReplicateP99Ms, p.ActP50Ms, p.ActP99Ms)
+	}
+	fmt.Fprintf(m.Stdout, "  load average %.1f..%.1f (%d burners); fsync p50 %.2f, p99 %.2f ms\n", s.LoadAvgMin, s.LoadAvgMax, s.Burn, s.FsyncP50Ms, s.FsyncP99Ms)
 	if o.fenced {
 		fmt.Fprintf(m.Stdout, "  fenced: %d runs left out, their shard moved before the kill (a live owner taken for dead; the witness counts the overlaps)\n", s.FencedEarly)
 	}
@@ -881,6 +920,7 @@ type foRunResult struct {
 	commit    time.Duration
 	restart   time.Duration
 	drainCall time.Duration
+	phases    []handoffPhases // drain mode
 	overlap   bool
 	line      string
 	role      string // the victim's control-group role: leader, voter or member
@@ -1021,6 +1061,7 @@ func (c *foCluster) drainRun(ctx context.Context, rec *foRecorder, owner *foAgen
 			held = append(held, s)
 		}
 	}
+	leader := c.leaderAgent(ctx)
 	t0 := time.Now()
 	if err := c.post(ctx, owner, "/v1/drain?wait=60s"); err != nil {
 		return res, err
@@ -1057,6 +1098,12 @@ func (c *foCluster) drainRun(ctx context.Context, rec *foRecorder, owner *foAgen
 		}
 	}
 	res.samples, res.overlap = gaps, overlaps > 0
+	for _, s := range held {
+		first, last, _, _ := handoff(rec.shard(s.Shard), owner.id, s.Epoch)
+		if p, ok := c.phasesOf(ctx, leader, s.Shard, last, first); ok {
+			res.phases = append(res.phases, p)
+		}
+	}
 	sorted := slices.Clone(gaps)
 	slices.Sort(sorted)
 	res.line = fmt.Sprintf("drain %s (%d shards): POST took %.0f ms; handoff gap max %.1f ms, p50 %.1f ms; overlapping shards %d",

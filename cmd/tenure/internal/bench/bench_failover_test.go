@@ -21,6 +21,8 @@ func TestBenchFailoverBadFlags(t *testing.T) {
 		{[]string{"-runs", "0"}, "-runs 0"},
 		{[]string{"-partitions", "3"}, "-partitions 3"},
 		{[]string{"-tick", "0s"}, "-tick 0s"},
+		{[]string{"-burn", "65"}, "-burn 65"},
+		{[]string{"-burn", "-1"}, "-burn -1"},
 		{[]string{"extra"}, `"extra"`},
 	} {
 		_, stderr, err := run(t, append([]string{"bench", "failover"}, tc.args...)...)
@@ -101,5 +103,19 @@ func TestNearestRank(t *testing.T) {
 	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	if nearestRank(s, 0.5) != 5 || nearestRank(s, 0.99) != 10 || nearestRank(s, 0) != 1 || nearestRank(nil, 0.5) != 0 {
 		t.Error("nearestRank wrong")
+	}
+}
+
+func TestSummarizePhases(t *testing.T) {
+	if summarizePhases(nil) != nil {
+		t.Error("no phases: want no summary")
+	}
+	var ps []handoffPhases
+	for i := range 100 {
+		ps = append(ps, handoffPhases{CommitMs: float64(i), ReplicateMs: float64(100 + i), ActMs: float64(200 + i)})
+	}
+	s := summarizePhases(ps)
+	if s.Samples != 100 || s.CommitP50Ms != 49 || s.CommitP99Ms != 98 || s.ReplicateP50Ms != 149 || s.ActP99Ms != 298 {
+		t.Errorf("summary %+v", *s)
 	}
 }
