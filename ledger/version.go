@@ -24,8 +24,10 @@ const (
 	// VersionLogSettings) and the leader forgetting the records of nodes
 	// gone for good (ForgetNode; VersionForgetNodes): encoding and snapshot
 	// version 6; lease renewals off the log (VersionLeaseRenewals; no new
-	// command or encoding).
-	MaxClusterVersion uint32 = 4
+	// command or encoding). Version 5: the jobs API contract
+	// (VersionJobsAPI): the pending-jobs cap decided by the FSM and request
+	// ids bound to their request's body: encoding and snapshot version 7.
+	MaxClusterVersion uint32 = 5
 )
 
 // VersionLeaseRenewals is the cluster version from which nodes renew their

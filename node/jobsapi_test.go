@@ -1,0 +1,131 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// startMemTrio starts three nodes on one MemNetwork and waits until they
+// settled and the cluster runs ledger.VersionJobsAPI.
+func startMemTrio(t *testing.T, mod func(*Config)) []*Node {
+	t.Helper()
+	ctx := testCtx(t)
+	net := NewMemNetwork()
+	var nodes []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		nodes = append(nodes, startMem(t, net, id, func(c *Config) { c.Profile = ProfileFast; mod(c) }))
+	}
+	for _, n := range nodes {
+		if err := n.WaitSettled(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitTrue(ctx, func() bool {
+		for _, n := range nodes {
+			if !n.be.versionActive(ledger.VersionJobsAPI) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("cluster version %d never became active", ledger.VersionJobsAPI)
+	}
+	return nodes
+}
+
+// TestEnqueueCapExactAcrossNodes: with MaxPendingJobs 5, 30 concurrent
+// enqueues of new keys on one shard through three nodes create exactly 5
+// jobs; the others fail with ErrQueueFull. The ledger decides on the
+// committed state (cluster version 5), so no enqueue overshoots.
+func TestEnqueueCapExactAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts nodes")
+	}
+	const limit = 5
+	nodes := startMemTrio(t, func(c *Config) { c.MaxPendingJobs = limit })
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created, full := 0, 0
+	var other []error
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, c, err := nodes[i%3].Enqueue(ctx, JobSpec{Key: fmt.Sprintf("k%d", i), ShardKey: "tenant-1", Type: "t"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && c:
+				created++
+			case errors.Is(err, ErrQueueFull):
+				full++
+			default:
+				other = append(other, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(other) > 0 {
+		t.Fatalf("unexpected answers: %v", other)
+	}
+	if err := nodes[0].ReadBarrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shard := nodes[0].ShardFor("tenant-1")
+	pending := len(nodes[0].Jobs(JobQuery{Shards: []uint32{shard}, States: []JobState{JobPending}}))
+	if created != limit || full != 30-limit || pending != limit {
+		t.Fatalf("created %d, refused %d, pending %d: want exactly %d created and pending", created, full, pending, limit)
+	}
+	// A duplicate of an existing key is still answered on the full shard.
+	if _, c, err := nodes[1].Enqueue(ctx, JobSpec{Key: "k0", ShardKey: "tenant-1", Type: "t"}); err != nil && !errors.Is(err, ErrQueueFull) {
+		t.Fatal(err)
+	} else if err == nil && c {
+		t.Fatal("a duplicate created a job")
+	}
+}
+
+// TestEnqueueRequestID: an Enqueue retried with its request id through
+// another node answers the first try (created true, the same job), a
+// keyless one creates one job, and the id with another spec fails with
+// ErrRequestIDReused and creates nothing.
+func TestEnqueueRequestID(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts nodes")
+	}
+	nodes := startMemTrio(t, func(*Config) {})
+	ctx := testCtx(t)
+	id := NewRequestID()
+	spec := JobSpec{Type: "mail", Payload: []byte("hi"), RequestID: id}
+	j1, c1, err := nodes[0].Enqueue(ctx, spec)
+	if err != nil || !c1 {
+		t.Fatalf("first: %v created %v", err, c1)
+	}
+	j2, c2, err := nodes[2].Enqueue(ctx, spec)
+	if err != nil || !c2 || j2.ID != j1.ID {
+		t.Fatalf("retry: job %d created %v err %v, want job %d created", j2.ID, c2, err, j1.ID)
+	}
+	other := spec
+	other.Payload = []byte("bye")
+	if _, _, err := nodes[1].Enqueue(ctx, other); !errors.Is(err, ErrRequestIDReused) {
+		t.Fatalf("another body with the id: %v, want ErrRequestIDReused", err)
+	}
+	if err := nodes[1].ReadBarrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(nodes[1].Jobs(JobQuery{})); n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
+	}
+	// Another request (a fresh id) with the same key is a duplicate.
+	keyed := JobSpec{Key: "once", Type: "t"}
+	if _, c, err := nodes[0].Enqueue(ctx, keyed); err != nil || !c {
+		t.Fatal(err, c)
+	}
+	if _, c, err := nodes[1].Enqueue(ctx, keyed); err != nil || c {
+		t.Fatalf("a second request with the key: created %v err %v", c, err)
+	}
+}
