@@ -506,10 +506,9 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set(HeaderIdempotencyKey, r.Header.Get(HeaderIdempotencyKey))
 		}
 		job, created, err = rb.EnqueueJobID(r.Context(), req, id)
-	case keyed:
-		writeNodeError(w, fmt.Errorf("%w: Idempotency-Key", ErrNotImplemented))
-		return
 	default:
+		// A backend without request ids ignores the key and does not echo
+		// it: a client then does not retry keyless enqueues.
 		job, created, err = h.node.EnqueueJob(r.Context(), req)
 	}
 	if err != nil {

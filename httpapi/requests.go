@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 )
@@ -32,10 +33,10 @@ func RequestIDFromKey(key string) [16]byte {
 
 // ParseIdempotencyKey checks an Idempotency-Key header value: a structured
 // field string ("…", as the draft writes it) or a bare token, 1 to
-// MaxIdempotencyKeyLen bytes of printable ASCII. It returns the key without
+// MaxIdempotencyKeyLen bytes of printable ASCII without quotes. It returns the key without
 // its quotes.
 func ParseIdempotencyKey(v string) (string, error) {
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+	if strings.HasPrefix(v, `"`) {
 		s, err := strconv.Unquote(v)
 		if err != nil {
 			return "", fmt.Errorf("Idempotency-Key %.40q: not a valid quoted string", v)
@@ -46,8 +47,8 @@ func ParseIdempotencyKey(v string) (string, error) {
 		return "", fmt.Errorf("Idempotency-Key of %d bytes: want 1 to %d", len(v), MaxIdempotencyKeyLen)
 	}
 	for i := 0; i < len(v); i++ {
-		if v[i] < 0x20 || v[i] > 0x7e {
-			return "", fmt.Errorf("Idempotency-Key: byte %d is not printable ASCII", i)
+		if v[i] < 0x20 || v[i] > 0x7e || v[i] == '"' {
+			return "", fmt.Errorf("Idempotency-Key: byte %d is not printable ASCII (or is a quote)", i)
 		}
 	}
 	return v, nil

@@ -47,65 +47,37 @@ var (
 // Digest is what a session entry remembers of its request's body.
 type Digest [16]byte
 
-// RequestDigest is the digest of what a request id stands for: the wrapped
-// command's kind and its body, without the proposer's clock (Now) and
-// without JobEnqueue.MaxPending (the proposing node's setting, not the
-// client's request). Two tries of one request have the same digest
-// whichever node proposes them.
+// RequestDigest is the digest of what a request id stands for: the body of
+// a JobEnqueue or App (what clients send), without the proposer's clock
+// (Now), App's fencing epoch (a retry may carry a newer token) and
+// JobEnqueue.MaxPending (the proposing node's setting,
+// not the client's request); two tries of one request have the same digest
+// whichever node proposes them. Other commands have the zero digest: only
+// their kind and shard are compared, as before version 5.
 func RequestDigest(c Command) Digest {
-	h := sha256.New()
 	var b []byte
-	str := func(s string) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
+	str := func(s []byte) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
-	u(uint64(KindOf(c)))
 	switch c := c.(type) {
 	case JobEnqueue:
+		u(uint64(KindJobEnqueue))
 		u(uint64(c.Shard))
-		str(c.Key)
-		str(c.Type)
-		str(string(c.Payload))
+		str([]byte(c.Key))
+		str([]byte(c.Type))
+		str(c.Payload)
 		u(uint64(c.MaxAttempts))
 	case App:
+		u(uint64(KindApp))
 		u(uint64(c.Shard))
-		u(c.Epoch)
-		str(c.Type)
-		str(string(c.Payload))
+		str([]byte(c.Type))
+		str(c.Payload)
 	default:
-		// Other commands are proposed by nodes, not by clients: a copy of
-		// the command without its clock is its body.
-		z := zeroNow(c)
-		enc, err := Encode(z)
-		if err == nil {
-			str(string(enc))
-		}
+		return Digest{}
 	}
-	h.Write(b)
+	sum := sha256.Sum256(b)
 	var d Digest
-	copy(d[:], h.Sum(nil))
+	copy(d[:], sum[:])
 	return d
-}
-
-// zeroNow returns c with its proposer clock zeroed, for the commands whose
-// Now a retry refreshes.
-func zeroNow(c Command) Command {
-	switch c := c.(type) {
-	case JobStart:
-		c.Now = 0
-		return c
-	case JobComplete:
-		c.Now = 0
-		return c
-	case JobFail:
-		c.Now = 0
-		return c
-	case Release:
-		c.Now = 0
-		return c
-	case SetDraining:
-		c.Now = 0
-		return c
-	}
-	return c
 }
 
 // queueFull reports whether shard already holds max pending jobs (max 0:
