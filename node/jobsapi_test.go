@@ -1,10 +1,13 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tenurehq/tenure/ledger"
 )
@@ -128,4 +131,59 @@ func TestEnqueueRequestID(t *testing.T) {
 	if _, c, err := nodes[1].Enqueue(ctx, keyed); err != nil || c {
 		t.Fatalf("a second request with the key: created %v err %v", c, err)
 	}
+}
+
+// BenchmarkReadBarrier measures Node.ReadBarrier on a follower of three
+// MemNetwork voters (in-process networks, in-memory logs) beside a keyed
+// Enqueue through the same follower (a commit): the barrier costs a round
+// trip to the leader and a quorum confirm round, no log entry.
+func BenchmarkReadBarrier(b *testing.B) {
+	ctx := context.Background()
+	net := NewMemNetwork()
+	var nodes []*Node
+	for _, id := range []string{"a", "b", "c"} {
+		cfg := memConfig(net, id)
+		cfg.Profile = ProfileFast
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		n, err := Start(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer n.Close(context.Background())
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		if err := n.WaitSettled(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var follower *Node
+	deadline := time.Now().Add(30 * time.Second)
+	for follower == nil || !follower.be.versionActive(ledger.VersionJobsAPI) {
+		if time.Now().After(deadline) {
+			b.Fatal("no follower at cluster version 5")
+		}
+		for _, n := range nodes {
+			if l := n.Status().ControlLeader; l != "" && l != n.ID() {
+				follower = n
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, with the deadline above
+	}
+	b.Run("barrier", func(b *testing.B) {
+		for b.Loop() {
+			if err := follower.ReadBarrier(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("enqueue", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			if _, _, err := follower.Enqueue(ctx, JobSpec{Key: fmt.Sprintf("bench-%d", i), Type: "t"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
