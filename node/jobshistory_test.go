@@ -186,6 +186,14 @@ var jobsModel = porcupine.NondeterministicModel{
 	},
 }
 
+// What a run of TestJobsAPIHistoryLinearizable must hold to be judged.
+const (
+	minEnqueues  = 200
+	minCompletes = 20
+	minReads     = 20
+	minFaults    = 3
+)
+
 // history records operations with times from one monotonic origin.
 type history struct {
 	mu    sync.Mutex
@@ -271,7 +279,10 @@ func TestJobsAPIHistoryLinearizable(t *testing.T) {
 	t.Logf("seed %d (TENURE_HISTORY_SEED=%d reproduces the fault pattern, not the interleaving), %v of operations", seed, seed, run)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
-	ctx := testCtx(t)
+	// The run lasts `run`, longer (up to 3×) until enough happened to
+	// judge on a loaded machine.
+	ctx, cancelAll := context.WithTimeout(context.Background(), 3*run+2*time.Minute)
+	defer cancelAll()
 	net := NewMemNetwork()
 	net.Raft = cluster.NewRaftMemNetwork(int64(seed))
 	mod := func(c *Config) {
@@ -295,7 +306,7 @@ func TestJobsAPIHistoryLinearizable(t *testing.T) {
 	}
 
 	h := &history{start: time.Now()}
-	runCtx, stopRun := context.WithTimeout(ctx, run)
+	runCtx, stopRun := context.WithTimeout(ctx, 3*run)
 	defer stopRun()
 	var wg sync.WaitGroup
 
@@ -463,7 +474,20 @@ func TestJobsAPIHistoryLinearizable(t *testing.T) {
 
 	// Faults: pause or crash the leader, slow a follower.
 	faults := 0
+	enough := func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		n := map[histKind]int{}
+		for _, op := range h.ops {
+			n[op.Input.(histIn).kind]++
+		}
+		return n[histEnqueue] >= minEnqueues && n[histComplete] >= minCompletes && n[histRead] >= minReads && faults >= minFaults
+	}
 	for runCtx.Err() == nil {
+		if time.Since(h.start) >= run && enough() {
+			stopRun()
+			break
+		}
 		select {
 		case <-runCtx.Done():
 			continue
@@ -553,8 +577,9 @@ func TestJobsAPIHistoryLinearizable(t *testing.T) {
 	}
 	t.Logf("%d operations (%d enqueues, %d starts, %d completes, %d consistent reads; %d unknown), %d faults",
 		len(ops), counts[histEnqueue], counts[histStart], counts[histComplete], counts[histRead], unknown, faults)
-	if counts[histEnqueue] < 100 || counts[histComplete] < 10 || faults < 3 {
-		t.Fatalf("seed %d: too little happened to judge", seed)
+	if counts[histEnqueue] < minEnqueues || counts[histComplete] < minCompletes || counts[histRead] < minReads || faults < minFaults {
+		t.Fatalf("seed %d: too little happened to judge in %v (want ≥ %d enqueues, %d completes, %d consistent reads, %d faults)",
+			seed, 3*run, minEnqueues, minCompletes, minReads, minFaults)
 	}
 	res, info := porcupine.CheckOperationsVerbose(jobsModel.ToModel(), ops, time.Minute)
 	switch res {
