@@ -187,3 +187,71 @@ func BenchmarkReadBarrier(b *testing.B) {
 		}
 	})
 }
+
+// TestJobsAPIGatedByClusterVersion: in a cluster whose binaries speak
+// version 4 at most, no enqueue carries the cap (encoding version 7), the
+// cap is still enforced on the replica, and ReadBarrier answers
+// ErrUnsupported; at version 5 every capped enqueue carries it.
+func TestJobsAPIGatedByClusterVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts nodes")
+	}
+	for _, v := range []uint32{ledger.VersionJobsAPI - 1, ledger.VersionJobsAPI} {
+		t.Run(fmt.Sprintf("version%d", v), func(t *testing.T) {
+			ctx := testCtx(t)
+			net := NewMemNetwork()
+			var mu sync.Mutex
+			capped, uncapped := 0, 0
+			net.OnApply = func(_ string, _ uint64, _ uint64, c ledger.Command, _ ledger.Result) {
+				if e, ok := ledger.Unwrap(c).(ledger.JobEnqueue); ok {
+					mu.Lock()
+					if e.MaxPending != 0 {
+						capped++
+					} else {
+						uncapped++
+					}
+					mu.Unlock()
+				}
+			}
+			mod := func(c *Config) { c.Profile, c.MaxPendingJobs, c.speakMax = ProfileFast, 2, v }
+			nodes := []*Node{startMem(t, net, "a", mod), startMem(t, net, "b", mod)}
+			for _, n := range nodes {
+				if err := n.WaitSettled(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !waitTrue(ctx, func() bool {
+				st := nodes[1].be.(*netBackend).fsm.State()
+				return st.Cluster().Name != "" && st.ActiveVersion() == v
+			}) {
+				t.Fatalf("cluster never ran version %d", v)
+			}
+			for i := range 2 {
+				if _, created, err := nodes[i].Enqueue(ctx, JobSpec{Key: fmt.Sprint("g", i), ShardKey: "t", Type: "t"}); err != nil || !created {
+					t.Fatal(created, err)
+				}
+			}
+			if err := nodes[1].ReadBarrier(ctx); (err == nil) != (v >= ledger.VersionJobsAPI) || (err != nil && !errors.Is(err, ErrUnsupported)) {
+				t.Fatalf("ReadBarrier at version %d: %v", v, err)
+			}
+			if !waitTrue(ctx, func() bool { return len(nodes[1].Jobs(JobQuery{})) == 2 }) {
+				t.Fatal("the second node never saw both jobs")
+			}
+			if _, _, err := nodes[1].Enqueue(ctx, JobSpec{Key: "g2", ShardKey: "t", Type: "t"}); !errors.Is(err, ErrQueueFull) {
+				t.Fatalf("third pending job with cap 2: %v", err)
+			}
+			if _, created, err := nodes[1].Enqueue(ctx, JobSpec{Key: "g0", ShardKey: "t", Type: "t"}); err != nil || created {
+				t.Fatalf("duplicate on the full shard: %v %v", created, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("version %d: applied enqueues with the cap %d, without %d", v, capped, uncapped)
+			if v < ledger.VersionJobsAPI && capped > 0 {
+				t.Fatalf("version %d: %d applied enqueues carried the cap (encoding version 7)", v, capped)
+			}
+			if v >= ledger.VersionJobsAPI && (capped == 0 || uncapped > 0) {
+				t.Fatalf("version %d: %d applied enqueues carried the cap, %d did not", v, capped, uncapped)
+			}
+		})
+	}
+}
