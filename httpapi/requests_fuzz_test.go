@@ -27,7 +27,8 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 				t.Fatalf("accepted %q with byte %#x", v, k[i])
 			}
 		}
-		if httpapi.RequestIDFromKey(k) != httpapi.RequestIDFromKey(k) {
+		again := string([]byte(k)) // another string with the same bytes
+		if httpapi.RequestIDFromKey(k) != httpapi.RequestIDFromKey(again) {
 			t.Fatal("the id of a key changed")
 		}
 	})
