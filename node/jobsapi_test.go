@@ -123,6 +123,22 @@ func TestEnqueueRequestID(t *testing.T) {
 	if n := len(nodes[1].Jobs(JobQuery{})); n != 1 {
 		t.Fatalf("%d jobs, want 1", n)
 	}
+	// A member that never votes retries through the leader too, and its
+	// read barrier asks the leader.
+	member := startMem(t, nodes[0].cfg.Network, "m", func(c *Config) { c.Profile, c.Voter = ProfileFast, VoterNever })
+	if err := member.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j3, c3, err := member.Enqueue(ctx, spec)
+	if err != nil || !c3 || j3.ID != j1.ID {
+		t.Fatalf("retry through a member: job %d created %v err %v, want job %d created", j3.ID, c3, err, j1.ID)
+	}
+	if err := member.ReadBarrier(ctx); err != nil {
+		t.Fatalf("member's read barrier: %v", err)
+	}
+	if n := len(member.Jobs(JobQuery{})); n != 1 {
+		t.Fatalf("member: %d jobs after the barrier, want 1", n)
+	}
 	// Another request (a fresh id) with the same key is a duplicate.
 	keyed := JobSpec{Key: "once", Type: "t"}
 	if _, c, err := nodes[0].Enqueue(ctx, keyed); err != nil || !c {
