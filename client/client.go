@@ -17,7 +17,9 @@ package client
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +29,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
@@ -90,6 +93,10 @@ type Client struct {
 	hc      *http.Client
 	retries int
 	backoff time.Duration
+	// keysHonoured is set once the server echoed an Idempotency-Key: it
+	// deduplicates retries by request id (cluster version 5 servers), so
+	// keyless enqueues may be retried too.
+	keysHonoured *atomic.Bool
 }
 
 // New returns a client of the API at addr: host:port, http://host:port or
@@ -117,7 +124,7 @@ func New(addr string, o Options) (*Client, error) {
 			return nil, fmt.Errorf("client: token: %v", err)
 		}
 	}
-	c := &Client{base: u, token: o.Token, hc: o.HTTPClient, retries: o.Retries, backoff: o.Backoff}
+	c := &Client{base: u, token: o.Token, hc: o.HTTPClient, retries: o.Retries, backoff: o.Backoff, keysHonoured: new(atomic.Bool)}
 	if c.hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		if o.TLSConfig != nil {
@@ -214,18 +221,72 @@ func (c *Client) Moves(ctx context.Context, limit int) ([]Move, error) {
 	return v, err
 }
 
+// EnqueueOption modifies one EnqueueJob call.
+type EnqueueOption func(*enqueueOptions)
+
+type enqueueOptions struct{ key string }
+
+// WithIdempotencyKey sends key as the call's Idempotency-Key (1 to 255
+// printable ASCII bytes; a UUIDv4 is a good one) instead of a generated
+// one: use it to retry a logical request across calls, processes or
+// restarts. Within the server's session window every call with key
+// answers the first one's result; the key with another body fails with
+// ErrKeyReused (422).
+func WithIdempotencyKey(key string) EnqueueOption {
+	return func(o *enqueueOptions) { o.key = key }
+}
+
+// NewIdempotencyKey returns a random key (128 bits from crypto/rand, hex).
+func NewIdempotencyKey() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand.Read panics rather than return an error)
+	return hex.EncodeToString(b[:])
+}
+
 // EnqueueJob is POST /v1/jobs. created is false when the idempotency key
-// matched a job already there, which is returned. With a key the call is
-// idempotent and retried; without one it is sent once.
-func (c *Client) EnqueueJob(ctx context.Context, req JobRequest) (job Job, created bool, err error) {
-	code, err := c.do(ctx, http.MethodPost, "/v1/jobs", nil, req, &job, req.Key != "")
+// matched a job already there, which is returned. Every call carries an
+// Idempotency-Key — WithIdempotencyKey's, or one generated for this call —
+// and its retries reuse it, so a server of cluster version 5 answers a
+// retry with the first try's result: created is true only for the request
+// that created the job, and a job without Key is created once. The call
+// is retried when it has a Key (a duplicate is harmless everywhere) or
+// once the server has shown it honours the header; otherwise it is sent
+// once (a server of an older release ignores the header).
+func (c *Client) EnqueueJob(ctx context.Context, req JobRequest, opts ...EnqueueOption) (job Job, created bool, err error) {
+	var o enqueueOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.key == "" {
+		o.key = NewIdempotencyKey()
+	}
+	reqHdr := http.Header{apitypes.HeaderIdempotencyKey: {o.key}}
+	var hdr http.Header
+	retry := req.Key != "" || c.keysHonoured.Load()
+	code, err := c.sendH(ctx, http.MethodPost, "/v1/jobs", nil, req, &job, retry, reqHdr, &hdr)
+	if hdr.Get(apitypes.HeaderIdempotencyKey) != "" {
+		c.keysHonoured.Store(true)
+	}
 	return job, code == http.StatusCreated, err
 }
 
+// ReadOption modifies one read.
+type ReadOption func(q url.Values)
+
+// Consistent makes a read linearizable: the server waits until its replica
+// applied every write committed before the request (a read barrier,
+// ?consistent=true; cluster version 5) before it answers. Without it a
+// read is the server's replica as it is, which may lag (docs/jobs.md).
+func Consistent() ReadOption { return func(q url.Values) { q.Set("consistent", "true") } }
+
 // Job is GET /v1/jobs/{id}.
-func (c *Client) Job(ctx context.Context, id string) (Job, error) {
+func (c *Client) Job(ctx context.Context, id string, opts ...ReadOption) (Job, error) {
 	var v Job
-	_, err := c.get(ctx, "/v1/jobs/"+url.PathEscape(id), nil, &v)
+	q := url.Values{}
+	for _, f := range opts {
+		f(q)
+	}
+	_, err := c.get(ctx, "/v1/jobs/"+url.PathEscape(id), q, &v)
 	return v, err
 }
 
@@ -237,6 +298,8 @@ type JobFilter struct {
 	// is the previous page's Next.
 	Limit int
 	After string
+	// Consistent asks for a linearizable page (see Consistent).
+	Consistent bool
 }
 
 // Jobs is GET /v1/jobs: one page, sorted by id; its Next, when set, is the
@@ -254,6 +317,9 @@ func (c *Client) Jobs(ctx context.Context, f JobFilter) (JobList, error) {
 	}
 	if f.After != "" {
 		q.Set("after", f.After)
+	}
+	if f.Consistent {
+		q.Set("consistent", "true")
 	}
 	var v JobList
 	_, err := c.get(ctx, "/v1/jobs", q, &v)
@@ -422,6 +488,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 }
 
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, body, out any, idempotent bool, hdr *http.Header, okCodes ...int) (int, error) {
+	return c.sendH(ctx, method, path, q, body, out, idempotent, nil, hdr, okCodes...)
+}
+
+// sendH is send with request headers reqHdr, the same on every retry.
+func (c *Client) sendH(ctx context.Context, method, path string, q url.Values, body, out any, idempotent bool, reqHdr http.Header, hdr *http.Header, okCodes ...int) (int, error) {
 	var payload []byte
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -439,7 +510,7 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	}
 	delay := c.backoff
 	for i := 0; ; i++ {
-		code, err := c.once(ctx, method, &u, payload, out, hdr, okCodes)
+		code, err := c.once(ctx, method, &u, payload, out, reqHdr, hdr, okCodes)
 		if err == nil || i+1 >= attempts || !retryable(err) || ctx.Err() != nil {
 			return code, err
 		}
@@ -459,7 +530,7 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	}
 }
 
-func (c *Client) once(ctx context.Context, method string, u *url.URL, payload []byte, out any, hdr *http.Header, okCodes []int) (int, error) {
+func (c *Client) once(ctx context.Context, method string, u *url.URL, payload []byte, out any, reqHdr http.Header, hdr *http.Header, okCodes []int) (int, error) {
 	var r io.Reader
 	if payload != nil {
 		r = bytes.NewReader(payload)
@@ -471,6 +542,9 @@ func (c *Client) once(ctx context.Context, method string, u *url.URL, payload []
 	req.Header.Set("Accept", "application/json")
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, vs := range reqHdr {
+		req.Header[k] = vs
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)

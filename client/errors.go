@@ -31,6 +31,9 @@ var (
 	// ErrQueueFull: 429, the job's shard holds its cap of pending jobs;
 	// retry after APIError.RetryAfter.
 	ErrQueueFull = errors.New("tenure: too many pending jobs")
+	// ErrKeyReused: 422, the Idempotency-Key was used for another request
+	// body within the server's session window. Nothing was enqueued.
+	ErrKeyReused = errors.New("tenure: idempotency key reused with another request")
 	// ErrUnavailable: 503, the node has no quorum or is closing (retried
 	// for idempotent calls), or is still joining.
 	ErrUnavailable = errors.New("tenure: unavailable")
@@ -86,6 +89,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusRequestEntityTooLarge
 	case ErrQueueFull:
 		return e.Status == http.StatusTooManyRequests || e.Code == "queue_full"
+	case ErrKeyReused:
+		return e.Status == http.StatusUnprocessableEntity && e.Code == "idempotency_key_reused"
 	case ErrUnavailable:
 		return e.Status == http.StatusServiceUnavailable
 	case ErrTimeout:

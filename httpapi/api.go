@@ -493,7 +493,24 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
 		writeErrorCode(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(`"payload" is %d bytes: at most %d`, len(req.Payload), ledger.DefaultMaxPayload))
 		return
 	}
-	job, created, err := h.node.EnqueueJob(r.Context(), req)
+	id, keyed, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	var job apitypes.Job
+	var created bool
+	var err error
+	switch rb, can := h.node.(RequestBackend); {
+	case can:
+		if keyed {
+			w.Header().Set(HeaderIdempotencyKey, r.Header.Get(HeaderIdempotencyKey))
+		}
+		job, created, err = rb.EnqueueJobID(r.Context(), req, id)
+	default:
+		// A backend without request ids ignores the key and does not echo
+		// it: a client then does not retry keyless enqueues.
+		job, created, err = h.node.EnqueueJob(r.Context(), req)
+	}
 	if err != nil {
 		if errors.Is(err, ErrQueueFull) && h.metrics != nil {
 			h.metrics.queueFull.Inc()
@@ -510,6 +527,9 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
+	if !h.readBarrier(w, r) {
+		return
+	}
 	id := r.PathValue("id")
 	j, ok := h.node.Job(id)
 	if !ok {
@@ -550,6 +570,9 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		after = n
+	}
+	if !h.readBarrier(w, r) {
+		return
 	}
 	// Count every state of the shard filter, then page the state's jobs
 	// by id.
@@ -696,6 +719,9 @@ func writeNodeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrQueueFull):
 		w.Header().Set("Retry-After", "1")
 		writeErrorCode(w, http.StatusTooManyRequests, "queue_full", err.Error())
+		return
+	case errors.Is(err, ErrRequestIDReused):
+		writeErrorCode(w, http.StatusUnprocessableEntity, "idempotency_key_reused", err.Error())
 		return
 	case errors.Is(err, ErrBadInput):
 		code = http.StatusBadRequest

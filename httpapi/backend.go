@@ -49,6 +49,21 @@ type Backend interface {
 	Subscribe() (events <-chan OwnershipEvent, cancel func())
 }
 
+// RequestBackend is the optional part of a Backend that takes request ids
+// and read barriers (cluster version 5; docs/api.md, "Idempotency keys"
+// and "Consistent reads"). Without it an Idempotency-Key or
+// ?consistent=true answers 501.
+type RequestBackend interface {
+	// EnqueueJobID is EnqueueJob carrying request id: a retry with the
+	// same id answers the first try's result (created true for the
+	// creating request); the id with another body fails with
+	// ErrRequestIDReused.
+	EnqueueJobID(ctx context.Context, req apitypes.JobRequest, id [16]byte) (job apitypes.Job, created bool, err error)
+	// ReadBarrier returns once the node's replica applied every write
+	// committed before the call.
+	ReadBarrier(ctx context.Context) error
+}
+
 // KeyringBackend is the optional part of a Backend that manages its gossip
 // keyring; without it /v1/keyring answers 501.
 type KeyringBackend interface {
@@ -102,6 +117,9 @@ var (
 	ErrBadInput    = errors.New("tenure: bad input")
 	// ErrQueueFull: the job's shard holds its cap of pending jobs (429).
 	ErrQueueFull = errors.New("tenure: too many pending jobs")
+	// ErrRequestIDReused: the Idempotency-Key was used for another request
+	// body within the session window (422).
+	ErrRequestIDReused = errors.New("tenure: idempotency key reused with another request")
 	// ErrNotImplemented: the node cannot do this (501).
 	ErrNotImplemented = errors.New("tenure: not supported by this node")
 	// ErrNoEligibleNode: Drain returns it (wrapped) when the node still

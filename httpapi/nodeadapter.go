@@ -181,6 +181,10 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, node.ErrQueueFull):
 		return fmt.Errorf("%w: %w", ErrQueueFull, err)
+	case errors.Is(err, node.ErrRequestIDReused):
+		return fmt.Errorf("%w: %w", ErrRequestIDReused, err)
+	case errors.Is(err, node.ErrUnsupported):
+		return fmt.Errorf("%w: %w", ErrNotImplemented, err)
 	case errors.Is(err, node.ErrInvalid), errors.Is(err, node.ErrInvalidConfig), errors.Is(err, node.ErrUnknownType):
 		return fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
@@ -188,8 +192,14 @@ func classify(err error) error {
 }
 
 func (a *nodeAdapter) EnqueueJob(ctx context.Context, req apitypes.JobRequest) (apitypes.Job, bool, error) {
+	return a.EnqueueJobID(ctx, req, [16]byte{})
+}
+
+// EnqueueJobID implements RequestBackend (a zero id: the node draws one).
+func (a *nodeAdapter) EnqueueJobID(ctx context.Context, req apitypes.JobRequest, id [16]byte) (apitypes.Job, bool, error) {
 	j, created, err := a.n.Enqueue(ctx, node.JobSpec{
 		Key: req.Key, ShardKey: req.ShardKey, Type: req.Type, Payload: []byte(req.Payload), MaxAttempts: int(req.MaxAttempts),
+		RequestID: node.RequestID(id),
 	})
 	if err != nil {
 		return apitypes.Job{}, false, classify(err)
@@ -216,6 +226,11 @@ func rawJSON(b []byte) []byte {
 		return b
 	}
 	return []byte(strconv.Quote(string(b)))
+}
+
+// ReadBarrier implements RequestBackend.
+func (a *nodeAdapter) ReadBarrier(ctx context.Context) error {
+	return classify(a.n.ReadBarrier(ctx))
 }
 
 func (a *nodeAdapter) Job(id string) (apitypes.Job, bool) {

@@ -129,6 +129,11 @@ type JobEnqueue struct {
 	Payload     []byte
 	MaxAttempts uint32
 	Now         int64
+	// MaxPending is the proposer's cap on the shard's pending jobs (0:
+	// none; encoding version 7, cluster version 5): a new job is refused
+	// with ErrQueueFull while the shard holds that many. A duplicate key is
+	// still answered.
+	MaxPending uint32
 }
 
 // JobStart starts the next attempt of a job. Accepted only from the shard's

@@ -21,8 +21,9 @@ import (
 // ClaimIncarnation; version 6 SetTakeoverPolicy, LogSettings and ForgetNode. Encode
 // writes the oldest version that can express the command (version 1 for
 // everything else), so nodes of the previous release keep reading it;
-// Decode reads versions 1 to 6.
-const Version byte = 6
+// Version 7 (cluster version 5) JobEnqueue.MaxPending.
+// Decode reads versions 1 to 7.
+const Version byte = 7
 
 // minVersion is the oldest version Decode reads.
 const minVersion byte = 1
@@ -48,6 +49,10 @@ func versionFor(c Command) byte {
 		return 5
 	case ForgetNode:
 		return 6
+	case JobEnqueue:
+		if c.MaxPending != 0 {
+			return encodingJobsAPI
+		}
 	case SetTakeoverPolicy:
 		return encodingFencedTakeover
 	case LogSettings:
@@ -330,6 +335,9 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.bytes(c.Payload)
 		w.u(uint64(c.MaxAttempts))
 		w.i(c.Now)
+		if w.ver >= encodingJobsAPI {
+			w.u(uint64(c.MaxPending))
+		}
 	case JobStart:
 		if err := checkStrs("owner", c.Owner); err != nil {
 			return err
@@ -549,8 +557,12 @@ func decodeBody(r *reader, inBatch bool) Command {
 		return Transfer{Shard: r.u32(), Epoch: r.u(), From: r.str(), To: r.str(), ToIncarnation: r.u(),
 			ToLiveness: r.u(), Now: r.i(), Reason: r.str()}
 	case KindJobEnqueue:
-		return JobEnqueue{Shard: r.u32(), Key: r.str(), Type: r.str(), Payload: r.bytes(),
+		c := JobEnqueue{Shard: r.u32(), Key: r.str(), Type: r.str(), Payload: r.bytes(),
 			MaxAttempts: r.u32(), Now: r.i()}
+		if r.ver >= encodingJobsAPI {
+			c.MaxPending = r.u32()
+		}
+		return c
 	case KindJobStart:
 		return JobStart{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Job: r.u(), Attempt: r.u32(),
 			Timeout: r.i(), Now: r.i()}

@@ -633,6 +633,9 @@ func (f *FSM) jobEnqueue(c JobEnqueue) Result {
 			return Result{Job: j, Duplicate: true}
 		}
 	}
+	if f.st.queueFull(c.Shard, c.MaxPending) {
+		return Result{Err: errf(ErrQueueFull, "shard %d holds %d pending jobs", c.Shard, c.MaxPending)}
+	}
 	maxAttempts := c.MaxAttempts
 	if maxAttempts == 0 {
 		maxAttempts = f.st.settings.DefaultMaxAttempts

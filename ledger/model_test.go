@@ -191,6 +191,17 @@ func (m *model) apply(c Command) Result {
 				}
 			}
 		}
+		if c.MaxPending > 0 {
+			pending := 0
+			for _, j := range m.jobs {
+				if j.Shard == c.Shard && j.State == JobPending {
+					pending++
+				}
+			}
+			if pending >= int(c.MaxPending) {
+				return Result{Err: ErrQueueFull}
+			}
+		}
 		maxA := c.MaxAttempts
 		if maxA == 0 {
 			maxA = m.settings.DefaultMaxAttempts

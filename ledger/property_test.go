@@ -132,7 +132,7 @@ func (g *gen) command(m *model) Command {
 			ToLiveness: g.near(n.Liveness), Now: now}
 	case 7:
 		return JobEnqueue{Shard: shard, Key: pickOf(g, "", "k1", "k2"), Type: "t",
-			Payload: payload, MaxAttempts: uint32(g.n(4)), Now: now}
+			Payload: payload, MaxAttempts: uint32(g.n(4)), Now: now, MaxPending: pickOf[uint32](g, 0, 0, 1, 2, 3)}
 	case 8:
 		return JobStart{Shard: shard, Epoch: g.near(s.Epoch), Owner: pickOf(g, s.Owner, s.Owner, s.Owner, node), Job: job.ID,
 			Attempt: uint32(g.near(uint64(job.Attempt))), Timeout: g.rarelyNeg(600), Now: now}

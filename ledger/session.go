@@ -80,7 +80,10 @@ type sessionEntry struct {
 	now   int64  // the wrapped command's Now
 	kind  Kind   // the wrapped command's kind and shard: a reused id with
 	shard uint32 // another command is refused, not answered
-	res   *Result
+	// digest is the request's body (RequestDigest), from cluster version
+	// 5 on; zero for entries remembered before.
+	digest Digest
+	res    *Result
 }
 
 type sessionOrder struct {
@@ -205,10 +208,21 @@ func (f *FSM) session(index uint64, c Session) Result {
 	}
 	now, kind, shard := commandNow(c.Command), KindOf(c.Command), commandShard(c.Command)
 	f.evictSessions(now, 0)
+	bodies := f.st.VersionActive(VersionJobsAPI)
+	var digest Digest
+	if bodies {
+		digest = RequestDigest(c.Command)
+	}
 	e, ok := f.st.sessions.Get(sessionEntry{id: c.ID})
-	if ok && (e.kind != kind || e.shard != shard) && !mutation.On(mutation.RequestIDIgnored) {
-		return Result{Err: errf(ErrInvalid, "request id %s was used for %s on shard %d, not %s on shard %d",
-			c.ID, e.kind, e.shard, kind, shard)}
+	if ok && !mutation.On(mutation.RequestIDIgnored) {
+		if bodies && (e.kind != kind || e.shard != shard || (e.digest != Digest{} && e.digest != digest)) {
+			return Result{Err: errf(ErrRequestIDReused, "request id %s was used for another %s request on shard %d",
+				c.ID, e.kind, e.shard)}
+		}
+		if e.kind != kind || e.shard != shard {
+			return Result{Err: errf(ErrInvalid, "request id %s was used for %s on shard %d, not %s on shard %d",
+				c.ID, e.kind, e.shard, kind, shard)}
+		}
 	}
 	if ok && !mutation.On(mutation.SessionDedupOff) {
 		r := *e.res
@@ -223,20 +237,20 @@ func (f *FSM) session(index uint64, c Session) Result {
 		return r
 	}
 	r := f.applyOne(index, c.Command)
-	f.remember(c.ID, now, kind, shard, r)
+	f.remember(c.ID, now, kind, shard, digest, r)
 	return r
 }
 
 // remember stores r as the result of request id. The job's payload and
 // result bytes are not kept (they are up to MaxPayload each, and the job
 // record holds them while it is retained).
-func (f *FSM) remember(id RequestID, now int64, kind Kind, shard uint32, r Result) {
+func (f *FSM) remember(id RequestID, now int64, kind Kind, shard uint32, digest Digest, r Result) {
 	stored := r
 	stored.Job.Payload, stored.Job.Result = nil, nil
 	stored.Results = nil
 	f.evictSessions(now, 1)
 	f.st.sessionSeq++
-	f.st.sessions.ReplaceOrInsert(sessionEntry{id: id, seq: f.st.sessionSeq, now: now, kind: kind, shard: shard, res: &stored})
+	f.st.sessions.ReplaceOrInsert(sessionEntry{id: id, seq: f.st.sessionSeq, now: now, kind: kind, shard: shard, digest: digest, res: &stored})
 	f.st.sessionOrder.ReplaceOrInsert(sessionOrder{seq: f.st.sessionSeq, id: id})
 	f.dirty |= dirtySessions
 }
@@ -270,6 +284,9 @@ func encodeSessionEntry(w *writer, e sessionEntry) error {
 	w.i(e.now)
 	w.u(uint64(e.kind))
 	w.u(uint64(e.shard))
+	if w.ver >= snapshotJobsAPI {
+		w.b = append(w.b, e.digest[:]...)
+	}
 	return encodeResult(w, *e.res, 1) // depth 1: no sub-results
 }
 
@@ -279,6 +296,9 @@ func decodeSessionEntry(r *reader) sessionEntry {
 	e.now = r.i()
 	e.kind = Kind(r.u8())
 	e.shard = r.u32()
+	if r.ver >= snapshotJobsAPI {
+		e.digest = Digest(r.requestID())
+	}
 	res := decodeResult(r, 1)
 	e.res = &res
 	return e

@@ -25,7 +25,9 @@ import (
 // the logged settings (logsettings.go), written only once the cluster runs
 // version 4 or a policy exists.
 // Versions 1 to 5 are still read.
-const snapshotVersion byte = 6
+// Version 7 adds the session entries' body digests, written once the
+// cluster runs version 5 (VersionJobsAPI).
+const snapshotVersion byte = 7
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
@@ -75,7 +77,10 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
 	ver := snapshotVersion
-	if !st.VersionActive(VersionFencedTakeover) && len(st.fenced) == 0 && !st.settings.Logged {
+	if !st.VersionActive(VersionJobsAPI) {
+		ver = 6
+	}
+	if ver == 6 && !st.VersionActive(VersionFencedTakeover) && len(st.fenced) == 0 && !st.settings.Logged {
 		ver = 5
 	}
 	if ver == 5 && !st.VersionActive(VersionLogTime) && st.pins.Len() == 0 && st.excluded.Len() == 0 {

@@ -28,9 +28,10 @@ const (
 	// VersionLogSettings) and the leader forgetting the records of nodes
 	// gone for good (ForgetNode; VersionForgetNodes): encoding and snapshot
 	// version 6; lease renewals off the log (VersionLeaseRenewals; no new
-	// command or encoding). Version 5: this round's wire and log changes
-	// (each helper's own gate constant); a binary of the previous release
-	// speaks 1..4.
+	// command or encoding). Version 5 (this round; each change names its
+	// own gate constant): the jobs API contract (VersionJobsAPI): the
+	// pending-jobs cap decided by the FSM and request ids bound to their
+	// request's body: encoding and snapshot version 7.
 	MaxClusterVersion uint32 = 5
 )
 

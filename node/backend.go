@@ -82,7 +82,15 @@ type backend interface {
 
 	// Job commands. Errors wrap ErrStaleToken, ErrNotOwner, ErrJobState,
 	// ErrJobNotFound; the returned job is the current record when known.
-	enqueueJob(ctx context.Context, shard uint32, spec JobSpec) (Job, bool, error)
+	// enqueueJob commits spec on shard; maxPending > 0 travels in the
+	// command for the ledger to decide the cap (cluster version 5).
+	enqueueJob(ctx context.Context, shard uint32, spec JobSpec, maxPending int) (Job, bool, error)
+	// versionActive reports whether this node's replica shows the cluster
+	// running version v.
+	versionActive(v uint32) bool
+	// readBarrier waits until this node's replica applied every write
+	// committed before the call (ReadIndex; cluster version 5).
+	readBarrier(ctx context.Context) error
 	startJob(ctx context.Context, tok Token, id uint64, attempt uint32, timeout time.Duration) (Job, error)
 	finishJob(ctx context.Context, tok Token, id uint64, attempt uint32, out jobOutcome) (Job, error)
 	job(id uint64) (Job, bool)

@@ -213,9 +213,11 @@ type Config struct {
 	JobTimeout time.Duration
 	// MaxPendingJobs caps the pending jobs of one shard: Enqueue of a new
 	// job on a shard that holds this many fails with ErrQueueFull (0: no
-	// cap). Each node checks its own replica before proposing, so the cap
-	// is advisory — concurrent enqueues through several nodes may
-	// overshoot it slightly — and nodes may be configured differently.
+	// cap). From cluster version 5 the cap travels in the enqueue command
+	// and the ledger decides it on the committed state, so it is exact
+	// under concurrent enqueues through several nodes; before, each node
+	// checks its own replica before proposing (advisory). Nodes may be
+	// configured differently: each enqueue carries its node's cap.
 	MaxPendingJobs int
 
 	// StateMachines are the application state machines every node applies

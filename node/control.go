@@ -204,6 +204,10 @@ func (c *clusterControl) Renew(ctx context.Context, node string, inc, liveness u
 	return res.CommitIndex, rec, err
 }
 
+func (c *clusterControl) ReadIndex(ctx context.Context) (uint64, error) {
+	return c.g.ReadIndex(ctx)
+}
+
 func (c *clusterControl) EstablishBound(ctx context.Context, now time.Time) time.Time {
 	return c.g.EstablishBound(ctx, now)
 }

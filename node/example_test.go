@@ -178,6 +178,45 @@ func Example_idempotentJobs() {
 	// completing again: true
 }
 
+// Request ids: a client that retries after a timeout sends the same id, so
+// the retry answers the first try — a job without a key is created once,
+// and created stays true for the request that created it. The id with
+// another body is refused. ReadBarrier makes the read after it
+// linearizable. Both need cluster version 5 (finalized shortly after a
+// start: ReadBarrier answers ErrUnsupported until then).
+func Example_requestIDs() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := startNode(ctx, node.NewMemNetwork(), "node-a", "default", nil)
+	defer n.Close(ctx)
+	for err := n.ReadBarrier(ctx); err != nil; err = n.ReadBarrier(ctx) {
+		if !errors.Is(err, node.ErrUnsupported) {
+			log.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the cluster version, within ctx
+	}
+
+	id := node.NewRequestID() // once per logical request, kept with it
+	spec := node.JobSpec{ShardKey: "customer-7", Type: "receipt", Payload: []byte("order-123"), RequestID: id}
+	first, created, _ := n.Enqueue(ctx, spec)
+	fmt.Println("first try created a job:", created)
+	again, created, _ := n.Enqueue(ctx, spec) // the retry after a timeout
+	fmt.Println("retry created a job:", created, "- the same job:", again.ID == first.ID)
+	spec.Payload = []byte("order-124")
+	_, _, err := n.Enqueue(ctx, spec)
+	fmt.Println("the id with another body:", errors.Is(err, node.ErrRequestIDReused))
+
+	if err := n.ReadBarrier(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("jobs:", len(n.Jobs(node.JobQuery{})))
+	// Output:
+	// first try created a job: true
+	// retry created a job: true - the same job: true
+	// the id with another body: true
+	// jobs: 1
+}
+
 // A cron job that runs on exactly one node of the cluster: the leader of
 // the "daily-report" election. Its context ends before the leader's lease
 // does, so a report never runs on two nodes at once.

@@ -47,7 +47,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Weight, "weight", c.Weight, "the node's capacity relative to the others, 1..1000: its share of the partitions is proportional to it (0: 1)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "the node's failure domain (rack, availability zone): partitions are apportioned to zones by capacity and a group's elections spread across zones")
 	fs.DurationVar(&c.JobTimeout, "job-timeout", c.JobTimeout, "how long one job attempt may run before the shard's owner may retry it")
-	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it are refused (checked by this node before proposing, so advisory under concurrent enqueues; 0: no cap)")
+	fs.IntVar(&c.MaxPendingJobs, "max-pending-jobs", c.MaxPendingJobs, "pending jobs one shard may hold: enqueues beyond it are refused (decided by the ledger from cluster version 5, exact; before, checked by this node before proposing; 0: no cap)")
 	fs.DurationVar(&c.FencedAfter, "fenced-after", c.FencedAfter, "shards under fenced takeover (tenure fenced) move to a successor once the leader has not heard from their owner this long, without waiting out its lease (0: 3 heartbeat periods)")
 	fs.BoolVar(&c.ManualFinalize, "manual-finalize", c.ManualFinalize, "after a rolling upgrade, keep the cluster version until `tenure upgrade finalize` (a window to go back to the previous binary); by default the leader finalizes once every live node runs the new binary")
 }

@@ -54,6 +54,14 @@ type JobSpec struct {
 	Payload []byte
 	// MaxAttempts bounds the attempts (0: the cluster's default, 5).
 	MaxAttempts int
+	// RequestID names this logical request across its retries (zero: the
+	// node draws one per Enqueue call). A retry with the same id — through
+	// any node, within the ledger's session window — is not applied again:
+	// it answers the first try's result, created true if that try created
+	// the job. The same id with another spec fails with
+	// ErrRequestIDReused (cluster version 5). Ids are honoured once the
+	// cluster runs version 2 (docs/jobs.md, "Request ids").
+	RequestID RequestID
 }
 
 // Job is a job's committed record.
@@ -145,10 +153,14 @@ type JobEvent struct {
 
 // Enqueue commits a new job, or — if a job with spec.Key exists on its
 // shard — returns the existing one with created false. Any node may
-// enqueue. Job commands whose outcome is unknown (a control-group leader
-// change mid-commit) are retried internally when that is safe: always for
-// start, complete and fail (compare-and-set on the attempt), and for
-// enqueue when the job has a Key.
+// enqueue. The answer is the ledger's result for the committed entry (the
+// job as the log had it at that entry), never this node's replica: it is
+// linearizable. Job commands whose outcome is unknown (a control-group
+// leader change mid-commit) are retried internally when that is safe:
+// always for start, complete and fail (compare-and-set on the attempt),
+// and for enqueue when it carries a request id (cluster version 2) or has
+// a Key. With Config.MaxPendingJobs set, a new job on a full shard fails
+// with ErrQueueFull (decided by the ledger from cluster version 5).
 func (n *Node) Enqueue(ctx context.Context, spec JobSpec) (job Job, created bool, err error) {
 	if n.isClosed() {
 		return Job{}, false, ErrClosed
@@ -163,19 +175,22 @@ func (n *Node) Enqueue(ctx context.Context, spec JobSpec) (job Job, created bool
 		return Job{}, false, fmt.Errorf("node: enqueue: %w", err)
 	}
 	shard := n.ShardFor(spec.ShardKey)
-	if max := n.cfg.MaxPendingJobs; max > 0 {
-		// Advisory (see Config.MaxPendingJobs): a duplicate of an existing
-		// job is still answered, a new one is refused while the shard is full.
+	maxPending := n.cfg.MaxPendingJobs
+	if maxPending > 0 && !n.be.versionActive(ledger.VersionJobsAPI) {
+		// Before cluster version 5 the cap is checked here, on this
+		// replica (advisory: see Config.MaxPendingJobs). A key this replica
+		// already holds is proposed all the same: the ledger answers the
+		// duplicate as the log has the job, where this replica may lag.
+		held := false
 		if spec.Key != "" {
-			if j, ok := n.be.jobByKey(shard, spec.Key); ok {
-				return j, false, nil
-			}
+			_, held = n.be.jobByKey(shard, spec.Key)
 		}
-		if n.be.pendingJobs(shard, max) >= max {
-			return Job{}, false, fmt.Errorf("node: enqueue %q: %w: shard %d holds %d pending jobs (MaxPendingJobs)", truncKey(spec.Key), ErrQueueFull, shard, max)
+		if !held && n.be.pendingJobs(shard, maxPending) >= maxPending {
+			return Job{}, false, fmt.Errorf("node: enqueue %q: %w: shard %d holds %d pending jobs (MaxPendingJobs)", truncKey(spec.Key), ErrQueueFull, shard, maxPending)
 		}
+		maxPending = 0
 	}
-	job, created, err = n.be.enqueueJob(ctx, shard, spec)
+	job, created, err = n.be.enqueueJob(ctx, shard, spec, maxPending)
 	if err != nil {
 		return Job{}, false, fmt.Errorf("node: enqueue %q: %w", truncKey(spec.Key), err)
 	}
@@ -229,6 +244,23 @@ func (n *Node) FailJob(ctx context.Context, job Job, reason string, backoff time
 		return j, fmt.Errorf("node: fail job %d attempt %d: %w", job.ID, job.Attempt, err)
 	}
 	return j, nil
+}
+
+// ReadBarrier waits until this node's replica has applied every write
+// committed before the call (a ReadIndex: the control-group leader answers
+// its last log index after confirming its leadership with a quorum of
+// voters). A replica read made after it returns — Job, JobByKey, Jobs —
+// is linearizable: it reflects every write acknowledged before
+// ReadBarrier was called. It needs cluster version 5 (ErrUnsupported
+// before) and a reachable quorum (ErrNoQuorum when ctx ends first).
+func (n *Node) ReadBarrier(ctx context.Context) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	if err := n.be.readBarrier(ctx); err != nil {
+		return fmt.Errorf("node: read barrier: %w", err)
+	}
+	return nil
 }
 
 // Job returns the job with id from this node's replica, or ErrJobNotFound

@@ -73,7 +73,7 @@ func TestRealBackendInvalidInputFailsFast(t *testing.T) {
 	})
 	// Behind Enqueue's check: the backend's retried commit.
 	check("enqueueJob(4097-byte key)", func(ctx context.Context) error {
-		_, _, err := n.be.enqueueJob(ctx, 0, JobSpec{Key: long, Type: "t"})
+		_, _, err := n.be.enqueueJob(ctx, 0, JobSpec{Key: long, Type: "t"}, 0)
 		return err
 	})
 	check("electionShard(4097-byte name)", func(ctx context.Context) error {

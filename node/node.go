@@ -62,10 +62,17 @@ var (
 	// same way.
 	ErrInvalid = errors.New("node: invalid input")
 	// ErrQueueFull: the job's shard already holds Config.MaxPendingJobs
-	// pending jobs. The check is made by the enqueuing node against its
-	// replica before proposing, so it is advisory: concurrent enqueues on
-	// several nodes may overshoot it by a few jobs. Retry later.
+	// pending jobs. From cluster version 5 the ledger decides it on the
+	// committed state (exact under concurrent enqueues through several
+	// nodes); before, the enqueuing node checks its replica before
+	// proposing, so concurrent enqueues may overshoot it by a few jobs.
+	// Nothing was enqueued. Retry later.
 	ErrQueueFull = errors.New("node: too many pending jobs on the shard")
+	// ErrRequestIDReused: the request id (JobSpec.RequestID,
+	// WithRequestID) was used for another request — another body, command
+	// or shard — within the session window (cluster version 5). Nothing
+	// was applied. Use a fresh id per logical request.
+	ErrRequestIDReused = errors.New("node: request id reused with another request")
 	// ErrClusterMismatch: Start joined seeds that belong to another cluster
 	// or disagree on a setting every node must share (Cluster, Partitions).
 	// The message names the peer and the setting.

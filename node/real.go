@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -50,6 +51,10 @@ type controlPlane interface {
 	// (ledger.ErrStaleLiveness, ledger.ErrStaleIncarnation) carries the
 	// leader's record of the node.
 	Renew(ctx context.Context, node string, inc, liveness uint64) (commit uint64, rec ledger.NodeRecord, err error)
+	// ReadIndex is a read barrier (cluster version 5,
+	// cluster.ControlGroup.ReadIndex): the leader's last log index, read
+	// after it received the request and confirmed by a quorum round.
+	ReadIndex(ctx context.Context) (uint64, error)
 	// EstablishBound is the new leader's bound from the voters' confirm
 	// records (cluster.ControlGroup.EstablishBound): now when unsure.
 	EstablishBound(ctx context.Context, now time.Time) time.Time
@@ -1163,6 +1168,10 @@ func mapLedgerErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrJobNotFound, err)
 	case errors.Is(err, ledger.ErrUnknownType):
 		return fmt.Errorf("%w: %w", ErrUnknownType, err)
+	case errors.Is(err, ledger.ErrQueueFull):
+		return fmt.Errorf("%w: %w", ErrQueueFull, err)
+	case errors.Is(err, ledger.ErrRequestIDReused):
+		return fmt.Errorf("%w: %w", ErrRequestIDReused, err)
 	case isInvalid(err):
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -1266,12 +1275,43 @@ func jobFromRecord(j ledger.JobRecord) Job {
 	}
 }
 
-func (b *netBackend) enqueueJob(ctx context.Context, shard uint32, spec JobSpec) (Job, bool, error) {
+func (b *netBackend) versionActive(v uint32) bool { return b.fsm.State().VersionActive(v) }
+
+// readBarrier asks the control-group leader for a read index and waits
+// until this node's replica applied it (the wait lease renewals use).
+// Before cluster version 5 the leader does not offer read indexes.
+func (b *netBackend) readBarrier(ctx context.Context) error {
+	if v := b.fsm.State().ActiveVersion(); v < ledger.VersionJobsAPI {
+		return fmt.Errorf("%w: consistent reads need cluster version %d, the cluster runs %d", ErrUnsupported, ledger.VersionJobsAPI, v)
+	}
+	backoff := 5 * time.Millisecond
+	for {
+		idx, err := b.ctl.ReadIndex(ctx)
+		if err == nil {
+			return b.fsm.WaitApplied(ctx, idx)
+		}
+		if errors.Is(err, cluster.ErrUnauthorized) {
+			return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+		}
+		// No leader, a leader change, a lost confirm round: no barrier
+		// yet; ask again (the current leader) until ctx ends.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: read barrier: %w (last: %w)", ErrNoQuorum, ctx.Err(), err)
+		case <-b.ctx.Done():
+			return ErrClosed
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, b.timing.RenewEvery)
+	}
+}
+
+func (b *netBackend) enqueueJob(ctx context.Context, shard uint32, spec JobSpec, maxPending int) (Job, bool, error) {
 	c := ledger.JobEnqueue{Shard: shard, Key: spec.Key, Type: spec.Type, Payload: spec.Payload,
-		MaxAttempts: uint32(spec.MaxAttempts), Now: time.Now().UnixNano()}
+		MaxAttempts: uint32(spec.MaxAttempts), Now: time.Now().UnixNano(), MaxPending: uint32(min(maxPending, math.MaxUint32))}
 	var r ledger.Result
 	var err error
-	if sc, id := b.withRequestID(c, ledger.RequestID{}); !id.IsZero() {
+	if sc, id := b.withRequestID(c, spec.RequestID); !id.IsZero() {
 		// A retry carries the first try's request id, so the ledger answers
 		// it with the first application's result: created stays true for
 		// the caller whose enqueue created the job, and a job without a key

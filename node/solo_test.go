@@ -116,6 +116,14 @@ func (c *soloControl) Renew(_ context.Context, node string, inc, liveness uint64
 	return commit, rec, nil
 }
 
+// ReadIndex: one voter is its own quorum.
+func (c *soloControl) ReadIndex(context.Context) (uint64, error) {
+	if c.r.State() != raft.Leader {
+		return 0, ownership.ErrNotLeader
+	}
+	return c.r.LastIndex(), nil
+}
+
 // EstablishBound: a single voter confirmed nothing for an earlier leader
 // but itself; now is always safe.
 func (c *soloControl) EstablishBound(_ context.Context, now time.Time) time.Time { return now }

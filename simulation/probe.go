@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/simulation/history"
 )
 
 // Probes: a rogue or confused proposer (a delayed duplicate, a buggy
@@ -305,7 +306,7 @@ func (s *Sim) probe() {
 			// far apart age ids out early), at its own clock, so the
 			// probe itself ages nothing out.
 			if info, ok := st.Session(id); ok {
-				commit(ledger.Session{ID: id, Command: ledger.App{Shard: probeShard, Type: appType, Payload: []byte{4}, Now: info.Now}}, ledger.ErrInvalid)
+				commit(ledger.Session{ID: id, Command: ledger.App{Shard: probeShard, Type: appType, Payload: []byte{4}, Now: info.Now}}, history.ReusedIDErr(st.ActiveVersion()))
 			}
 		}
 	case 23: // a cluster version going down

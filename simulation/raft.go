@@ -330,7 +330,7 @@ func (r *raftModel) commitChecked(cmd ledger.Command, from int, probe bool, want
 	index := uint64(len(r.log))
 	s.res.Commits++
 	res := r.ref.ApplyCommand(index, cmd)
-	if c, ok := cmd.(ledger.Session); ok && !probe && (res.Err == nil || !errors.Is(res.Err, ledger.ErrInvalid)) {
+	if c, ok := cmd.(ledger.Session); ok && !probe && (res.Err == nil || !errors.Is(res.Err, ledger.ErrInvalid) && !errors.Is(res.Err, ledger.ErrRequestIDReused)) {
 		s.usedRequestID(c.ID)
 	}
 	if s.cfg.SharedReplicas {

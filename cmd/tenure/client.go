@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 )
 
@@ -276,9 +277,9 @@ func runMoves(ctx context.Context, m *Main, args []string) error {
 func runJobs(ctx context.Context, m *Main, args []string) error {
 	usage := func() {
 		fmt.Fprintln(m.Stderr, "usage: tenure jobs <list|get|enqueue> [flags]")
-		fmt.Fprintln(m.Stderr, "  list    [--shard n] [--state pending|started|completed|dead] [--limit n] [--after id]")
-		fmt.Fprintln(m.Stderr, "  get     <id>")
-		fmt.Fprintln(m.Stderr, "  enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n]")
+		fmt.Fprintln(m.Stderr, "  list    [--shard n] [--state pending|started|completed|dead] [--limit n] [--after id] [--consistent]")
+		fmt.Fprintln(m.Stderr, "  get     <id> [--consistent]")
+		fmt.Fprintln(m.Stderr, "  enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n] [--request-id id]")
 	}
 	if len(args) == 0 {
 		usage()
@@ -291,13 +292,14 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		state := fs.String("state", "", "only jobs in this state")
 		limit := fs.Int("limit", 100, "at most this many jobs (one page)")
 		after := fs.String("after", "", "list jobs after this id (the \"next\" of the previous page)")
+		consistent := fs.Bool("consistent", false, "a linearizable page: the server first waits for a read barrier (cluster version 5)")
 		if err := noArgs(fs, args[1:]); err != nil {
 			return err
 		}
 		if *state != "" && !slices.Contains(apitypes.JobStates, *state) {
 			return fmt.Errorf("jobs list: --state %q: want one of %s", *state, strings.Join(apitypes.JobStates, ", "))
 		}
-		f := client.JobFilter{State: *state, Limit: *limit, After: *after}
+		f := client.JobFilter{State: *state, Limit: *limit, After: *after, Consistent: *consistent}
 		if *shard >= 0 {
 			s := uint32(*shard)
 			f.Shard = &s
@@ -316,26 +318,41 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 			}
 		})
 	case "get":
-		fs, cf := m.clientFlagSet("jobs get", "jobs get <id> [--addr host:port] [--json]")
+		fs, cf := m.clientFlagSet("jobs get", "jobs get <id> [--consistent] [--addr host:port] [--json]")
+		consistent := fs.Bool("consistent", false, "a linearizable read: the server first waits for a read barrier (cluster version 5)")
 		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
 			return errors.New("jobs get: want exactly one job id")
 		}
-		job := func(c *client.Client, ctx context.Context) (apitypes.Job, error) { return c.Job(ctx, fs.Arg(0)) }
+		var opts []client.ReadOption
+		if *consistent {
+			opts = append(opts, client.Consistent())
+		}
+		job := func(c *client.Client, ctx context.Context) (apitypes.Job, error) {
+			return c.Job(ctx, fs.Arg(0), opts...)
+		}
 		return fetch(ctx, m, cf, job, func(w io.Writer, v any) {
 			jobTable(w, []apitypes.Job{v.(apitypes.Job)})
 		})
 	case "enqueue":
-		fs, cf := m.clientFlagSet("jobs enqueue", "jobs enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n]")
+		fs, cf := m.clientFlagSet("jobs enqueue", "jobs enqueue --type t --key k [--shard-key s] [--payload json] [--max-attempts n] [--request-id id]")
 		typ := fs.String("type", "", "job type (required)")
 		key := fs.String("key", "", "idempotency key (unique per shard); also picks the shard when --shard-key is empty")
 		shardKey := fs.String("shard-key", "", "key whose shard the job goes to (e.g. a tenant id)")
 		payload := fs.String("payload", "", "JSON payload")
 		maxAttempts := fs.Uint("max-attempts", 0, "attempts before the job is dead-lettered (0: cluster default)")
+		requestID := fs.String("request-id", "", "Idempotency-Key of this request (default: a random one, printed): run the command again with it to retry the same request — it answers the first try's result, and the key with another body fails (422)")
 		if err := noArgs(fs, args[1:]); err != nil {
 			return err
+		}
+		if *requestID != "" {
+			if _, err := httpapi.ParseIdempotencyKey(*requestID); err != nil {
+				return fmt.Errorf("jobs enqueue: --request-id: %w", err)
+			}
+		} else {
+			*requestID = client.NewIdempotencyKey()
 		}
 		req := apitypes.JobRequest{Key: *key, ShardKey: *shardKey, Type: *typ, MaxAttempts: uint32(*maxAttempts)}
 		if *typ == "" {
@@ -354,9 +371,12 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		if err != nil {
 			return err
 		}
-		j, created, err := c.EnqueueJob(ctx, req)
+		j, created, err := c.EnqueueJob(ctx, req, client.WithIdempotencyKey(*requestID))
 		if err != nil {
-			return explain(c, err)
+			if errors.Is(err, client.ErrKeyReused) {
+				return fmt.Errorf("jobs enqueue: request id %s was used for another request: %w", *requestID, err)
+			}
+			return fmt.Errorf("%w (retry with --request-id %s)", explain(c, err), *requestID)
 		}
 		if cf.json {
 			return m.print(cf, j, nil)
@@ -365,7 +385,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 		if !created {
 			verb = "already enqueued"
 		}
-		fmt.Fprintf(m.Stdout, "%s job %s on shard %d (%s)\n", verb, j.ID, j.Shard, j.State)
+		fmt.Fprintf(m.Stdout, "%s job %s on shard %d (%s), request id %s\n", verb, j.ID, j.Shard, j.State, *requestID)
 		return nil
 	case "-h", "--help", "help":
 		usage()

@@ -68,12 +68,20 @@ func TestCLIJobsAndDrain(t *testing.T) {
 	if err != nil || !strings.Contains(out, "enqueued job 1") {
 		t.Fatalf("enqueue: %v %q", err, out)
 	}
-	out, _, err = runEnv(t, env, "jobs", "enqueue", "--type", "email", "--key", "k1")
-	if err != nil || !strings.Contains(out, "already enqueued job 1") {
+	out, _, err = runEnv(t, env, "jobs", "enqueue", "--type", "email", "--key", "k1", "--request-id", "order-1")
+	if err != nil || !strings.Contains(out, "already enqueued job 1") || !strings.Contains(out, "request id order-1") {
 		t.Fatalf("enqueue twice: %v %q", err, out)
 	}
 	out, _, err = runEnv(t, env, "jobs", "get", "1")
 	if err != nil || !strings.Contains(out, "email") || !strings.Contains(out, "pending") {
+		t.Fatalf("get: %v %q", err, out)
+	}
+	// The fake offers no read barriers: 501.
+	if _, _, err := runEnv(t, env, "jobs", "get", "1", "--consistent"); err == nil || !strings.Contains(err.Error(), "501") {
+		t.Fatalf("get --consistent from a backend without barriers: %v", err)
+	}
+	out, _, err = runEnv(t, env, "jobs", "get", "1")
+	if err != nil {
 		t.Fatalf("get: %v %q", err, out)
 	}
 	if _, _, err := runEnv(t, env, "jobs", "get", "42"); err == nil || !strings.Contains(err.Error(), "404") {
@@ -113,6 +121,8 @@ func TestCLIBadUsage(t *testing.T) {
 		{[]string{"jobs", "enqueue", "--key", "k"}, "--type"},
 		{[]string{"jobs", "enqueue", "--type", "t"}, "--key or --shard-key"},
 		{[]string{"jobs", "enqueue", "--type", "t", "--key", "k", "--payload", "{"}, "not valid JSON"},
+		{[]string{"jobs", "enqueue", "--type", "t", "--key", "k", "--request-id", `a"b`}, "--request-id"},
+		{[]string{"jobs", "enqueue", "--type", "t", "--key", "k", "--request-id", strings.Repeat("r", 256)}, "--request-id"},
 		{[]string{"jobs", "list", "--state", "running"}, `"running"`},
 		{[]string{"status", "--addr", "http://"}, "--addr"},
 		{[]string{"status", "--nope"}, "nope"},

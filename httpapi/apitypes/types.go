@@ -141,6 +141,12 @@ type Election struct {
 	State  string `json:"state"`
 }
 
+// HeaderIdempotencyKey is the request header of POST /v1/jobs that names
+// one logical request across its retries
+// (draft-ietf-httpapi-idempotency-key-header; docs/api.md). A server that
+// honoured it echoes it in the answer.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
 // JobRequest is the body of POST /v1/jobs. The job goes to the shard
 // ShardKey hashes to, or Key's when ShardKey is empty; Key is also the
 // idempotency key (unique per shard).

@@ -17,7 +17,8 @@
 //     SetDraining);
 //   - sessions: a request id (Session) is applied at most once while the
 //     ledger remembers it — a retry is answered with the first result —
-//     and an id used for another command is refused (ErrInvalid);
+//     and an id used for another command is refused (ErrInvalid; from
+//     version 5 ErrRequestIDReused);
 //   - upgrade: the cluster version never goes down, and no command gated
 //     at a cluster version is accepted while the cluster runs an older one;
 //   - contract: a probe (a command the caller knows the contract rejects)
@@ -605,9 +606,9 @@ func (c *Checker) session(index uint64, from string, cmd ledger.Session, res led
 	if prev, ok := c.sessions[cmd.ID]; ok && c.remembered(prev, now) {
 		switch {
 		case prev.kind != kind || prev.shard != shard:
-			if !errors.Is(res.Err, ledger.ErrInvalid) {
+			if want := c.reusedIDErr(); !errors.Is(res.Err, want) {
 				c.fail("sessions", index, cmd, "request id %s of a %s on shard %d (#%d) reused for a %s on shard %d: answered (replayed %v, %v), want %v",
-					cmd.ID, prev.kind, prev.shard, prev.index, kind, shard, res.Replayed, res.Err, ledger.ErrInvalid)
+					cmd.ID, prev.kind, prev.shard, prev.index, kind, shard, res.Replayed, res.Err, want)
 			}
 		case !res.Replayed:
 			c.fail("sessions", index, cmd, "request id %s applied again (first at #%d): want the first result replayed", cmd.ID, prev.index)
@@ -626,6 +627,21 @@ func (c *Checker) session(index uint64, from string, cmd ledger.Session, res led
 	c.Apply(index, from, inner, res)
 	c.sessionSeq++
 	c.sessions[cmd.ID] = sessionRec{index: index, kind: kind, shard: shard, now: now, seq: c.sessionSeq, job: res.Job.ID}
+}
+
+// reusedIDErr is how the ledger refuses a request id reused for another
+// command: ErrRequestIDReused from ledger.VersionJobsAPI on (the id is
+// bound to its request's body), ErrInvalid before.
+func (c *Checker) reusedIDErr() error {
+	return ReusedIDErr(c.version)
+}
+
+// ReusedIDErr is reusedIDErr for a cluster running version v.
+func ReusedIDErr(v uint32) error {
+	if v >= ledger.VersionJobsAPI {
+		return ledger.ErrRequestIDReused
+	}
+	return ledger.ErrInvalid
 }
 
 // remembered reports whether the ledger must still hold prev: no Session

@@ -117,3 +117,16 @@ type RenewReply struct {
 	CommitIndex uint64 // the leader's last log index read after receipt
 	Record      []byte // the leader's record of the node (encoded by the caller's layer)
 }
+
+// ReadIndexArgs is the request of Control.ReadIndex (cluster version 5): a
+// node asks the leader for a read barrier.
+type ReadIndexArgs struct {
+	Timeout time.Duration // 0 = the callee's RPCTimeout
+}
+
+// ReadIndexReply is the reply of Control.ReadIndex.
+type ReadIndexReply struct {
+	Code  ReplyCode
+	Msg   string
+	Index uint64 // the leader's last log index read after receipt, confirmed by a quorum round
+}
