@@ -165,6 +165,12 @@ type ControlGroup struct {
 	leaderChange chan struct{}
 	observer     *raft.Observer
 
+	// The committed-state stream (stream.go): rec wraps the FSM; follow
+	// is a member's subscriber (nil on voter-capable nodes).
+	rec         *streamFSM
+	follow      *streamFollower
+	streamStats streamServerStats
+
 	closing   chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -186,6 +192,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if cfg.RPCMessageTimeout == 0 {
 		cfg.RPCMessageTimeout = DefaultRPCMessageTimeout
 	}
+	cfg.streamDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -273,7 +280,16 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	rc.NotifyCh = g.notifyCh
 	rc.Logger = hlog
 	rc.ShutdownOnRemove = false // a removed node stays up as a follower and can be re-added
-	r, err := raft.NewRaft(rc, cfg.FSM, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, g.trans)
+	var fsm raft.FSM = cfg.FSM
+	if cfg.AppliedIndex != nil {
+		ring := cfg.StreamBuffer
+		if cfg.Voter == VoterNever {
+			ring = 0 // a member serves nobody
+		}
+		g.rec = newStreamFSM(cfg.FSM, cfg.AppliedIndex, ring, cfg.StreamBufferBytes)
+		fsm = g.rec
+	}
+	r, err := raft.NewRaft(rc, fsm, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, g.trans)
 	if err != nil {
 		g.mux.close()
 		if c, ok := g.trans.(raft.WithClose); ok {
@@ -302,6 +318,10 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	r.RegisterObserver(g.observer)
 	g.goLoop(func() { g.leaderWatchLoop(obs) })
 	g.mux.start()
+	if g.rec != nil && cfg.Voter == VoterNever && cfg.StreamActive != nil {
+		g.follow = newStreamFollower(g, stream)
+		g.goLoop(g.follow.run)
+	}
 
 	if peers != nil {
 		g.sub = peers.Subscribe(64)
@@ -348,6 +368,12 @@ func (g *ControlGroup) IsLeader() bool { return g.raft.State() == raft.Leader }
 
 // Leader returns the current leader's id and address, "" if none is known.
 func (g *ControlGroup) Leader() (id, addr string) {
+	if g.follow != nil {
+		// A member out of Raft learns the leader from the stream.
+		if id, addr, ok := g.follow.streamLeader(); ok {
+			return id, addr
+		}
+	}
 	a, i := g.raft.LeaderWithID()
 	return string(i), string(a)
 }
@@ -401,8 +427,18 @@ func (g *ControlGroup) Servers() ([]ServerInfo, error) {
 	return out, nil
 }
 
-// Voters returns the ids of the voters in the latest configuration, sorted.
+// Voters returns the ids of the voters in the latest configuration, sorted
+// (on a member that follows the stream: the voters the stream named last).
 func (g *ControlGroup) Voters() []string {
+	if g.follow != nil {
+		if vs := g.follow.streamVoters(); len(vs) > 0 {
+			out := make([]string, len(vs))
+			for i, v := range vs {
+				out[i] = v.ID
+			}
+			return out
+		}
+	}
 	servers, err := g.Servers()
 	if err != nil {
 		return nil

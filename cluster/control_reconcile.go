@@ -90,6 +90,9 @@ type reconcileState struct {
 	Now              time.Time
 	DeadVoterTimeout time.Duration
 	MaxVoters        int
+	// Stream: members follow the committed-state stream (cluster version
+	// 5): VoterNever nodes are kept out of the configuration.
+	Stream bool
 }
 
 // planReconcile returns the changes that bring the configuration in line
@@ -134,6 +137,17 @@ func planReconcile(s reconcileState) []raftChange {
 		}
 	}
 
+	// 1b. On the stream, members (VoterNever) leave Raft: a non-voter
+	// that gossips VoterNever is removed (a voter is demoted first, below).
+	if s.Stream {
+		for _, m := range members {
+			sv, in := cfg[m.ID]
+			if _, ok := alive[m.ID]; ok && in && !sv.Voter && m.ID != s.Self && VoterPreferenceOf(m.Meta) == VoterNever {
+				remove(m.ID, "member follows the stream (voter=never)")
+			}
+		}
+	}
+
 	// 2. Identity reuse and moved addresses.
 	for _, m := range members {
 		am, ok := alive[m.ID]
@@ -171,6 +185,9 @@ func planReconcile(s reconcileState) []raftChange {
 		}
 		if _, in := cfg[m.ID]; in {
 			continue
+		}
+		if s.Stream && VoterPreferenceOf(m.Meta) == VoterNever {
+			continue // a member follows the stream
 		}
 		out = append(out, raftChange{Kind: changeAddNonvoter, ID: m.ID, Addr: am.RaftAddr, Reason: "joined"})
 		cfg[m.ID] = ServerInfo{ID: m.ID, Addr: am.RaftAddr}
@@ -326,6 +343,7 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		Now:              now,
 		DeadVoterTimeout: g.cfg.DeadVoterTimeout,
 		MaxVoters:        g.cfg.MaxVoters,
+		Stream:           g.cfg.StreamActive != nil && g.cfg.StreamActive(),
 	}
 	// Probe non-voters only when a promotion could happen.
 	if plan := planReconcile(st); needsCandidates(st, plan) {
