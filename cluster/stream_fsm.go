@@ -64,7 +64,7 @@ type streamFSM struct {
 	maxEntries, maxBytes int
 
 	mu    sync.Mutex
-	last  uint64        // stream index of the last entry applied (or restored)
+	last  uint64 // stream index of the last entry applied (or restored)
 	ring  []wire.StreamEntry
 	head  int // ring[head] is the oldest entry
 	n     int // entries in the ring
