@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	gometrics "github.com/hashicorp/go-metrics/compat"
+
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -162,16 +164,21 @@ func (s *controlRPC) Subscribe(args *wire.SubscribeArgs, reply *wire.SubscribeRe
 	}
 	if why := g.streamServing(); why != "" {
 		g.streamStats.refused.Add(1)
+		gometrics.IncrCounter([]string{"stream", "drops"}, 1)
 		reply.Code, reply.Msg = wire.CodeUnsupported, why
 		return nil
 	}
 	if g.streamStats.subs.Add(1) > int64(g.cfg.StreamMaxSubscribers) {
 		g.streamStats.subs.Add(-1)
 		g.streamStats.refused.Add(1)
+		gometrics.IncrCounter([]string{"stream", "drops"}, 1)
 		reply.Code, reply.Msg = wire.CodeUnsupported, fmt.Sprintf("subscriber cap %d reached", g.cfg.StreamMaxSubscribers)
 		return nil
 	}
-	defer g.streamStats.subs.Add(-1)
+	gometrics.SetGauge([]string{"stream", "subscribers"}, float32(g.streamStats.subs.Load()))
+	defer func() {
+		gometrics.SetGauge([]string{"stream", "subscribers"}, float32(g.streamStats.subs.Add(-1)))
+	}()
 	if args.SnapID != 0 {
 		snap := g.rec.cachedSnapshot(args.SnapID)
 		if snap == nil || args.Offset > int64(len(snap.data)) {
@@ -208,6 +215,7 @@ func (s *controlRPC) Subscribe(args *wire.SubscribeArgs, reply *wire.SubscribeRe
 				n += len(e.Data)
 			}
 			g.streamStats.bytesSent.Add(uint64(n))
+			gometrics.IncrCounter([]string{"stream", "bytes_sent"}, float32(n))
 			g.streamHeader(reply)
 			return nil
 		}
@@ -229,6 +237,7 @@ func (g *ControlGroup) snapshotChunk(snap *streamSnapshot, off int64, r *wire.Su
 	r.SnapID, r.SnapIndex, r.SnapTotal, r.Offset = snap.id, snap.index, int64(len(snap.data)), off
 	r.Chunk = snap.data[off:end]
 	g.streamStats.bytesSent.Add(uint64(end - off))
+	gometrics.IncrCounter([]string{"stream", "bytes_sent"}, float32(end-off))
 	if off == 0 {
 		g.streamStats.snapped.Add(1)
 	}
@@ -306,6 +315,7 @@ func (f *streamFollower) run() {
 			return
 		}
 		f.reconnects.Add(1)
+		gometrics.IncrCounter([]string{"stream", "reconnects"}, 1)
 		if progressed {
 			backoff = 50 * time.Millisecond
 		}
@@ -433,12 +443,14 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 			}
 			snap = append(snap, reply.Chunk...)
 			f.bytes.Add(uint64(len(reply.Chunk)))
+			gometrics.IncrCounter([]string{"stream", "bytes_received"}, float32(len(reply.Chunk)))
 			progressed = true
 			if int64(len(snap)) == reply.SnapTotal {
 				if err := g.rec.restoreStream(snap, snapIndex); err != nil {
 					return progressed, err
 				}
 				f.snapshots.Add(1)
+				gometrics.IncrCounter([]string{"stream", "snapshots_received"}, 1)
 				g.log.Info("cluster: stream snapshot restored", "server", addr, "index", snapIndex, "bytes", len(snap))
 				snap, snapID = nil, 0
 			}
@@ -447,9 +459,12 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 		}
 		n, err := g.rec.applyStream(reply.Entries)
 		f.entries.Add(uint64(n))
+		nb := 0
 		for _, e := range reply.Entries[:n] {
-			f.bytes.Add(uint64(len(e.Data)))
+			nb += len(e.Data)
 		}
+		f.bytes.Add(uint64(nb))
+		gometrics.IncrCounter([]string{"stream", "bytes_received"}, float32(nb))
 		if n > 0 {
 			progressed = true
 		}
@@ -479,6 +494,14 @@ func (f *streamFollower) note(addr string, r *wire.SubscribeReply) {
 	f.srvApplied, f.srvCommit = r.Applied, r.Commit
 	if applied >= r.Applied && r.SnapID == 0 {
 		f.caughtUp = now
+	}
+	var lag uint64
+	if r.Applied > applied {
+		lag = r.Applied - applied
+	}
+	gometrics.SetGauge([]string{"stream", "lag_entries"}, float32(lag))
+	if !f.caughtUp.IsZero() {
+		gometrics.SetGauge([]string{"stream", "lag_seconds"}, float32(now.Sub(f.caughtUp).Seconds()))
 	}
 	if len(r.Voters) == len(r.VoterAddrs) && len(r.Voters) > 0 {
 		vs := make([]ServerInfo, len(r.Voters))
@@ -520,8 +543,12 @@ func (g *ControlGroup) StreamStatus() StreamStatus {
 		st.LagEntries = f.srvApplied - st.Applied
 	}
 	st.CaughtUp = f.caughtUp
-	if !f.caughtUp.IsZero() && (st.LagEntries > 0 || !st.Active) {
-		st.Behind = now.Sub(f.caughtUp)
+	if !f.caughtUp.IsZero() {
+		// An idle server answers every StreamWait: silence for longer
+		// counts as lag too.
+		if since := now.Sub(f.caughtUp); st.LagEntries > 0 || since > g.cfg.StreamWait+time.Second {
+			st.Behind = since
+		}
 	}
 	return st
 }

@@ -24,8 +24,10 @@ const (
 	// VersionLogSettings) and the leader forgetting the records of nodes
 	// gone for good (ForgetNode; VersionForgetNodes): encoding and snapshot
 	// version 6; lease renewals off the log (VersionLeaseRenewals; no new
-	// command or encoding).
-	MaxClusterVersion uint32 = 4
+	// command or encoding). Version 5: members follow the committed-state
+	// stream instead of Raft (VersionStreamMembers; no new command or
+	// encoding).
+	MaxClusterVersion uint32 = 5
 )
 
 // VersionLeaseRenewals is the cluster version from which nodes renew their

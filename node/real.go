@@ -1047,6 +1047,7 @@ func (b *netBackend) control() controlInfo {
 	b.mu.Unlock()
 	recent := !lastAck.IsZero() && time.Since(lastAck) < b.timing.Lease
 	ci := controlInfo{leader: leader, voters: b.ctl.Voters(), quorum: leader != "" && recent, isLeader: leader == b.id}
+	ci.stream = streamStatus(b.ctl, b.fsm.State())
 	if h, ok := b.fsm.HaltedAt(); ok {
 		ci.halted, ci.haltedAt = h.Error(), h.Index
 	}
