@@ -33,6 +33,7 @@ import (
 	gometrics "github.com/hashicorp/go-metrics/compat"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/internal/mutation"
 )
 
 // Stream defaults (ControlConfig's Stream fields when 0).
@@ -406,6 +407,16 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 		snapID    uint64
 		snapIndex uint64
 	)
+	if mutation.On(mutation.StreamResumeSkips) && f.reconnects.Load() > 0 {
+		// Mutation: resume from the server's applied index, not ours.
+		var r wire.SubscribeReply
+		cctx, cancel := context.WithTimeout(ctx, g.cfg.RPCTimeout)
+		err := f.pool.call(cctx, addr, "Control.Subscribe", &wire.SubscribeArgs{From: g.rec.lastIndex()}, &r)
+		cancel()
+		if err == nil && r.Code == wire.CodeOK {
+			g.rec.skipTo(r.Applied)
+		}
+	}
 	for {
 		args := wire.SubscribeArgs{From: g.rec.lastIndex(), SnapID: snapID, Offset: int64(len(snap)), Wait: g.cfg.StreamWait, MaxBytes: g.cfg.StreamBatchBytes}
 		var reply wire.SubscribeReply

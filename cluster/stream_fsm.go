@@ -342,3 +342,13 @@ func (s *memSink) Write(p []byte) (int, error) {
 func (s *memSink) Close() error  { return nil }
 func (s *memSink) ID() string    { return "stream" }
 func (s *memSink) Cancel() error { return nil }
+
+// skipTo moves the stream index to index without applying the entries
+// before it: only the StreamResumeSkips mutation does this.
+func (f *streamFSM) skipTo(index uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if index > f.last {
+		f.last = index
+	}
+}

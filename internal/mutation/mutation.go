@@ -162,6 +162,13 @@ const (
 	// RenewWhileExpiring: the planner accepts renewals of a node whose
 	// ExpireNode it proposed and has not seen apply (no expiring mark).
 	RenewWhileExpiring
+
+	// The committed-state stream (issue 24, cluster version 5).
+
+	// StreamResumeSkips: a member whose stream broke resumes from the
+	// serving voter's applied index instead of its own (a watch resumed
+	// from "now"): the entries committed meanwhile never reach its replica.
+	StreamResumeSkips
 	numSwitches
 )
 
@@ -178,7 +185,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"enqueue-duplicate-key", "app-stale-epoch", "app-invalid-owner",
 	"act-on-revoking", "takeover-without-drain", "drain-ignores-lease",
 	"fenced-takeover-unfenced",
-	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring"}
+	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring",
+	"stream-resume-skips"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -229,6 +237,7 @@ var rules = [...]string{
 	"protocol rule 2 (v4): a renewal ack extends the lease only once the replica applied its commit index",
 	"protocol (v4): a new leader counts every node as seen at the bound from the voters' confirm records, no earlier",
 	"protocol (v4): no renewal is accepted between the decision to expire a node and seeing the expiry apply",
+	"stream (v5): a member resumes from its own applied index, and applies only the entry that follows it (never a gap)",
 }
 
 // Rule describes the rule switch s disables.
