@@ -287,6 +287,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			ring = 0 // a member serves nobody
 		}
 		g.rec = newStreamFSM(cfg.FSM, cfg.AppliedIndex, ring, cfg.StreamBufferBytes)
+		g.rec.snaps = cfg.SnapshotStore
 		fsm = g.rec
 	}
 	r, err := raft.NewRaft(rc, fsm, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, g.trans)
@@ -318,7 +319,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	r.RegisterObserver(g.observer)
 	g.goLoop(func() { g.leaderWatchLoop(obs) })
 	g.mux.start()
-	if g.rec != nil && cfg.Voter == VoterNever && cfg.StreamActive != nil {
+	if g.rec != nil && cfg.StreamActive != nil {
 		g.follow = newStreamFollower(g, stream)
 		g.goLoop(g.follow.run)
 	}
@@ -368,13 +369,13 @@ func (g *ControlGroup) IsLeader() bool { return g.raft.State() == raft.Leader }
 
 // Leader returns the current leader's id and address, "" if none is known.
 func (g *ControlGroup) Leader() (id, addr string) {
-	if g.follow != nil {
-		// A member out of Raft learns the leader from the stream.
+	a, i := g.raft.LeaderWithID()
+	if g.follow != nil && (i == "" || g.needStream()) {
+		// A node out of Raft learns the leader from the stream.
 		if id, addr, ok := g.follow.streamLeader(); ok {
 			return id, addr
 		}
 	}
-	a, i := g.raft.LeaderWithID()
 	return string(i), string(a)
 }
 
@@ -430,7 +431,7 @@ func (g *ControlGroup) Servers() ([]ServerInfo, error) {
 // Voters returns the ids of the voters in the latest configuration, sorted
 // (on a member that follows the stream: the voters the stream named last).
 func (g *ControlGroup) Voters() []string {
-	if g.follow != nil {
+	if g.follow != nil && g.needStream() {
 		if vs := g.follow.streamVoters(); len(vs) > 0 {
 			out := make([]string, len(vs))
 			for i, v := range vs {

@@ -155,9 +155,25 @@ type ControlConfig struct {
 	StreamWait        time.Duration
 	StreamBatchBytes  int
 	StreamMaxSnapshot int
+	// StreamStandbys is how many voter-capable nodes stay Raft non-voters
+	// once members follow the stream, so that a lost voter is replaced at
+	// once (DefaultStreamStandbys if 0, none if negative); every other
+	// non-voter follows the stream.
+	StreamStandbys int
 
 	// Logger receives the control group's and Raft's logs; nil = discard.
 	Logger *slog.Logger
+}
+
+// standbys is StreamStandbys with its default applied.
+func (c *ControlConfig) standbys() int {
+	switch {
+	case c.StreamStandbys == 0:
+		return DefaultStreamStandbys
+	case c.StreamStandbys < 0:
+		return 0
+	}
+	return c.StreamStandbys
 }
 
 // streamDefaults fills the stream fields left 0.

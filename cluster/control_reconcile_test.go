@@ -46,6 +46,47 @@ func TestPlanReconcile(t *testing.T) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
 			s.Members = []Member{alive("a"), alive("b"), alive("c")}
 		}, ""},
+		// The committed-state stream (cluster version 5).
+		{"stream: members are not added", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 2
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), never("m1"), never("m2")}
+		}, ""},
+		{"stream: member non-voters removed", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 2
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("m1"), nv("m2")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), never("m1"), never("m2")}
+		}, "remove m1; remove m2"},
+		{"no stream: members are non-voters", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), never("m1")}
+		}, "add-nonvoter m1"},
+		{"stream: standbys up to Standbys, always first", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 2
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), alive("d"), alive("e"), always("f"), never("m")}
+		}, "add-nonvoter f; add-nonvoter d"},
+		{"stream: standbys stay, a new better-ranked node waits", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("e")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), alive("d"), alive("e")}
+		}, ""},
+		{"stream: standbys beyond Standbys removed, worst-ranked first", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d"), nv("e"), nv("f")}
+			s.Members = []Member{alive("a"), alive("b"), alive("c"), alive("d"), always("e"), alive("f")}
+		}, "remove d; remove f"},
+		{"stream: a standby is promoted", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), nv("d")}
+			s.Members = []Member{alive("a"), alive("b"), alive("d"), alive("e")}
+			s.CaughtUp = map[string]bool{"d": true}
+		}, "promote d"},
+		{"stream: ... and replaced from the stream followers the next round", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), v("d")}
+			s.Members = []Member{alive("a"), alive("b"), alive("d"), alive("e"), never("m")}
+		}, "add-nonvoter e"},
 		{"join adds non-voter", func(s *reconcileState) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
 			s.Members = []Member{alive("a"), alive("b"), alive("c"), alive("d")}

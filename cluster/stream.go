@@ -31,6 +31,7 @@ import (
 	"time"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
+	"github.com/hashicorp/raft"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 	"github.com/tenurehq/tenure/internal/mutation"
@@ -57,6 +58,9 @@ const (
 	// streamChunk is the snapshot bytes of one reply (at most half of
 	// MaxRPCMessage).
 	streamChunk = 1 << 20
+	// DefaultStreamStandbys is how many voter-capable Raft non-voters the
+	// leader keeps once members follow the stream.
+	DefaultStreamStandbys = 2
 	// maxStreamWait caps a subscriber's requested wait.
 	maxStreamWait = 30 * time.Second
 )
@@ -267,8 +271,34 @@ func newStreamFollower(g *ControlGroup, stream StreamLayer) *streamFollower {
 	return &streamFollower{g: g, pool: newRPCPool(stream, g.cfg.MaxRPCMessage)}
 }
 
-// following reports whether this node is a member that follows the stream.
-func (g *ControlGroup) following() bool { return g.follow != nil }
+// needStream reports whether this node follows the stream now: a member
+// (VoterNever) always; a voter-capable node while it is out of Raft — not
+// in the latest configuration it knows, or a non-voter no leader has
+// contacted for 3·ElectionTimeout (a standby removed without hearing it).
+// A voter never does.
+func (g *ControlGroup) needStream() bool {
+	if g.follow == nil {
+		return false
+	}
+	if g.cfg.Voter == VoterNever {
+		return true
+	}
+	if g.raft.State() == raft.Leader {
+		return false
+	}
+	for _, s := range g.raft.GetConfiguration().Configuration().Servers {
+		if string(s.ID) == g.cfg.NodeID {
+			if s.Suffrage == raft.Voter {
+				return false
+			}
+			return time.Since(g.raft.LastContact()) > 3*g.cfg.ElectionTimeout
+		}
+	}
+	return true
+}
+
+// errNotNeeded ends a session: this node is (back) in Raft.
+var errNotNeeded = errors.New("cluster: in raft: the stream is not needed")
 
 // streamLeader returns the leader the stream last named, if it was heard
 // from recently.
@@ -300,6 +330,16 @@ func (f *streamFollower) run() {
 	backoff := 50 * time.Millisecond
 	var failed string
 	for ctx.Err() == nil {
+		if !g.needStream() {
+			t := time.NewTimer(g.cfg.StreamWait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			continue
+		}
 		cands := f.candidates(failed)
 		var err error
 		progressed := false
@@ -314,6 +354,9 @@ func (f *streamFollower) run() {
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errNotNeeded) {
+			continue
 		}
 		f.reconnects.Add(1)
 		gometrics.IncrCounter([]string{"stream", "reconnects"}, 1)
@@ -483,6 +526,9 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 			return progressed, err
 		}
 		f.note(addr, &reply)
+		if snapID == 0 && !g.needStream() {
+			return progressed, errNotNeeded
+		}
 	}
 }
 
@@ -542,7 +588,7 @@ func (g *ControlGroup) StreamStatus() StreamStatus {
 	if f == nil {
 		return st
 	}
-	st.Following = true
+	st.Following = g.needStream()
 	st.Reconnects, st.Snapshots, st.Entries, st.BytesReceived = f.reconnects.Load(), f.snapshots.Load(), f.entries.Load(), f.bytes.Load()
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -56,8 +56,9 @@ const (
 // streamFSM wraps the application's FSM (see the file comment).
 type streamFSM struct {
 	inner   raft.FSM
-	batch   raft.BatchingFSM // inner as a BatchingFSM, nil if it is not one
-	applied func() uint64    // the inner FSM's applied index (ControlConfig.AppliedIndex)
+	batch   raft.BatchingFSM   // inner as a BatchingFSM, nil if it is not one
+	applied func() uint64      // the inner FSM's applied index (ControlConfig.AppliedIndex)
+	snaps   raft.SnapshotStore // Raft's snapshots (Restore); nil in tests
 
 	// Ring bounds: at most maxEntries entries and maxBytes bytes of data
 	// (0 entries: record nothing, a member).
@@ -183,9 +184,24 @@ func (f *streamFSM) Snapshot() (raft.FSMSnapshot, error) {
 
 // Restore implements raft.FSM: Raft installs a snapshot. The ring is
 // cleared; the stream goes on from the restored state's applied index.
+//
+// A node that followed the stream and then joined Raft (a standby) may be
+// sent a snapshot older than its replica: restoring it would take the
+// replica back in time (a node could see itself owning a shard it already
+// handed over). When the newest snapshot in Raft's store — the one being
+// installed, or a newer one — is at or below the stream index, the restore
+// is skipped: the replica already holds that state and more, and Raft's
+// entries after the snapshot that it already applied are skipped as well
+// (ApplyBatch).
 func (f *streamFSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.snaps != nil && f.last > 0 {
+		if list, err := f.snaps.List(); err == nil && len(list) > 0 && list[0].Index <= f.last {
+			_ = rc.Close()
+			return nil
+		}
+	}
 	if err := f.inner.Restore(rc); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"hash/fnv"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +28,8 @@ type seqFSM struct {
 	mu      sync.Mutex
 	applied uint64
 	log     []seqEntry
+	// regressed counts restores that took the state back in time.
+	regressed int
 }
 
 type seqEntry struct {
@@ -92,6 +96,9 @@ func (f *seqFSM) Restore(r io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if s.Applied < f.applied {
+		f.regressed++
+	}
 	f.applied, f.log = s.Applied, s.Log
 	return nil
 }
@@ -448,6 +455,80 @@ func TestStreamServerCapAndRefusal(t *testing.T) {
 		}
 		if st := g.StreamStatus(); st.Refused < 2 {
 			t.Fatalf("refused %d", st.Refused)
+		}
+	})
+}
+
+// Once members follow the stream, at most StreamStandbys voter-capable
+// nodes stay Raft non-voters; the others follow the stream. When a voter
+// leaves, a standby replaces it and a stream follower becomes the next
+// standby, its replica equal to the voters' throughout.
+func TestStreamStandbys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh := newStreamHarness(t)
+		sh.tune = func(c *ControlConfig) {
+			c.StreamStandbys = 1
+			// Snapshots and compaction: n5 joins Raft by InstallSnapshot.
+			c.SnapshotThreshold, c.TrailingLogs, c.SnapshotInterval = 4, 2, 50*time.Millisecond
+		}
+		defer sh.closeAll()
+		for _, id := range []string{"n1", "n2", "n3"} {
+			sh.start(id)
+		}
+		sh.waitConfig(30*time.Second, "n1:V n2:V n3:V")
+		sh.start("n4")
+		sh.waitConfig(30*time.Second, "n1:V n2:V n3:V n4:N")
+		sh.start("n5")
+		l := sh.waitLeader(30 * time.Second)
+		sh.applyN(l, "a", 10)
+		sh.waitSame("n5", l.id)
+		sh.waitSame("n4", l.id)
+		sh.waitConfig(30*time.Second, "n1:V n2:V n3:V n4:N")
+		if st := sh.nodes["n5"].g.StreamStatus(); !st.Following || st.Entries == 0 {
+			t.Fatalf("n5 not on the stream: %+v", st)
+		}
+		if st := sh.nodes["n4"].g.StreamStatus(); st.Following {
+			t.Fatalf("standby n4 follows the stream: %+v", st)
+		}
+		// Entries after the leader's last snapshot (fewer than its
+		// threshold): n5's replica is ahead of the snapshot Raft will
+		// install on it when it becomes a standby.
+		time.Sleep(time.Second)
+		sh.applyN(l, "c", 2)
+		sh.waitSame("n5", l.id)
+		// A voter that is not the leader leaves: n4 replaces it, n5
+		// becomes the standby.
+		var gone string
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if id != l.id {
+				gone = id
+				break
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := sh.nodes[gone].g.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown %s: %v", gone, err)
+		}
+		sh.nodes[gone].g = nil
+		want := map[string]string{"n1": "n1:V", "n2": "n2:V", "n3": "n3:V"}
+		want[gone] = ""
+		var parts []string
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if want[id] != "" {
+				parts = append(parts, want[id])
+			}
+		}
+		sh.waitConfig(30*time.Second, strings.Join(append(parts, "n4:V", "n5:N"), " "))
+		sh.applyN(l, "b", 10)
+		for _, id := range []string{"n4", "n5"} {
+			sh.waitSame(id, l.id)
+			sh.checkSeq(id, l.id)
+		}
+		for id, f := range sh.fsms {
+			if f.regressed > 0 {
+				t.Errorf("%s: %d restores took the replica back in time", id, f.regressed)
+			}
 		}
 	})
 }
