@@ -61,6 +61,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	cc.BootstrapExpect = d.cfg.BootstrapExpect
 	cc.BootstrapGate = d.joined
 	cc.Voter = d.cfg.Voter
+	cc.StreamStandbys = d.cfg.Standbys
 	if cc.MaxVoters < cc.BootstrapExpect {
 		cc.MaxVoters = cc.BootstrapExpect | 1
 	}
