@@ -299,6 +299,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft = r
+	if g.rec != nil && cfg.StreamActive != nil {
+		g.follow = newStreamFollower(g, stream) // started below, once the RPC server runs
+	}
 	wt.setWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
 		if r.State() != raft.Leader || r.CurrentTerm() != term {
 			return false
@@ -319,8 +322,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	r.RegisterObserver(g.observer)
 	g.goLoop(func() { g.leaderWatchLoop(obs) })
 	g.mux.start()
-	if g.rec != nil && cfg.StreamActive != nil {
-		g.follow = newStreamFollower(g, stream)
+	if g.follow != nil {
 		g.goLoop(g.follow.run)
 	}
 

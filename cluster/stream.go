@@ -488,7 +488,7 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 				return progressed, fmt.Errorf("%w: %s offers %d bytes, the limit is %d", ErrStreamSnapshot, addr, reply.SnapTotal, g.cfg.StreamMaxSnapshot)
 			case snapID == 0 && reply.Offset == 0:
 				snapID, snapIndex = reply.SnapID, reply.SnapIndex
-				snap = make([]byte, 0, reply.SnapTotal)
+				snap = make([]byte, 0, min(reply.SnapTotal, 64<<20))
 			case reply.SnapID != snapID || reply.Offset != int64(len(snap)) || reply.SnapIndex != snapIndex:
 				return progressed, fmt.Errorf("%w: %s sent snapshot %d at offset %d, expected %d at %d", ErrStreamGap, addr, reply.SnapID, reply.Offset, snapID, len(snap))
 			}
