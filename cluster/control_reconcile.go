@@ -149,7 +149,7 @@ func planReconcile(s reconcileState) []raftChange {
 		var standbys []Member
 		for _, m := range members {
 			sv, in := cfg[m.ID]
-			if _, ok := alive[m.ID]; !ok || !in || sv.Voter || m.ID == s.Self {
+			if _, ok := alive[m.ID]; !ok || !in || sv.Voter || m.ID == s.Self || !followsStream(m.Meta) {
 				continue
 			}
 			if VoterPreferenceOf(m.Meta) == VoterNever {
@@ -197,7 +197,7 @@ func planReconcile(s reconcileState) []raftChange {
 	if s.Stream {
 		slots = s.Standbys
 		for _, m := range members {
-			if sv, in := cfg[m.ID]; in && !sv.Voter && live[m.ID] && m.ID != s.Self && VoterPreferenceOf(m.Meta) != VoterNever {
+			if sv, in := cfg[m.ID]; in && !sv.Voter && live[m.ID] && m.ID != s.Self && VoterPreferenceOf(m.Meta) != VoterNever && followsStream(m.Meta) {
 				slots--
 			}
 		}
@@ -214,7 +214,7 @@ func planReconcile(s reconcileState) []raftChange {
 		if _, in := cfg[m.ID]; in {
 			continue
 		}
-		if s.Stream {
+		if s.Stream && followsStream(m.Meta) {
 			if VoterPreferenceOf(m.Meta) == VoterNever || slots <= 0 {
 				continue // follows the stream
 			}

@@ -142,9 +142,11 @@ func newStreamHarness(t *testing.T, members ...string) *streamHarness {
 
 func (sh *streamHarness) start(id string) *testNode {
 	n := sh.harness.start(id)
+	tags := map[string]string{TagStream: "1"}
 	if sh.members[id] {
-		sh.gossip.set(Member{Meta: Meta{ID: id, RaftAddr: n.addr, Incarnation: n.inc, Tags: map[string]string{TagVoter: string(VoterNever)}}, Addr: n.addr, State: StateAlive}, EventUpdate)
+		tags[TagVoter] = string(VoterNever)
 	}
+	sh.gossip.set(Member{Meta: Meta{ID: id, RaftAddr: n.addr, Incarnation: n.inc, Tags: tags}, Addr: n.addr, State: StateAlive}, EventUpdate)
 	return n
 }
 

@@ -341,6 +341,9 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	if cfg.Voter != "" && cfg.Voter != VoterAuto {
 		meta.Tags[cluster.TagVoter] = string(cfg.Voter)
 	}
+	// This binary follows the committed-state stream when out of Raft
+	// (cluster version 5): the leader may keep it out.
+	meta.Tags[cluster.TagStream] = "1"
 	if cfg.VoterOwnsNoShards {
 		meta.Tags[voterShardsTag] = "no"
 	}
