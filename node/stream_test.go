@@ -177,3 +177,26 @@ func TestMembersFollowTheStream(t *testing.T) {
 		}
 	})
 }
+
+// A member on the stream is not ready until its replica caught up with a
+// voter, nor while it is more than the bound behind; a voter never is
+// held back by the stream.
+func TestStreamProblem(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		s    StreamStatus
+		want string // substring; "" = ready
+	}{
+		{"voter", StreamStatus{Following: false}, ""},
+		{"never caught up", StreamStatus{Following: true}, "not caught up"},
+		{"caught up", StreamStatus{Following: true, CaughtUp: now}, ""},
+		{"a little behind", StreamStatus{Following: true, CaughtUp: now.Add(-time.Second), Behind: time.Second, LagEntries: 3}, ""},
+		{"too far behind", StreamStatus{Following: true, CaughtUp: now.Add(-time.Minute), Behind: time.Minute, LagEntries: 300, Server: "v1"}, "behind (300 entries; server v1)"},
+	} {
+		got := streamProblem(tc.s, 5*time.Second)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: streamProblem = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
