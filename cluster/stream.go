@@ -202,7 +202,14 @@ func (s *controlRPC) Subscribe(args *wire.SubscribeArgs, reply *wire.SubscribeRe
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
+		// A leader change ends the wait at once: members learn the new
+		// leader from the reply (their renewals and proposals go there).
+		leaderChange := g.leaderChanged()
 		entries, pos, wake := g.rec.read(args.From, maxBytes)
+		if _, id := g.raft.LeaderWithID(); string(id) != args.Leader && pos == posEntries && len(entries) == 0 {
+			g.streamHeader(reply) // the subscriber's leader is out of date
+			return nil
+		}
 		switch {
 		case pos == posSnapshot:
 			snap, err := g.rec.snapshotFor(g.cfg.StreamMaxSnapshot)
@@ -226,6 +233,9 @@ func (s *controlRPC) Subscribe(args *wire.SubscribeArgs, reply *wire.SubscribeRe
 		}
 		select {
 		case <-wake:
+		case <-leaderChange:
+			g.streamHeader(reply)
+			return nil
 		case <-timer.C:
 			g.streamHeader(reply)
 			return nil
@@ -461,7 +471,10 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 		}
 	}
 	for {
-		args := wire.SubscribeArgs{From: g.rec.lastIndex(), SnapID: snapID, Offset: int64(len(snap)), Wait: g.cfg.StreamWait, MaxBytes: g.cfg.StreamBatchBytes}
+		f.mu.Lock()
+		known := f.leader
+		f.mu.Unlock()
+		args := wire.SubscribeArgs{From: g.rec.lastIndex(), SnapID: snapID, Offset: int64(len(snap)), Wait: g.cfg.StreamWait, MaxBytes: g.cfg.StreamBatchBytes, Leader: known}
 		var reply wire.SubscribeReply
 		cctx, cancel := context.WithTimeout(ctx, g.cfg.StreamWait+g.cfg.RPCTimeout)
 		err := f.pool.call(cctx, addr, "Control.Subscribe", &args, &reply)

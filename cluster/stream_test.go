@@ -534,3 +534,36 @@ func TestStreamStandbys(t *testing.T) {
 		}
 	})
 }
+
+// A member learns a new leader from its stream at once, not at the end of
+// a held Subscribe call.
+func TestStreamLeaderChangeReachesMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh := newStreamHarness(t, "m1")
+		sh.tune = func(c *ControlConfig) {
+			if c.NodeID == "m1" {
+				c.StreamWait = 20 * time.Second // a held call outlasts the election
+			}
+		}
+		defer sh.closeAll()
+		for _, id := range []string{"n1", "n2", "n3", "m1"} {
+			sh.start(id)
+		}
+		sh.waitConfig(30*time.Second, "n1:V n2:V n3:V")
+		l := sh.waitLeader(30 * time.Second)
+		sh.applyN(l, "a", 3)
+		m := sh.nodes["m1"]
+		waitFor(t, 30*time.Second, "member knows the leader", func() bool { id, _ := m.g.Leader(); return id == l.id })
+		if srv := m.g.StreamStatus().Server; srv == l.addr {
+			t.Fatalf("member follows the leader")
+		}
+		sh.stop(l.id)
+		var nl *testNode
+		waitFor(t, 30*time.Second, "a new leader", func() bool { nl = sh.leader(); return nl != nil })
+		start := time.Now()
+		waitFor(t, 30*time.Second, "member knows the new leader", func() bool { id, _ := m.g.Leader(); return id == nl.id })
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("member learned the new leader %v after it was established (held calls last 20 s)", d)
+		}
+	})
+}

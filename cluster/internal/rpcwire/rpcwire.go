@@ -130,6 +130,9 @@ type SubscribeArgs struct {
 	Wait time.Duration
 	// MaxBytes bounds the entries' data in the reply (capped by the server).
 	MaxBytes int
+	// Leader is the leader the subscriber knows ("" none): a server that
+	// knows another answers at once instead of holding the call.
+	Leader string
 }
 
 // StreamEntry is one entry a voter's state machine applied: a raft log
