@@ -435,11 +435,11 @@ func TestStreamServerCapAndRefusal(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var r wire.SubscribeReply
-			_ = rpcs.Subscribe(&wire.SubscribeArgs{From: g.rec.lastIndex(), Wait: 5 * time.Second}, &r)
+			_ = rpcs.Subscribe(&wire.SubscribeArgs{From: g.rec.lastIndex(), Wait: 5 * time.Second, Leader: l.id}, &r)
 		}()
 		synctest.Wait()
 		var r wire.SubscribeReply
-		_ = rpcs.Subscribe(&wire.SubscribeArgs{From: g.rec.lastIndex(), Wait: time.Second}, &r)
+		_ = rpcs.Subscribe(&wire.SubscribeArgs{From: g.rec.lastIndex(), Wait: time.Second, Leader: l.id}, &r)
 		if r.Code != wire.CodeUnsupported {
 			t.Fatalf("second subscriber: code %d (%s), want refused", r.Code, r.Msg)
 		}
