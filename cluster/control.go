@@ -169,6 +169,12 @@ type ControlGroup struct {
 	leaderChange chan struct{}
 	observer     *raft.Observer
 
+	// The committed-state stream (stream.go): rec wraps the FSM; follow
+	// is a member's subscriber (nil on voter-capable nodes).
+	rec         *streamFSM
+	follow      *streamFollower
+	streamStats streamServerStats
+
 	closing   chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -190,6 +196,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if cfg.RPCMessageTimeout == 0 {
 		cfg.RPCMessageTimeout = DefaultRPCMessageTimeout
 	}
+	cfg.streamDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -292,7 +299,17 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	rc.NotifyCh = g.notifyCh
 	rc.Logger = hlog
 	rc.ShutdownOnRemove = false // a removed node stays up as a follower and can be re-added
-	r, err := raft.NewRaft(rc, cfg.FSM, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, g.trans)
+	var fsm raft.FSM = cfg.FSM
+	if cfg.AppliedIndex != nil {
+		ring := cfg.StreamBuffer
+		if cfg.Voter == VoterNever {
+			ring = 0 // a member serves nobody
+		}
+		g.rec = newStreamFSM(cfg.FSM, cfg.AppliedIndex, ring, cfg.StreamBufferBytes)
+		g.rec.snaps = cfg.SnapshotStore
+		fsm = g.rec
+	}
+	r, err := raft.NewRaft(rc, fsm, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, g.trans)
 	if err != nil {
 		g.mux.close()
 		if c, ok := g.trans.(raft.WithClose); ok {
@@ -301,6 +318,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft = r
+	if g.rec != nil && cfg.StreamActive != nil {
+		g.follow = newStreamFollower(g, stream) // started below, once the RPC server runs
+	}
 	wt.setWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
 		if r.State() != raft.Leader || r.CurrentTerm() != term {
 			return false
@@ -321,6 +341,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	r.RegisterObserver(g.observer)
 	g.goLoop(func() { g.leaderWatchLoop(obs) })
 	g.mux.start()
+	if g.follow != nil {
+		g.goLoop(g.follow.run)
+	}
 
 	if peers != nil {
 		g.sub = peers.Subscribe(64)
@@ -371,6 +394,12 @@ func (g *ControlGroup) IsLeader() bool { return g.raft.State() == raft.Leader }
 // Leader returns the current leader's id and address, "" if none is known.
 func (g *ControlGroup) Leader() (id, addr string) {
 	a, i := g.raft.LeaderWithID()
+	if g.follow != nil && (i == "" || g.needStream()) {
+		// A node out of Raft learns the leader from the stream.
+		if id, addr, ok := g.follow.streamLeader(); ok {
+			return id, addr
+		}
+	}
 	return string(i), string(a)
 }
 
@@ -423,8 +452,18 @@ func (g *ControlGroup) Servers() ([]ServerInfo, error) {
 	return out, nil
 }
 
-// Voters returns the ids of the voters in the latest configuration, sorted.
+// Voters returns the ids of the voters in the latest configuration, sorted
+// (on a member that follows the stream: the voters the stream named last).
 func (g *ControlGroup) Voters() []string {
+	if g.follow != nil && g.needStream() {
+		if vs := g.follow.streamVoters(); len(vs) > 0 {
+			out := make([]string, len(vs))
+			for i, v := range vs {
+				out[i] = v.ID
+			}
+			return out
+		}
+	}
 	servers, err := g.Servers()
 	if err != nil {
 		return nil

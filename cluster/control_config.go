@@ -129,8 +129,73 @@ type ControlConfig struct {
 	// non-voter may be and still be promoted.
 	CatchUpLag uint64
 
+	// The committed-state stream (stream.go, cluster version 5).
+	//
+	// AppliedIndex returns the FSM's applied index: the log index of the
+	// last entry it applied, or the one its restored snapshot had applied.
+	// nil disables the stream on this node (neither served nor followed).
+	AppliedIndex func() uint64
+	// StreamActive reports whether members follow the stream now (the
+	// cluster's active version has it). While it holds, the leader keeps
+	// VoterNever nodes out of the Raft configuration and servers answer
+	// Subscribe; a VoterNever node with AppliedIndex and StreamActive set
+	// subscribes (and keeps trying while servers refuse). nil = never.
+	StreamActive func() bool
+	// StreamBuffer and StreamBufferBytes bound the applied entries a
+	// server keeps for subscribers that resume (DefaultStreamBuffer,
+	// DefaultStreamBufferBytes if 0); older ones get a snapshot.
+	StreamBuffer      int
+	StreamBufferBytes int
+	// StreamMaxSubscribers bounds the Subscribe calls a server holds at
+	// once (DefaultStreamMaxSubscribers if 0).
+	StreamMaxSubscribers int
+	// StreamWait is how long a server holds a Subscribe call with nothing
+	// new (DefaultStreamWait if 0); StreamBatchBytes bounds one reply's
+	// entry data and StreamMaxSnapshot a snapshot (defaults if 0).
+	StreamWait        time.Duration
+	StreamBatchBytes  int
+	StreamMaxSnapshot int
+	// StreamStandbys is how many voter-capable nodes stay Raft non-voters
+	// once members follow the stream, so that a lost voter is replaced at
+	// once (DefaultStreamStandbys if 0, none if negative); every other
+	// non-voter follows the stream.
+	StreamStandbys int
+
 	// Logger receives the control group's and Raft's logs; nil = discard.
 	Logger *slog.Logger
+}
+
+// standbys is StreamStandbys with its default applied.
+func (c *ControlConfig) standbys() int {
+	switch {
+	case c.StreamStandbys == 0:
+		return DefaultStreamStandbys
+	case c.StreamStandbys < 0:
+		return 0
+	}
+	return c.StreamStandbys
+}
+
+// streamDefaults fills the stream fields left 0.
+func (c *ControlConfig) streamDefaults() {
+	if c.StreamBuffer == 0 {
+		c.StreamBuffer = DefaultStreamBuffer
+	}
+	if c.StreamBufferBytes == 0 {
+		c.StreamBufferBytes = DefaultStreamBufferBytes
+	}
+	if c.StreamMaxSubscribers == 0 {
+		c.StreamMaxSubscribers = DefaultStreamMaxSubscribers
+	}
+	if c.StreamWait == 0 {
+		c.StreamWait = DefaultStreamWait
+	}
+	if c.StreamBatchBytes == 0 {
+		c.StreamBatchBytes = DefaultStreamBatchBytes
+	}
+	if c.StreamMaxSnapshot == 0 {
+		c.StreamMaxSnapshot = DefaultStreamMaxSnapshot
+	}
 }
 
 // DefaultControlConfig is for LAN deployments: half of Raft's default
@@ -250,6 +315,11 @@ func (c ControlConfig) Validate() error {
 	if c.MaxRPCMessage < 0 || (c.MaxRPCMessage > 0 && c.MaxRPCMessage < 64<<10) || c.RPCIdleTimeout < 0 || c.RPCMessageTimeout < 0 {
 		return bad("MaxRPCMessage %d (0 or ≥ 64 KiB), RPCIdleTimeout %v and RPCMessageTimeout %v (≥ 0)",
 			c.MaxRPCMessage, c.RPCIdleTimeout, c.RPCMessageTimeout)
+	}
+	if c.StreamBuffer < 0 || c.StreamBufferBytes < 0 || c.StreamMaxSubscribers < 0 || c.StreamWait < 0 || c.StreamWait > maxStreamWait ||
+		c.StreamBatchBytes < 0 || c.StreamMaxSnapshot < 0 {
+		return bad("StreamBuffer %d, StreamBufferBytes %d, StreamMaxSubscribers %d, StreamBatchBytes %d, StreamMaxSnapshot %d (≥ 0) and StreamWait %v (0..%v)",
+			c.StreamBuffer, c.StreamBufferBytes, c.StreamMaxSubscribers, c.StreamBatchBytes, c.StreamMaxSnapshot, c.StreamWait, maxStreamWait)
 	}
 	if c.DeadVoterTimeout < 0 || (c.DeadVoterTimeout > 0 && c.DeadVoterTimeout < 2*c.ElectionTimeout) {
 		return bad("DeadVoterTimeout = %v, want 0 (off) or ≥ 2×ElectionTimeout (%v)", c.DeadVoterTimeout, 2*c.ElectionTimeout)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -90,6 +91,12 @@ type reconcileState struct {
 	Now              time.Time
 	DeadVoterTimeout time.Duration
 	MaxVoters        int
+	// Stream: members follow the committed-state stream (cluster version
+	// 5): VoterNever nodes are kept out of the configuration, and at most
+	// Standbys voter-capable non-voters stay in it (the rest follow the
+	// stream too).
+	Stream   bool
+	Standbys int
 }
 
 // planReconcile returns the changes that bring the configuration in line
@@ -134,6 +141,30 @@ func planReconcile(s reconcileState) []raftChange {
 		}
 	}
 
+	// 1b. On the stream, members (VoterNever) leave Raft: a non-voter
+	// that gossips VoterNever is removed (a voter is demoted first, below);
+	// of the alive voter-capable non-voters the best-ranked Standbys stay,
+	// the others follow the stream.
+	if s.Stream {
+		var standbys []Member
+		for _, m := range members {
+			sv, in := cfg[m.ID]
+			if _, ok := alive[m.ID]; !ok || !in || sv.Voter || m.ID == s.Self || !followsStream(m.Meta) {
+				continue
+			}
+			if VoterPreferenceOf(m.Meta) == VoterNever {
+				remove(m.ID, "member follows the stream (voter=never)")
+			} else {
+				standbys = append(standbys, m)
+			}
+		}
+		for i, m := range rankVoterCandidates(standbys) {
+			if i >= s.Standbys {
+				remove(m.ID, fmt.Sprintf("more than %d standbys: follows the stream", s.Standbys))
+			}
+		}
+	}
+
 	// 2. Identity reuse and moved addresses.
 	for _, m := range members {
 		am, ok := alive[m.ID]
@@ -160,8 +191,19 @@ func planReconcile(s reconcileState) []raftChange {
 		}
 	}
 
-	// 3. Joins.
-	for _, m := range members {
+	// 3. Joins. On the stream only standbys join: voter-capable members,
+	// best-ranked first, while fewer than Standbys alive ones are in.
+	slots, joiners := 0, members
+	if s.Stream {
+		slots = s.Standbys
+		for _, m := range members {
+			if sv, in := cfg[m.ID]; in && !sv.Voter && live[m.ID] && m.ID != s.Self && VoterPreferenceOf(m.Meta) != VoterNever && followsStream(m.Meta) {
+				slots--
+			}
+		}
+		joiners = append(rankVoterCandidates(slices.Clone(members)), neverMembers(members)...)
+	}
+	for _, m := range joiners {
 		am, ok := alive[m.ID]
 		if !ok {
 			continue
@@ -171,6 +213,12 @@ func planReconcile(s reconcileState) []raftChange {
 		}
 		if _, in := cfg[m.ID]; in {
 			continue
+		}
+		if s.Stream && followsStream(m.Meta) {
+			if VoterPreferenceOf(m.Meta) == VoterNever || slots <= 0 {
+				continue // follows the stream
+			}
+			slots--
 		}
 		out = append(out, raftChange{Kind: changeAddNonvoter, ID: m.ID, Addr: am.RaftAddr, Reason: "joined"})
 		cfg[m.ID] = ServerInfo{ID: m.ID, Addr: am.RaftAddr}
@@ -253,6 +301,17 @@ func planReconcile(s reconcileState) []raftChange {
 	return out
 }
 
+// neverMembers returns the members that gossip VoterNever, in order.
+func neverMembers(ms []Member) []Member {
+	var out []Member
+	for _, m := range ms {
+		if VoterPreferenceOf(m.Meta) == VoterNever {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func countVoters(cfg map[string]ServerInfo) int {
 	n := 0
 	for _, sv := range cfg {
@@ -326,6 +385,8 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		Now:              now,
 		DeadVoterTimeout: g.cfg.DeadVoterTimeout,
 		MaxVoters:        g.cfg.MaxVoters,
+		Stream:           g.cfg.StreamActive != nil && g.cfg.StreamActive() && g.cfg.AppliedIndex != nil,
+		Standbys:         g.cfg.standbys(),
 	}
 	// Probe non-voters only when a promotion could happen.
 	if plan := planReconcile(st); needsCandidates(st, plan) {
@@ -339,6 +400,11 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 			return fmt.Errorf("%v: %w", c, err)
 		}
 		g.log.Info("cluster: raft configuration change", "change", c.String())
+		if c.Kind == changePromote || c.Kind == changeRemove {
+			// A standby promoted (or removed) leaves a slot the next round
+			// fills from the stream followers, at once.
+			signal(g.reconcileSig)
+		}
 	}
 	return nil
 }

@@ -34,6 +34,17 @@ func TestPlanReconcile(t *testing.T) {
 	alive := func(id string) Member { return mem(id, id+":1", StateAlive) }
 	never := func(id string) Member { return withVoter(alive(id), VoterNever) }
 	always := func(id string) Member { return withVoter(alive(id), VoterAlways) }
+	// streaming marks members whose binary follows the stream (TagStream).
+	streaming := func(ms ...Member) []Member {
+		for i := range ms {
+			tags := map[string]string{TagStream: "1"}
+			for k, v := range ms[i].Tags {
+				tags[k] = v
+			}
+			ms[i].Tags = tags
+		}
+		return ms
+	}
 	base := func() reconcileState {
 		return reconcileState{Self: "a", Now: t0, MaxVoters: 3, Left: map[string]uint64{}, GoneSince: map[string]time.Time{}, CaughtUp: map[string]bool{}}
 	}
@@ -46,6 +57,52 @@ func TestPlanReconcile(t *testing.T) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
 			s.Members = []Member{alive("a"), alive("b"), alive("c")}
 		}, ""},
+		// The committed-state stream (cluster version 5).
+		{"stream: members are not added", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 2
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = streaming(alive("a"), alive("b"), alive("c"), never("m1"), never("m2"))
+		}, ""},
+		{"stream: member non-voters removed", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 2
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("m1"), nv("m2")}
+			s.Members = streaming(alive("a"), alive("b"), alive("c"), never("m1"), never("m2"))
+		}, "remove m1; remove m2"},
+		{"no stream: members are non-voters", func(s *reconcileState) {
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = streaming(alive("a"), alive("b"), alive("c"), never("m1"))
+		}, "add-nonvoter m1"},
+		{"stream: standbys up to Standbys, always first", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 2
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = streaming(alive("a"), alive("b"), alive("c"), alive("d"), alive("e"), always("f"), never("m"))
+		}, "add-nonvoter f; add-nonvoter d"},
+		{"stream: standbys stay, a new better-ranked node waits", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("e")}
+			s.Members = streaming(alive("a"), alive("b"), alive("c"), alive("d"), alive("e"))
+		}, ""},
+		{"stream: standbys beyond Standbys removed, worst-ranked first", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d"), nv("e"), nv("f")}
+			s.Members = streaming(alive("a"), alive("b"), alive("c"), alive("d"), always("e"), alive("f"))
+		}, "remove d; remove f"},
+		{"stream: a standby is promoted", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), nv("d")}
+			s.Members = streaming(alive("a"), alive("b"), alive("d"), alive("e"))
+			s.CaughtUp = map[string]bool{"d": true}
+		}, "promote d"},
+		{"stream: an older binary (no TagStream) is still added as a non-voter", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 0
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = append(streaming(alive("a"), alive("b"), alive("c"), never("m")), alive("old"), never("oldm"))
+		}, "add-nonvoter old; add-nonvoter oldm"},
+		{"stream: ... and replaced from the stream followers the next round", func(s *reconcileState) {
+			s.Stream, s.Standbys = true, 1
+			s.Servers = []ServerInfo{v("a"), v("b"), v("d")}
+			s.Members = streaming(alive("a"), alive("b"), alive("d"), alive("e"), never("m"))
+		}, "add-nonvoter e"},
 		{"join adds non-voter", func(s *reconcileState) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
 			s.Members = []Member{alive("a"), alive("b"), alive("c"), alive("d")}

@@ -30,6 +30,17 @@ const (
 // (absent: VoterAuto).
 const TagVoter = "tenure.voter"
 
+// TagStream is the Meta.Tags key a node sets (to "1") when its binary
+// follows the committed-state stream out of Raft (cluster version 5). The
+// leader keeps only such nodes out of the Raft configuration: an older
+// binary, which cannot follow the stream, is added as a non-voter as
+// before — so it learns the log and is refused by version, as it always
+// was.
+const TagStream = "tenure.stream"
+
+// followsStream reports whether m's binary can follow the stream.
+func followsStream(m Meta) bool { return m.Tags[TagStream] != "" }
+
 // ParseVoterPreference accepts "", "auto", "always" and "never".
 func ParseVoterPreference(s string) (VoterPreference, error) {
 	switch p := VoterPreference(s); p {

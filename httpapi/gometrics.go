@@ -63,6 +63,15 @@ var bridgeTable = []bridgedSeries{
 	// Control group (cluster.ControlGroup; tenure's own).
 	{key: "control.term", name: "tenure_control_term", kind: bridgeGauge, help: "The control group's Raft term as this voter last saw it at a leader change (0 on members, which run no Raft)."},
 	{key: "control.leader", name: "tenure_control_leader", kind: bridgeGauge, help: "1 while this node is the control group's Raft leader, 0 otherwise."},
+	// The committed-state stream (cluster/stream.go): a member's side, then a serving voter's.
+	{key: "stream.lag_entries", name: "tenure_stream_lag_entries", kind: bridgeGauge, help: "On a member following the committed-state stream: log indexes its replica was behind the serving voter at the last reply (0 on voters)."},
+	{key: "stream.lag_seconds", name: "tenure_stream_lag_seconds", kind: bridgeGauge, help: "On a member following the committed-state stream: seconds since its replica last had caught up with the serving voter."},
+	{key: "stream.reconnects", name: "tenure_stream_reconnects_total", kind: bridgeCounter, help: "Times this member resumed its committed-state stream (on the next voter) after it broke."},
+	{key: "stream.snapshots_received", name: "tenure_stream_snapshots_received_total", kind: bridgeCounter, help: "Snapshots this member restored from the stream because its applied index had left the voter's buffer."},
+	{key: "stream.bytes_received", name: "tenure_stream_received_bytes_total", kind: bridgeCounter, help: "Entry and snapshot bytes this member received on the committed-state stream."},
+	{key: "stream.subscribers", name: "tenure_stream_subscribers", kind: bridgeGauge, help: "On a voter or standby: Subscribe calls of members it holds now."},
+	{key: "stream.bytes_sent", name: "tenure_stream_sent_bytes_total", kind: bridgeCounter, help: "On a voter or standby: entry and snapshot bytes it served on the committed-state stream."},
+	{key: "stream.drops", name: "tenure_stream_refused_total", kind: bridgeCounter, help: "On a voter or standby: Subscribe calls refused (subscriber cap reached, or not serving the stream yet)."},
 	{key: "lease.renew", name: "tenure_lease_renew_duration_seconds", kind: bridgeHistogram, scale: msToSeconds, buckets: renewBuckets, help: "Successful lease renewals of this node: time from asking the control group's leader to its answer after a quorum round."},
 
 	// Raft: leadership.

@@ -48,6 +48,12 @@ func (a *nodeAdapter) Status() apitypes.Status {
 		Owned:         len(st.Owned),
 		Health:        healthFrom(st.Health),
 		Members:       a.Members(),
+		Stream: &apitypes.Stream{
+			Following: st.Stream.Following, Server: st.Stream.Server,
+			LagEntries: st.Stream.LagEntries, LagMS: st.Stream.Behind.Milliseconds(), CaughtUp: st.Stream.CaughtUp,
+			Reconnects: st.Stream.Reconnects, Snapshots: st.Stream.Snapshots, BytesReceived: st.Stream.BytesReceived,
+			Subscribers: st.Stream.Subscribers, BytesSent: st.Stream.BytesSent,
+		},
 	}
 }
 

@@ -31,7 +31,9 @@ const (
 	// command or encoding). Version 5 (this round; each change names its
 	// own gate constant): the jobs API contract (VersionJobsAPI): the
 	// pending-jobs cap decided by the FSM and request ids bound to their
-	// request's body: encoding and snapshot version 7.
+	// request's body: encoding and snapshot version 7; members follow the
+	// committed-state stream instead of Raft (VersionStreamMembers; no new
+	// command or encoding).
 	MaxClusterVersion uint32 = 5
 )
 

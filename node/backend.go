@@ -126,6 +126,8 @@ type controlInfo struct {
 	// read and stopped at ("" while it applies normally).
 	halted   string
 	haltedAt uint64 // its log index (0 while applying)
+	// stream is the node's part in the committed-state stream.
+	stream StreamStatus
 }
 
 // leaseInfo is the state of this node's heartbeats.

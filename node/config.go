@@ -179,6 +179,13 @@ type Config struct {
 	// voters' capacity — with 3 voters and 2 members only the 2 members do
 	// work, and a cluster of only voters owns nothing.
 	VoterOwnsNoShards bool
+	// Standbys is how many voter-capable nodes (Voter not VoterNever) the
+	// control-group leader keeps as Raft non-voters once members follow the
+	// committed-state stream (cluster version 5), so that a lost voter is
+	// replaced at once; the other non-voters follow the stream (0: 2; a
+	// negative value: none). Read by whichever node leads: give every
+	// voter-capable node the same value.
+	Standbys int
 
 	// Weight is the node's capacity relative to the others, 1..MaxWeight
 	// (0 means 1): the planner gives it a share of the partitions

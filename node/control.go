@@ -61,6 +61,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	cc.BootstrapExpect = d.cfg.BootstrapExpect
 	cc.BootstrapGate = d.joined
 	cc.Voter = d.cfg.Voter
+	cc.StreamStandbys = d.cfg.Standbys
 	if cc.MaxVoters < cc.BootstrapExpect {
 		cc.MaxVoters = cc.BootstrapExpect | 1
 	}
@@ -73,6 +74,10 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		return checkClaim(d.fsm.State(), c)
 	}
 	cc.LogStore, cc.StableStore, cc.SnapshotStore = d.store.Log, d.store.Stable, d.store.Snapshots
+	// The committed-state stream (cluster version 5): members follow it
+	// instead of Raft once the version is active; voters serve it.
+	cc.AppliedIndex = func() uint64 { return d.fsm.State().AppliedIndex() }
+	cc.StreamActive = func() bool { return d.fsm.State().VersionActive(ledger.VersionStreamMembers) }
 	if d.renew != nil {
 		cc.Renew = func(now time.Time, req cluster.RenewRequest) ([]byte, error) {
 			rec, err := d.renew(now, req)
@@ -226,6 +231,9 @@ func (c *clusterControl) Voters() []string {
 }
 
 func (c *clusterControl) Addr() string { return c.g.Addr() }
+
+// StreamStatus reports the node's part in the committed-state stream.
+func (c *clusterControl) StreamStatus() cluster.StreamStatus { return c.g.StreamStatus() }
 
 func (c *clusterControl) Shutdown(ctx context.Context) error {
 	select {

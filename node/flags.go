@@ -16,7 +16,7 @@ import (
 // -data-dir, -profile, -partitions, -min-health, -gossip-addr,
 // -gossip-advertise, -raft-addr, -raft-advertise, -http-addr,
 // -encrypt-key (base64), -tls-ca, -tls-cert, -tls-key, -insecure,
-// -voter, -voters-own-shards (the inverse of VoterOwnsNoShards), -tags
+// -voter, -voters-own-shards (the inverse of VoterOwnsNoShards), -standbys, -tags
 // (comma-separated k=v), -job-timeout, -max-pending-jobs and
 // -manual-finalize. `tenure agent` builds its flags, TENURE_* variables and
 // config-file keys from these. Call Validate after parsing.
@@ -43,6 +43,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow a non-loopback Raft/RPC port without TLS: anyone who reaches it can commit any command (logged loudly)")
 	fs.Var((*voterFlag)(&c.Voter), "voter", "this node's place in the control group: auto (promoted when voters are needed, lowest id first), always (bootstrap voter and promoted first) or never (never votes: for members beside a fixed voter set)")
 	fs.Var((*notFlag)(&c.VoterOwnsNoShards), "voters-own-shards", "false: while this node is a control-group voter it owns no shards, so a voter's death is never also an owner failure (set it on every node that may vote; costs the voters' capacity)")
+	fs.IntVar(&c.Standbys, "standbys", c.Standbys, "voter-capable nodes the control-group leader keeps as Raft non-voters once members follow the committed-state stream (cluster version 5), for a quick voter replacement; the others follow the stream (0: 2, negative: none)")
 	fs.Var((*tagsFlag)(&c.Tags), "tags", "comma-separated key=value labels gossiped with the node")
 	fs.IntVar(&c.Weight, "weight", c.Weight, "the node's capacity relative to the others, 1..1000: its share of the partitions is proportional to it (0: 1)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "the node's failure domain (rack, availability zone): partitions are apportioned to zones by capacity and a group's elections spread across zones")

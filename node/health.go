@@ -186,6 +186,9 @@ func (n *Node) Health() HealthReport {
 	if !ctl.quorum {
 		bad = append(bad, "no control-group quorum")
 	}
+	if why := streamProblem(ctl.stream, n.streamLagBound()); why != "" {
+		bad = append(bad, why)
+	}
 	switch {
 	case li.fenced:
 		bad = append(bad, "fenced: a newer incarnation of this node id is registered")
@@ -229,6 +232,9 @@ type Status struct {
 	Voters        []string
 	// AppliedIndex is the last log index this node's replica applied.
 	AppliedIndex uint64
+	// Stream is the node's part in the committed-state stream (cluster
+	// version 5): a member's lag, a voter's subscribers.
+	Stream StreamStatus
 	// Owned is the shards this node acts on.
 	Owned []Token
 	// Health is the node's health report.
@@ -247,6 +253,7 @@ func (n *Node) Status() Status {
 		ControlLeader: ctl.leader,
 		Voters:        ctl.voters,
 		AppliedIndex:  n.be.appliedIndex(),
+		Stream:        ctl.stream,
 		Owned:         n.Owned(),
 		Health:        n.Health(),
 	}

@@ -346,6 +346,9 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	if cfg.Voter != "" && cfg.Voter != VoterAuto {
 		meta.Tags[cluster.TagVoter] = string(cfg.Voter)
 	}
+	// This binary follows the committed-state stream when out of Raft
+	// (cluster version 5): the leader may keep it out.
+	meta.Tags[cluster.TagStream] = "1"
 	if cfg.VoterOwnsNoShards {
 		meta.Tags[voterShardsTag] = "no"
 	}
@@ -1052,6 +1055,7 @@ func (b *netBackend) control() controlInfo {
 	b.mu.Unlock()
 	recent := !lastAck.IsZero() && time.Since(lastAck) < b.timing.Lease
 	ci := controlInfo{leader: leader, voters: b.ctl.Voters(), quorum: leader != "" && recent, isLeader: leader == b.id}
+	ci.stream = streamStatus(b.ctl, b.fsm.State())
 	if h, ok := b.fsm.HaltedAt(); ok {
 		ci.halted, ci.haltedAt = h.Error(), h.Index
 	}

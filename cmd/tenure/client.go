@@ -182,9 +182,28 @@ func runStatus(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(w, "voters\t%s\n", orDash(strings.Join(st.Voters, ", ")))
 		fmt.Fprintf(w, "health\t%s\n", healthLine(st.Health))
 		fmt.Fprintf(w, "acting on\t%d of %d shards\n", st.Owned, st.Partitions)
-		fmt.Fprintf(w, "applied index\t%d\n\n", st.AppliedIndex)
+		fmt.Fprintf(w, "applied index\t%d\n", st.AppliedIndex)
+		if line := streamLine(st.Stream); line != "" {
+			fmt.Fprintf(w, "stream\t%s\n", line)
+		}
+		fmt.Fprintln(w)
 		memberTable(w, st.Members)
 	})
+}
+
+// streamLine describes a node's part in the committed-state stream: a
+// member's lag, a voter's subscribers; "" when it has none.
+func streamLine(s *apitypes.Stream) string {
+	switch {
+	case s == nil:
+		return ""
+	case s.Following:
+		return fmt.Sprintf("following %s, %d entries / %d ms behind (%d reconnects, %d snapshots, %d bytes received)",
+			orDash(s.Server), s.LagEntries, s.LagMS, s.Reconnects, s.Snapshots, s.BytesReceived)
+	case s.Subscribers > 0 || s.BytesSent > 0:
+		return fmt.Sprintf("serving %d subscribers (%d bytes sent)", s.Subscribers, s.BytesSent)
+	}
+	return ""
 }
 
 func healthLine(h apitypes.Health) string {

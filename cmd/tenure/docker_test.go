@@ -147,6 +147,7 @@ func TestDockerChaos(t *testing.T) {
 	start := time.Now()
 	owners := waitOneActingOwner(t, dc, live, partitions, "", 120*time.Second)
 	t.Logf("5 containers: every shard has one acting owner after %v", time.Since(start).Round(time.Millisecond))
+	waitMembersOnStream(t, apiAddr, []string{"n4", "n5"}, 60*time.Second)
 
 	// failover applies one fault to the acting owner of a random shard and
 	// waits for another node to act on it; heal undoes the fault and waits
@@ -484,4 +485,26 @@ func medianDuration(ds []time.Duration) time.Duration {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// waitMembersOnStream waits until each member reports (GET /v1/status)
+// that it follows the committed-state stream (cluster version 5) and has
+// received entries or a snapshot from it.
+func waitMembersOnStream(t *testing.T, apiAddr map[string]string, members []string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for _, id := range members {
+		for {
+			st, err := getJSON[apitypes.Status](apiAddr[id], "/v1/status")
+			if err == nil && st.Stream != nil && st.Stream.Following && st.Stream.Reconnects+st.Stream.Snapshots+st.Stream.BytesReceived > 0 {
+				t.Logf("%s follows the committed-state stream from %s: %d bytes received, %d snapshots, %d ms behind",
+					id, st.Stream.Server, st.Stream.BytesReceived, st.Stream.Snapshots, st.Stream.LagMS)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not on the committed-state stream after %v: %+v (err %v)", id, d, st.Stream, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }

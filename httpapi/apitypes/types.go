@@ -24,6 +24,28 @@ type Status struct {
 	Owned         int      `json:"owned"`
 	Health        Health   `json:"health"`
 	Members       []Member `json:"members"`
+	// Stream is the node's part in the committed-state stream (cluster
+	// version 5): a member's lag, a voter's subscribers. Omitted by
+	// servers that predate it.
+	Stream *Stream `json:"stream,omitempty"`
+}
+
+// Stream is a node's part in the committed-state stream (GET /v1/status).
+type Stream struct {
+	// Following: a member that follows the stream (out of Raft).
+	Following bool   `json:"following"`
+	Server    string `json:"server,omitempty"`
+	// LagEntries and LagMS: how far its replica is behind the serving
+	// voter (log indexes, and time since it last had caught up).
+	LagEntries    uint64    `json:"lag_entries"`
+	LagMS         int64     `json:"lag_ms"`
+	CaughtUp      time.Time `json:"caught_up,omitempty"`
+	Reconnects    uint64    `json:"reconnects"`
+	Snapshots     uint64    `json:"snapshots"`
+	BytesReceived uint64    `json:"bytes_received"`
+	// Subscribers and BytesSent: a voter's side.
+	Subscribers int64  `json:"subscribers"`
+	BytesSent   uint64 `json:"bytes_sent"`
 }
 
 // Health is a node's health report (/readyz, status).

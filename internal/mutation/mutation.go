@@ -196,6 +196,13 @@ const (
 	// ClaimIncarnation) while the cluster runs an older one, as in a
 	// rolling upgrade not yet finalized (ErrVersion).
 	GatedWhileMixed
+
+	// The committed-state stream (issue 24, cluster version 5).
+
+	// StreamResumeSkips: a member whose stream broke resumes from the
+	// serving voter's applied index instead of its own (a watch resumed
+	// from "now"): the entries committed meanwhile never reach its replica.
+	StreamResumeSkips
 	numSwitches
 )
 
@@ -214,7 +221,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"fenced-takeover-unfenced",
 	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring",
 	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
-	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed"}
+	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
+	"stream-resume-skips"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -273,6 +281,7 @@ var rules = [...]string{
 	"ledger Session: a request id is bound to its command's kind and shard; another command under it is refused (ErrInvalid)",
 	"ledger ClusterConfig: the cluster version never goes down (ErrInvalid)",
 	"ledger: a command gated at a cluster version is refused while the cluster runs an older one (ErrVersion)",
+	"stream (v5): a member resumes from its own applied index, and applies only the entry that follows it (never a gap)",
 }
 
 // Rule describes the rule switch s disables.

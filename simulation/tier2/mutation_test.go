@@ -29,7 +29,7 @@ func TestTier2Mutations(t *testing.T) {
 	for _, c := range mutationCases {
 		t.Run(c.sw.String(), func(t *testing.T) {
 			scenario := func(seed int64) Scenario {
-				return Scenario{Name: "mutation-" + c.sw.String(), Seed: seed, Nodes: 4,
+				return Scenario{Name: "mutation-" + c.sw.String(), Seed: seed, Nodes: 4, Diskless: c.diskless,
 					Duration: 30 * time.Second, FaultsUntil: 15 * time.Second, Faults: []Fault{c.fault},
 					App: App{Worker: c.worker}, Fenced: c.fenced}
 			}
@@ -64,6 +64,9 @@ var mutationCases = []struct {
 	fault  Fault
 	worker func(context.Context, *Env, node.Token) error // nil: returns when its context ends
 	fenced []node.ShardRange                             // Scenario.Fenced
+	// diskless is Scenario.Diskless: members (the last slots) that follow
+	// the committed-state stream.
+	diskless int
 }{
 	// skip-expiry-wait is not here: the tier-1 sweep catches it within two
 	// seeds (mutations.json), and in tier 2 under the race detector the
@@ -72,14 +75,19 @@ var mutationCases = []struct {
 	// The leader takes over a revoked shard without waiting out lease
 	// and drain timeout, while its draining owner's worker is still
 	// finishing (within the drain timeout): the successor overlaps it.
-	{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}, slowDrain, nil},
+	{mutation.SkipTakeoverWait, "S4", Fault{At: 6 * time.Second, Kind: Drain, Node: Shard0Owner, For: 6 * time.Second}, slowDrain, nil, 0},
 	// Under fenced takeover the token check is all that keeps a cut-off
 	// owner's writes out once its successor is granted (S4 is waived):
 	// with the ledger's App epoch check off, the owner of shard 0 (fenced),
 	// cut off for 700 ms — past FencedAfter, within its lease — writes
 	// with its old token after the takeover and is accepted.
 	{mutation.AppStaleEpoch, "S2", Fault{At: 6 * time.Second, Kind: Isolate, Node: FollowerOwner, For: 700 * time.Millisecond},
-		(&writeLog{stale: map[string]int{}, ok: map[string]int{}}).worker, []node.ShardRange{{First: 0, Last: 3}}},
+		(&writeLog{stale: map[string]int{}, ok: map[string]int{}}).worker, []node.ShardRange{{First: 0, Last: 3}}, 0},
+	// The member (slot 3, on the committed-state stream) is cut off for
+	// 2 s while the built-in workload commits: resuming from the voter's
+	// index instead of its own, its replica lacks the entries committed
+	// meanwhile, acknowledged ones among them (the workload's check).
+	{mutation.StreamResumeSkips, "app", Fault{At: 6 * time.Second, Kind: Isolate, Node: 3, For: 2 * time.Second}, nil, nil, 1},
 }
 
 // slowDrain is a worker that needs 400 ms to wind down once its term ends

@@ -60,7 +60,7 @@ func TestTier2MutationsReport(t *testing.T) {
 		for _, c := range mutationCases {
 			if c.sw == sw {
 				scenario = func(seed int64) Scenario {
-					return Scenario{Name: "mutation-" + e.Name, Seed: seed, Nodes: 4,
+					return Scenario{Name: "mutation-" + e.Name, Seed: seed, Nodes: 4, Diskless: c.diskless,
 						Duration: 30 * time.Second, FaultsUntil: 15 * time.Second, Faults: []Fault{c.fault},
 						App: App{Worker: c.worker}}
 				}

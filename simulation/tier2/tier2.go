@@ -106,6 +106,9 @@ type Result struct {
 	// (S4 waived for those shards: each would be an S4 violation
 	// elsewhere), as "shard N: old -> new" lines.
 	FencedOverlaps []string
+	// StreamMembers counts the live members (Diskless) that had followed
+	// the committed-state stream (cluster version 5) by the final checks.
+	StreamMembers int
 	// Version is the highest cluster version a committed ClusterConfig
 	// set (ledger.VersionLeaseRenewals and above: leases renewed off the
 	// log).
@@ -232,6 +235,8 @@ type harness struct {
 	sc  Scenario
 	tr  *node.MemNetwork
 	rec *recorder
+	// streamMembers: live members on the stream at the final checks.
+	streamMembers int
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -378,6 +383,7 @@ func (h *harness) run(parent context.Context) (*Result, error) {
 	res.StaleProbes, res.StaleRejected = h.rec.stale.probes, h.rec.stale.rejected
 	res.Trace = h.rec.trace
 	res.Version = h.rec.version
+	res.StreamMembers = h.streamMembers
 	res.FencedOverlaps = slices.Clone(h.rec.fencedOverlaps)
 	return res, nil
 }
@@ -557,6 +563,9 @@ func (h *harness) finalChecks() {
 	live, applied := map[string]uint64{}, map[string]uint64{}
 	for _, n := range nodes {
 		live[n.ID()], applied[n.ID()] = n.Incarnation(), n.AppliedIndex()
+		if st := n.Status().Stream; st.Following && st.Entries+st.Snapshots > 0 {
+			h.streamMembers++
+		}
 	}
 	h.rec.checkAcks(live, applied)
 	if h.sc.App.Check != nil {

@@ -213,6 +213,9 @@ func TestTier2Diskless(t *testing.T) {
 	start := time.Now()
 	res := Test(t, sc)
 	logResult(t, res, time.Since(start))
+	if sc.Seed == seed && res.StreamMembers != 2 {
+		t.Errorf("seed %d: %d members followed the committed-state stream, want 2 (cluster version %d)", sc.Seed, res.StreamMembers, res.Version)
+	}
 	if res == nil {
 		return
 	}

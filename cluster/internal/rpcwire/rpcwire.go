@@ -25,6 +25,7 @@ const (
 	CodeUnauthorized             // the caller may not do this; not submitted
 	CodeUnsupported              // the callee does not offer this call (now)
 	CodeRefused                  // a renewal refused by the planner (Refusal names why)
+	CodeStreamReset              // the snapshot being read is gone: subscribe again from the applied index
 )
 
 // ApplyArgs is the request of Control.Apply.
@@ -129,4 +130,63 @@ type ReadIndexReply struct {
 	Code  ReplyCode
 	Msg   string
 	Index uint64 // the leader's last log index read after receipt, confirmed by a quorum round
+}
+
+// SubscribeArgs is the request of Control.Subscribe (the committed-state
+// stream, cluster version 5): a member asks a voter for every entry its
+// state machine applied after From, in log order.
+type SubscribeArgs struct {
+	// From is the stream index the subscriber has applied: the index of
+	// the last entry it applied, or of the snapshot it restored.
+	From uint64
+	// SnapID and Offset continue a snapshot transfer (SnapID 0: none).
+	SnapID uint64
+	Offset int64
+	// Wait is how long the server may hold the call while it has nothing
+	// new (capped by the server).
+	Wait time.Duration
+	// MaxBytes bounds the entries' data in the reply (capped by the server).
+	MaxBytes int
+	// Leader is the leader the subscriber knows ("" none): a server that
+	// knows another answers at once instead of holding the call.
+	Leader string
+}
+
+// StreamEntry is one entry a voter's state machine applied: a raft log
+// entry (command or configuration) and the stream index before it.
+type StreamEntry struct {
+	Index      uint64
+	Prev       uint64 // the index of the entry applied before it (or of the snapshot)
+	Term       uint64
+	Type       uint8 // raft.LogType
+	Data       []byte
+	AppendedAt int64 // unix ns, 0 = unknown
+}
+
+// SubscribeReply is the reply of Control.Subscribe: entries after From, or
+// one chunk of a snapshot (when From is older than the server's buffer),
+// and the server's view of the log so the subscriber knows its lag.
+type SubscribeReply struct {
+	Code    ReplyCode
+	Msg     string
+	Entries []StreamEntry
+
+	// A snapshot chunk: the state machine at stream index SnapIndex,
+	// SnapTotal bytes, this chunk at Offset.
+	SnapID    uint64
+	SnapIndex uint64
+	SnapTotal int64
+	Offset    int64
+	Chunk     []byte
+
+	// The server's view: its applied stream index, its commit index, its
+	// term, the leader it follows and the voters it knows (id and address,
+	// sorted by id).
+	Applied    uint64
+	Commit     uint64
+	Term       uint64
+	Leader     string
+	LeaderAddr string
+	Voters     []string
+	VoterAddrs []string
 }
