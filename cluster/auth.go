@@ -37,6 +37,10 @@ type Peer struct {
 	// Operator is set for an operator's certificate: such a peer may run
 	// operator actions (remove another server) but is not a member.
 	Operator bool
+	// Voter is set for a voter-capable node certificate (pki.RoleNode),
+	// unset for a member certificate (which may propose only commands
+	// about itself; ledger.Proposer.Voter).
+	Voter bool
 }
 
 func (p Peer) String() string {

@@ -24,8 +24,10 @@ const (
 	// VersionLogSettings) and the leader forgetting the records of nodes
 	// gone for good (ForgetNode; VersionForgetNodes): encoding and snapshot
 	// version 6; lease renewals off the log (VersionLeaseRenewals; no new
-	// command or encoding).
-	MaxClusterVersion uint32 = 4
+	// command or encoding). Version 5: least privilege (the FSM refuses a
+	// ClusterConfig no registered node speaks instead of halting on it;
+	// VersionLeastPrivilege, no new encoding).
+	MaxClusterVersion uint32 = 5
 )
 
 // VersionLeaseRenewals is the cluster version from which nodes renew their
@@ -107,6 +109,8 @@ func (f *FSM) clusterConfig(c ClusterConfig) Result {
 		return Result{Err: errf(ErrInvalid, "cluster config with name %q and %d partitions: both are required", c.Name, c.Partitions)}
 	case c.Version < 1:
 		return Result{Err: errf(ErrInvalid, "cluster version %d: want ≥ 1", c.Version)}
+	case refuseUnspoken(c, f.entrySpoken) != nil:
+		return Result{Err: refuseUnspoken(c, f.entrySpoken)}
 	case cur.Name != "" && (c.Name != cur.Name || c.Partitions != cur.Partitions):
 		return Result{Err: errf(ErrInvalid, "cluster config %q with %d partitions: the cluster is %q with %d partitions",
 			c.Name, c.Partitions, cur.Name, cur.Partitions)}

@@ -110,7 +110,7 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 		if err != nil {
 			return err
 		}
-		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.Operator}, c)
+		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.Operator, Voter: p.Voter}, c)
 	}
 	return nil
 }
@@ -121,5 +121,7 @@ func peerFromTLS(cs tls.ConnectionState) (cluster.Peer, error) {
 	if err != nil {
 		return cluster.Peer{}, err
 	}
-	return cluster.Peer{ID: id.Name, Operator: id.Role == pki.RoleOperator}, nil
+	// Only a node certificate is voter-capable: a member certificate (or
+	// any role this release does not know) proposes as a member.
+	return cluster.Peer{ID: id.Name, Operator: id.Role == pki.RoleOperator, Voter: id.Role == pki.RoleNode}, nil
 }
