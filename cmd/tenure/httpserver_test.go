@@ -51,7 +51,7 @@ func TestAgentConfigTokens(t *testing.T) {
 		{[]string{"--token", "a", "--token-file", wf}, "give one"},
 		{[]string{"--token-file", empty}, "empty"},
 		{[]string{"--token-file", filepath.Join(t.TempDir(), "missing")}, "token-file"},
-		{[]string{"--read-token", "r"}, "read-token without token"},
+		{[]string{"--read-token", "r"}, "without token"},
 		{[]string{"--token", "same", "--read-token", "same"}, "read-token equals token"},
 		{[]string{"--token", "has space"}, "token: contains white space"},
 		{[]string{"--http-tls-cert", "c.pem"}, "give both or neither"},
