@@ -205,24 +205,3 @@ func (d *checkedDialer) Dial(ctx context.Context, addr string) (net.Conn, error)
 	}
 	return c, nil
 }
-
-// checkDialed proves the server at addr and compares it with the member
-// gossip places there (none known: any node certificate of the cluster).
-func (g *ControlGroup) checkDialed(ctx context.Context, addr string, c net.Conn) error {
-	p, err := g.cfg.Authenticate(ctx, c)
-	if err != nil {
-		return err
-	}
-	if p.Operator {
-		return fmt.Errorf("cluster: server at %s presented an operator certificate (%s), not a node's", addr, p.ID)
-	}
-	if g.peers == nil {
-		return nil
-	}
-	for _, m := range g.peers.Members() {
-		if m.State == StateAlive && m.RaftAddr == addr && m.ID != p.ID {
-			return fmt.Errorf("cluster: server at %s is %s, but %q is the member gossip places there", addr, p, m.ID)
-		}
-	}
-	return nil
-}

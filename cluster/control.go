@@ -140,6 +140,8 @@ type ControlGroup struct {
 	mux   *mux
 	pool  *rpcPool
 	addr  string
+	// proofs: node ids proven at Raft addresses (proof.go).
+	proofs *proofLog
 
 	notifyCh     chan bool
 	notifyLatest atomic.Bool
@@ -204,6 +206,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		events:       newEventQueue(),
 		closing:      make(chan struct{}),
 		confirms:     newConfirmLog(time.Now()),
+		proofs:       newProofLog(),
 	}
 	g.inc.Store(cfg.Incarnation)
 
