@@ -717,6 +717,11 @@ func writeNodeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", "1")
 		writeErrorCode(w, http.StatusTooManyRequests, "queue_full", err.Error())
 		return
+	case errors.Is(err, ErrForbidden), errors.Is(err, node.ErrUnauthorized):
+		// The leader refused this node's certificate (a member asking for
+		// an operator action): send it to a voter-capable node's API.
+		writeErrorCode(w, http.StatusForbidden, "forbidden", err.Error())
+		return
 	case errors.Is(err, ErrBadInput):
 		code = http.StatusBadRequest
 	case errors.Is(err, ErrNotFound):

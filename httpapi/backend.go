@@ -102,6 +102,9 @@ var (
 	ErrBadInput    = errors.New("tenure: bad input")
 	// ErrQueueFull: the job's shard holds its cap of pending jobs (429).
 	ErrQueueFull = errors.New("tenure: too many pending jobs")
+	// ErrForbidden: the control group refused the command for this node's
+	// certificate (a member certificate proposing an operator action; 403).
+	ErrForbidden = errors.New("tenure: forbidden")
 	// ErrNotImplemented: the node cannot do this (501).
 	ErrNotImplemented = errors.New("tenure: not supported by this node")
 	// ErrNoEligibleNode: Drain returns it (wrapped) when the node still

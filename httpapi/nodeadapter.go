@@ -183,6 +183,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrQueueFull, err)
 	case errors.Is(err, node.ErrInvalid), errors.Is(err, node.ErrInvalidConfig), errors.Is(err, node.ErrUnknownType):
 		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	case errors.Is(err, node.ErrUnauthorized):
+		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
 	return err
 }

@@ -1,6 +1,8 @@
 package httpapi_test
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/node"
 )
 
 // TestAPIThreeScopes: read reads, jobs reads and enqueues, admin does
@@ -185,5 +188,19 @@ func TestDashboardWritesNoMarkup(t *testing.T) {
 				t.Errorf("%s:%d writes markup: %s", f, i+1, strings.TrimSpace(line))
 			}
 		}
+	}
+}
+
+// TestAPIForbiddenIsClear: the leader's refusal of an operator action a
+// member certificate forwarded answers 403 with the leader's reason.
+func TestAPIForbiddenIsClear(t *testing.T) {
+	err := fmt.Errorf("%w: ledger: not authorized: member m1 may not propose PinShard: operator action: it needs an operator certificate, or an admin request to a voter-capable node's API", node.ErrUnauthorized)
+	rec := httptest.NewRecorder()
+	httpapi.WriteNodeError(rec, err)
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "voter-capable node's API") || !strings.Contains(rec.Body.String(), `"forbidden"`) {
+		t.Fatalf("%d %s, want 403 forbidden with the reason", rec.Code, rec.Body)
+	}
+	if !errors.Is(httpapi.Classify(err), httpapi.ErrForbidden) {
+		t.Fatal("node.ErrUnauthorized is not classified as ErrForbidden")
 	}
 }
