@@ -226,7 +226,7 @@ func TestDrainOutlivesServerTimeouts(t *testing.T) {
 		WriteTimeout: 100 * time.Millisecond, IdleTimeout: time.Second, MaxHeaderBytes: 4 << 10}
 	addr, _ := serveReal(t, a, lim, nil, 0)
 	start := time.Now()
-	resp, err := http.Post("http://"+addr+"/v1/drain?wait=600ms", "", nil)
+	resp, err := http.Post("http://"+addr+"/v1/drain?wait=600ms", "application/json", nil)
 	if err != nil {
 		t.Fatalf("drain past the server's timeouts: %v", err)
 	}
@@ -254,7 +254,7 @@ func TestPerClientConnectionCap(t *testing.T) {
 	addr, ln := serveReal(t, a, defaultHTTPLimits, nil, 2)
 	pl := ln.(*perClientListener)
 	get := func(c net.Conn) (int, error) {
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
 			return 0, err
 		}
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
