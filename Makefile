@@ -12,7 +12,7 @@ BIN         := bin/tenure
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.Version=$(VERSION)
 
-.PHONY: all build test mutations tier3 k8s-manifests examples browser test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
+.PHONY: all build test mutations tier3 k8s-manifests helm-chart prometheus-rules examples browser test-docker upgrade-test lint fuzz bench bench-peers bench-compare sim demo docker tidy clean
 
 all: build
 
@@ -45,6 +45,8 @@ test:
 	$(GO) test -count=1 -timeout 30m -v -run '^(TestSimSeeds|TestSimScale)$$' ./simulation/ -args -sim.seeds=$(SIMSEEDS) -sim.scale.nodes=$(SIMSCALE_TEST)
 	$(MAKE) tier3
 	$(MAKE) k8s-manifests
+	$(MAKE) helm-chart
+	$(MAKE) prometheus-rules
 	$(MAKE) examples
 	$(MAKE) browser
 
@@ -60,6 +62,23 @@ browser:
 # Its own module (deploy/kubernetes/go.mod).
 k8s-manifests:
 	cd deploy/kubernetes && $(GO) test -count=1 ./...
+
+# The Helm chart (deploy/helm/tenure) rendered offline with Helm's own Go
+# library, linted by Helm's linter, decoded strictly into the typed
+# k8s.io/api structs and checked as the manifests are (the agent's flags,
+# the cluster's shape: deploy/kubernetes/manifestcheck). Its own module
+# (deploy/helm/go.mod).
+helm-chart:
+	cd deploy/helm && $(GO) test -count=1 ./...
+
+# The alert rules (deploy/prometheus) and the Grafana dashboard
+# (deploy/grafana) parsed with Prometheus' rule and PromQL parsers; every
+# series they name must be one the agent exports (deploy/prometheus/
+# series.txt, kept current by cmd/tenure's TestAgentMetricsLint); each
+# alert evaluated over made-up series (fires on its failure, not on a
+# healthy cluster). Its own module (deploy/prometheus/go.mod).
+prometheus-rules:
+	cd deploy/prometheus && $(GO) test -count=1 ./...
 
 # The runnable examples (examples/: a multi-process service with fenced
 # SQLite writes killed with SIGKILL, request routing, the external-module
@@ -101,6 +120,8 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd simulation/tier3 && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd deploy/kubernetes && $(GO) vet ./...
+	cd deploy/helm && $(GO) vet ./...
+	cd deploy/prometheus && $(GO) vet ./...
 	cd examples && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd cmd/tenure/browsertest && $(GO) vet ./...
 
@@ -148,6 +169,8 @@ tidy:
 	$(GO) mod tidy
 	cd simulation/tier3 && $(GO) mod tidy
 	cd deploy/kubernetes && $(GO) mod tidy
+	cd deploy/helm && $(GO) mod tidy
+	cd deploy/prometheus && $(GO) mod tidy
 	cd examples && $(GO) mod tidy
 	cd cmd/tenure/browsertest && $(GO) mod tidy
 

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
@@ -27,6 +28,7 @@ func (g *ControlGroup) leaderWatchLoop(obs <-chan raft.Observation) {
 	for {
 		select {
 		case <-obs:
+			g.reportTerm()
 			g.leaderMu.Lock()
 			close(g.leaderChange)
 			g.leaderChange = make(chan struct{})
@@ -35,6 +37,18 @@ func (g *ControlGroup) leaderWatchLoop(obs <-chan raft.Observation) {
 			return
 		}
 	}
+}
+
+// reportTerm reports the Raft term and whether this node leads, as
+// go-metrics gauges (httpapi.BridgeGoMetrics exports them as
+// tenure_control_term and tenure_control_leader).
+func (g *ControlGroup) reportTerm() {
+	gometrics.SetGauge([]string{"control", "term"}, float32(g.raft.CurrentTerm()))
+	leader := float32(0)
+	if g.raft.State() == raft.Leader {
+		leader = 1
+	}
+	gometrics.SetGauge([]string{"control", "leader"}, leader)
 }
 
 // leaderChanged returns a channel closed at the next leader change.

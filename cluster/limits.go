@@ -19,7 +19,7 @@ import (
 // number of goroutines and never starves authenticated traffic, which runs
 // on connections established before. Past authentication, each RPC
 // connection has a bounded number of requests in flight. Every refusal
-// counts in tenure_cluster_conn_refused{reason}.
+// counts in tenure_control_conn_refused_total{reason}.
 const (
 	// DefaultMaxPendingConns caps the pending connections of one port.
 	DefaultMaxPendingConns = 512
@@ -35,7 +35,7 @@ const (
 
 // countRefusal counts a refused connection or request by reason.
 func countRefusal(reason string) {
-	gometrics.IncrCounterWithLabels([]string{"tenure", "cluster", "conn_refused"}, 1, []gometrics.Label{{Name: "reason", Value: reason}})
+	gometrics.IncrCounterWithLabels([]string{"control", "conn_refused"}, 1, []gometrics.Label{{Name: "reason", Value: reason}})
 }
 
 // pendingLimiter counts pending connections per port and per source.

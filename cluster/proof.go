@@ -25,7 +25,7 @@ import (
 //     claims — only once its id is proven at the Raft address it gossips;
 //     an unproven member is probed (a Control.Status call, whose dial runs
 //     checkDialed) and, until proven, ignored for Raft, logged and counted
-//     (tenure_cluster_unproven_members, Unproven, `tenure members`);
+//     (tenure_control_unproven_members, Unproven, `tenure members`);
 //   - a voter's address thus changes only when the node proves it (or an
 //     operator removes it).
 //
@@ -152,7 +152,7 @@ func (g *ControlGroup) reportUnproven(members []Member, proven map[string]bool) 
 			delete(p.logged, id)
 		}
 	}
-	gometrics.SetGauge([]string{"tenure", "cluster", "unproven_members"}, float32(len(p.unproven)))
+	gometrics.SetGauge([]string{"control", "unproven_members"}, float32(len(p.unproven)))
 }
 
 // Unproven returns the members gossip lists alive whose id has not been

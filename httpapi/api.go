@@ -518,6 +518,9 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	job, created, err := h.node.EnqueueJob(r.Context(), req)
 	if err != nil {
+		if errors.Is(err, ErrQueueFull) && h.metrics != nil {
+			h.metrics.queueFull.Inc()
+		}
 		writeNodeError(w, err)
 		return
 	}

@@ -150,6 +150,10 @@ func TestAPIEnqueueLimits(t *testing.T) {
 	if !errors.Is(f.EnqueueErr, httpapi.ErrQueueFull) {
 		t.Fatal("classify lost ErrQueueFull")
 	}
+	// The refusal is counted (the queue-full alert, deploy/prometheus).
+	if m := do(t, srv, "GET", "/metrics", ""); !strings.Contains(m.body, "tenure_job_enqueues_refused_total 1\n") {
+		t.Fatalf("queue-full refusal not counted:\n%.2000s", m.body)
+	}
 }
 
 func TestAPIPagination(t *testing.T) {

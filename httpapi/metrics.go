@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	gometrics "github.com/hashicorp/go-metrics/compat"
-	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -28,6 +26,7 @@ type metrics struct {
 	gatherer prometheus.Gatherer
 
 	ownershipChanges prometheus.Counter
+	moves            *prometheus.CounterVec
 	acquired         prometheus.Counter
 	lost             prometheus.Counter
 	failover         prometheus.Histogram
@@ -41,6 +40,7 @@ type metrics struct {
 	shardsOwned      prometheus.Gauge
 	shardsUnowned    prometheus.Gauge
 	jobs             *prometheus.GaugeVec
+	queueFull        prometheus.Counter
 	health           *prometheus.GaugeVec
 	load             prometheus.Gauge
 	hotShards        *prometheus.GaugeVec
@@ -49,6 +49,15 @@ type metrics struct {
 
 // browserRefused counts a request the browser guard refused.
 func (m *metrics) browserRefused(reason string) { m.httpRefused.WithLabelValues(reason).Inc() }
+
+// The causes of tenure_shard_moves_total.
+const (
+	movePlanned  = "planned"
+	moveFailover = "failover"
+	moveOther    = "other"
+)
+
+var moveCauses = []string{movePlanned, moveFailover, moveOther}
 
 // newMetrics registers the metrics on reg.
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -70,6 +79,11 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		return h
 	}
 	m.ownershipChanges = counter("ownership_changes_total", "Committed owner or epoch changes this node observed (any shard).")
+	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenure", Name: "shard_moves_total",
+		Help: "New committed owners this node observed, by cause: planned (the old owner was revoking: drain, rebalance, pin, load), failover (the shard had lost its valid owner: expired, restarted, left), other (neither seen, e.g. the node missed the middle state)."}, []string{"cause"})
+	for _, c := range moveCauses {
+		m.moves.WithLabelValues(c)
+	}
 	m.acquired = counter("shards_acquired_total", "Times this node started acting as owner of a shard.")
 	m.lost = counter("shards_lost_total", "Times this node stopped acting as owner of a shard.")
 	m.failover = hist("failover_seconds", "Unplanned moves: time from this node seeing a shard lose its valid owner (liveness expired, released) to seeing the next grant committed.")
@@ -83,13 +97,17 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m.shardsOwned = gauge("shards_owned", "Shards this node acts on.")
 	m.shardsUnowned = gauge("shards_unowned", "Shards without a valid committed owner, as this node sees them.")
 	m.jobs = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "jobs", Help: "Jobs by state, as this node's replica shows them."}, []string{"state"})
+	m.queueFull = counter("job_enqueues_refused_total", "Job enqueues this node's API refused because the shard already held its cap of pending jobs (--max-pending-jobs; HTTP 429 queue_full).")
 	m.health = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "health_status", Help: "1 for this node's current health status (healthy, degraded, unhealthy)."}, []string{"status"})
 	m.load = gauge("load", "Total load this node reports for the shards it owns (node.ReportLoad; 0 when it reports none).")
 	m.hotShards = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "hot_shard_load",
 		Help: "Load of this node's hottest shards (at most 3 series), as it reports them."}, []string{"shard"})
 	m.httpRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenure", Name: "http_refused_total",
 		Help: "HTTP requests refused before authentication by reason: unknown_host (Host not allowed: DNS rebinding), foreign_origin, unsupported_media_type (a state-changing request without Content-Type: application/json)."}, []string{"reason"})
-	cs = append(cs, m.jobs, m.health, m.hotShards, m.httpRefused)
+	for _, r := range []string{"unknown_host", "foreign_origin", "unsupported_media_type"} {
+		m.httpRefused.WithLabelValues(r) // every reason exported from the start
+	}
+	cs = append(cs, m.jobs, m.health, m.hotShards, m.moves, m.httpRefused)
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -106,24 +124,6 @@ func (m *metrics) handler() http.Handler { return registryHandler(m.gatherer) }
 
 func registryHandler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-}
-
-// BridgeGoMetrics sends the go-metrics that raft and memberlist emit
-// (through go-metrics' global sink) to reg, named tenure_raft_*,
-// tenure_memberlist_*. It replaces the process-wide go-metrics sink, so a
-// process calls it once.
-func BridgeGoMetrics(reg prometheus.Registerer) error {
-	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{Expiration: time.Minute, Registerer: reg, Name: "tenure_gometrics_bridge"})
-	if err != nil {
-		return fmt.Errorf("metrics: go-metrics prometheus sink: %w", err)
-	}
-	cfg := gometrics.DefaultConfig("tenure")
-	cfg.EnableHostname = false
-	cfg.EnableRuntimeMetrics = false // the Go collector covers the runtime
-	if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
-		return fmt.Errorf("metrics: go-metrics global: %w", err)
-	}
-	return nil
 }
 
 // observedShard is what the observer last saw of a shard.
@@ -190,8 +190,12 @@ func (o *shardObserver) observeTable(now time.Time, shards []apitypes.Shard) {
 			switch {
 			case !cur.revokeAt.IsZero():
 				o.m.handoff.Observe(now.Sub(cur.revokeAt).Seconds())
+				o.m.moves.WithLabelValues(movePlanned).Inc()
 			case !cur.lostAt.IsZero():
 				o.m.failover.Observe(now.Sub(cur.lostAt).Seconds())
+				o.m.moves.WithLabelValues(moveFailover).Inc()
+			default:
+				o.m.moves.WithLabelValues(moveOther).Inc()
 			}
 			cur.lostAt, cur.revokeAt = time.Time{}, time.Time{}
 			if s.Owner == o.self {

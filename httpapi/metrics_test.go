@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 
 	"context"
@@ -16,7 +15,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -54,6 +52,9 @@ func TestShardObserverLatencies(t *testing.T) {
 	check("lost", testutil.ToFloat64(m.lost), 1)
 	check("shards owned", testutil.ToFloat64(m.shardsOwned), 1)
 	check("jobs pending", testutil.ToFloat64(m.jobs.WithLabelValues("pending")), 2)
+	check("planned moves", testutil.ToFloat64(m.moves.WithLabelValues("planned")), 1)
+	check("failover moves", testutil.ToFloat64(m.moves.WithLabelValues("failover")), 1)
+	check("other moves", testutil.ToFloat64(m.moves.WithLabelValues("other")), 0)
 	out := gather(t, m)
 	for _, want := range []string{
 		"tenure_failover_seconds_sum 0.8\n", "tenure_failover_seconds_count 1\n",
@@ -86,27 +87,6 @@ func TestShardObserverLease(t *testing.T) {
 	}
 	if out := gather(t, m); !strings.Contains(out, "tenure_lease_renewal_interval_seconds_sum 0.25\n") {
 		t.Errorf("renewal interval missing:\n%s", out)
-	}
-}
-
-func TestGoMetricsBridge(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector())
-	m, err := newMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := BridgeGoMetrics(reg); err != nil {
-		t.Fatal(err)
-	}
-	// raft and memberlist emit through go-metrics' global functions.
-	gometrics.IncrCounter([]string{"raft", "apply"}, 3)
-	gometrics.SetGauge([]string{"memberlist", "health", "score"}, 0)
-	out := gather(t, m)
-	for _, want := range []string{"tenure_raft_apply 3", "tenure_memberlist_health_score 0", "go_goroutines"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("metrics lack %q", want)
-		}
 	}
 }
 

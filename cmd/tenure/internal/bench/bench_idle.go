@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -108,6 +110,12 @@ func runBenchIdle(ctx context.Context, m *Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("bench idle: %w", err)
 	}
+	before := make([]map[float64]float64, len(c.agents))
+	for i, a := range c.agents {
+		if before[i], err = c.renewHistogram(ctx, a); err != nil {
+			return fmt.Errorf("bench idle: %s: %w", a.id, err)
+		}
+	}
 	t0 := time.Now()
 	rss, cpu := c.idleUsage(ctx, o.window)
 	_, i1, err := c.leaderApplied(ctx)
@@ -118,16 +126,16 @@ func runBenchIdle(ctx context.Context, m *Env, args []string) error {
 	s := idleSummary{Profile: o.profile, Nodes: o.nodes, Partitions: o.partitions, WindowS: el.Seconds(),
 		RaftCommitsPerSec: float64(i1-i0) / el.Seconds(), AgentRSSMB: rss, AgentCPUPct: cpu, RenewP50Ms: -1, RenewP99Ms: -1}
 	var p50s, p99s []float64
-	for _, a := range c.agents {
-		q, err := c.renewQuantiles(ctx, a)
+	for i, a := range c.agents {
+		after, err := c.renewHistogram(ctx, a)
 		if err != nil {
 			return fmt.Errorf("bench idle: %s: %w", a.id, err)
 		}
-		if v, ok := q["0.5"]; ok {
-			p50s = append(p50s, v)
+		if v, ok := histogramQuantile(0.5, before[i], after); ok {
+			p50s = append(p50s, v*1000)
 		}
-		if v, ok := q["0.99"]; ok {
-			p99s = append(p99s, v)
+		if v, ok := histogramQuantile(0.99, before[i], after); ok {
+			p99s = append(p99s, v*1000)
 		}
 	}
 	if len(p50s) > 0 {
@@ -177,9 +185,9 @@ func (c *foCluster) leaderApplied(ctx context.Context) (string, uint64, error) {
 	return "", 0, fmt.Errorf("no agent names a control-group leader")
 }
 
-// renewQuantiles reads an agent's tenure_lease_renew summary (ms, last 10
-// s) from /metrics: quantile → value; empty if it reported none.
-func (c *foCluster) renewQuantiles(ctx context.Context, a *foAgent) (map[string]float64, error) {
+// renewHistogram reads an agent's tenure_lease_renew_duration_seconds
+// histogram from /metrics: bucket upper bound (s) → cumulative count.
+func (c *foCluster) renewHistogram(ctx context.Context, a *foAgent) (map[float64]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -192,32 +200,62 @@ func (c *foCluster) renewQuantiles(ctx context.Context, a *foAgent) (map[string]
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	return parseSummaryQuantiles(resp.Body, "tenure_lease_renew")
+	return parseHistogramBuckets(resp.Body, "tenure_lease_renew_duration_seconds")
 }
 
-// parseSummaryQuantiles reads the quantile lines of one summary from a
-// Prometheus text exposition; NaN quantiles (no sample in the window) are
-// left out.
-func parseSummaryQuantiles(r io.Reader, name string) (map[string]float64, error) {
-	out := map[string]float64{}
+// parseHistogramBuckets reads the _bucket lines of one histogram without
+// other labels from a Prometheus text exposition: le → cumulative count.
+func parseHistogramBuckets(r io.Reader, name string) (map[float64]float64, error) {
+	out := map[float64]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	prefix := name + `{quantile="`
+	prefix := name + `_bucket{le="`
 	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, prefix)
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
 		if !ok {
 			continue
 		}
-		q, val, ok := strings.Cut(rest, `"} `)
+		le, val, ok := strings.Cut(rest, `"} `)
 		if !ok {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil || v != v {
+		bound, err1 := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
+		v, err2 := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err1 != nil || err2 != nil {
 			continue
 		}
-		out[q] = v
+		out[bound] = v
 	}
 	return out, sc.Err()
+}
+
+// histogramQuantile is the q-quantile of the observations between two
+// reads of one cumulative histogram, interpolated linearly inside its
+// bucket as Prometheus' histogram_quantile does (an observation in the
+// +Inf bucket counts as the largest finite bound); false when none.
+func histogramQuantile(q float64, before, after map[float64]float64) (float64, bool) {
+	bounds := slices.Sorted(maps.Keys(after))
+	if len(bounds) == 0 {
+		return 0, false
+	}
+	total := after[bounds[len(bounds)-1]] - before[bounds[len(bounds)-1]]
+	if total <= 0 {
+		return 0, false
+	}
+	rank := q * total
+	lower, prevCount := 0.0, 0.0
+	for _, b := range bounds {
+		count := after[b] - before[b]
+		if count >= rank {
+			if math.IsInf(b, 1) {
+				return lower, true
+			}
+			if count == prevCount {
+				return b, true
+			}
+			return lower + (b-lower)*(rank-prevCount)/(count-prevCount), true
+		}
+		lower, prevCount = b, count
+	}
+	return lower, true
 }

@@ -513,7 +513,7 @@ func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
 	sent := func() float64 {
 		total := 0.0
 		for _, a := range c.agents {
-			total += c.metric(ctx, a, "tenure_memberlist_udp_sent")["tenure_memberlist_udp_sent"]
+			total += c.metric(ctx, a, "tenure_memberlist_udp_sent_bytes_total")["tenure_memberlist_udp_sent_bytes_total"]
 		}
 		return total
 	}
