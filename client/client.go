@@ -540,7 +540,9 @@ func (c *Client) once(ctx context.Context, method string, u *url.URL, payload []
 		return 0, fmt.Errorf("client: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	if payload != nil {
+	if payload != nil || (method != http.MethodGet && method != http.MethodHead) {
+		// The API refuses a state-changing request without it (a
+		// browser cannot send it cross-origin without a preflight).
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, vs := range reqHdr {

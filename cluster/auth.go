@@ -265,27 +265,6 @@ type provenConn struct {
 	peer Peer
 }
 
-// checkDialed proves the server at addr and compares it with the member
-// gossip places there (none known: any node certificate of the cluster).
-func (g *ControlGroup) checkDialed(ctx context.Context, addr string, c net.Conn) (Peer, error) {
-	p, err := g.cfg.Authenticate(ctx, c)
-	if err != nil {
-		return Peer{}, err
-	}
-	if p.IsOperator() {
-		return Peer{}, fmt.Errorf("cluster: server at %s presented an operator certificate (%s), not a node's", addr, p.ID)
-	}
-	if g.peers == nil {
-		return p, nil
-	}
-	for _, m := range g.peers.Members() {
-		if m.State == StateAlive && m.RaftAddr == addr && m.ID != p.ID {
-			return Peer{}, fmt.Errorf("cluster: server at %s is %s, but %q is the member gossip places there", addr, p, m.ID)
-		}
-	}
-	return p, nil
-}
-
 // RaftRefused is how many Raft connections or messages this node refused
 // since it started: a certificate that is not a node's on the first Raft
 // byte, or a message the Raft guard refused (raftguard.go). The same count

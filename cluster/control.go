@@ -140,6 +140,8 @@ type ControlGroup struct {
 	mux   *mux
 	pool  *rpcPool
 	addr  string
+	// proofs: node ids proven at Raft addresses (proof.go).
+	proofs *proofLog
 
 	notifyCh     chan bool
 	notifyLatest atomic.Bool
@@ -217,6 +219,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		closing:      make(chan struct{}),
 		confirms:     newConfirmLog(time.Now()),
 		vouchReq:     make(chan vouchRequest, 1),
+		proofs:       newProofLog(),
 	}
 	g.inc.Store(cfg.Incarnation)
 

@@ -26,7 +26,9 @@ import (
 //     configuration (its own Shutdown, Control.Remove) is removed by that
 //     request;
 //   - a known address coming back with a new id replaces the old entry; a
-//     known id at a new address has its address updated;
+//     known id at a new address has its address updated — both, like a
+//     join, only once the member proved its id at that address over an
+//     authenticated connection (proof.go; gossip alone changes nothing);
 //   - a gossip "dead" hint never removes anything by itself. A voter not
 //     seen alive for DeadVoterTimeout is replaced — a caught-up alive
 //     non-voter is promoted first, then the dead voter removed, so the voter
@@ -97,6 +99,11 @@ type reconcileState struct {
 	// stream too).
 	Stream   bool
 	Standbys int
+	// Proven are the members that proved their id at the Raft address
+	// they gossip (proof.go); a member not in it is ignored, as if gossip
+	// did not list it. nil: every member counts as proven (no
+	// authentication).
+	Proven map[string]bool
 }
 
 // planReconcile returns the changes that bring the configuration in line
@@ -113,6 +120,9 @@ func planReconcile(s reconcileState) []raftChange {
 	for _, m := range members {
 		if m.RaftAddr == "" || ValidateNodeID(m.ID) != nil {
 			continue
+		}
+		if s.Proven != nil && !s.Proven[m.ID] && m.ID != s.Self {
+			continue // gossip alone never changes the configuration
 		}
 		switch m.State {
 		case StateAlive:
@@ -354,9 +364,13 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		return err
 	}
 	members := g.peers.Members()
+	proven := g.proveMembers(ctx, members)
 	now := time.Now()
 	live := map[string]bool{g.cfg.NodeID: true}
 	for _, m := range members {
+		if proven != nil && !proven[m.ID] {
+			continue
+		}
 		if m.State == StateAlive || m.State == StateSuspect {
 			live[m.ID] = true
 		}
@@ -387,6 +401,7 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		MaxVoters:        g.cfg.MaxVoters,
 		Stream:           g.cfg.StreamActive != nil && g.cfg.StreamActive() && g.cfg.AppliedIndex != nil,
 		Standbys:         g.cfg.standbys(),
+		Proven:           proven,
 	}
 	// Probe non-voters only when a promotion could happen.
 	if plan := planReconcile(st); needsCandidates(st, plan) {

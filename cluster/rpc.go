@@ -127,8 +127,10 @@ type mux struct {
 	raft   *raftStream // nil when Raft has its own transport
 	guard  *raftGuard
 	log    *slog.Logger
-	wg     sync.WaitGroup
-	refuse logLimiter
+	// pending caps connections not yet past authentication (limits.go).
+	pending *pendingLimiter
+	wg      sync.WaitGroup
+	refuse  logLimiter
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -147,10 +149,22 @@ type muxOptions struct {
 	// RPC limits (auth.go).
 	maxMessage              int
 	idleTimeout, msgTimeout time.Duration
+	// Limits before authentication (limits.go); 0 takes the default.
+	maxPending, maxPendingPerSource, maxInflight int
 }
 
 func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger) *mux {
-	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{}, guard: &raftGuard{view: opts.raft}}
+	if opts.maxPending == 0 {
+		opts.maxPending = DefaultMaxPendingConns
+	}
+	if opts.maxPendingPerSource == 0 {
+		opts.maxPendingPerSource = DefaultMaxPendingPerSource
+	}
+	if opts.maxInflight <= 0 {
+		opts.maxInflight = DefaultMaxInflightRPCs
+	}
+	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{},
+		pending: newPendingLimiter(opts.maxPending, opts.maxPendingPerSource), guard: &raftGuard{view: opts.raft}}
 	m.refuse.every = time.Second
 	if withRaft {
 		m.raft = &raftStream{stream: stream, accept: make(chan net.Conn), closed: make(chan struct{})}
@@ -180,14 +194,22 @@ func (m *mux) start() {
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
+			release, reason := m.pending.acquire(c.RemoteAddr())
+			if reason != "" {
+				countRefusal(reason)
+				m.refused(c, fmt.Errorf("too many connections not yet authenticated (%s)", reason))
+				_ = c.Close()
+				continue
+			}
 			if !m.track(c) {
+				release()
 				_ = c.Close()
 				return
 			}
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				m.handle(c)
+				m.handle(c, release)
 			}()
 		}
 	}()
@@ -215,7 +237,10 @@ func (m *mux) untrack(c net.Conn) {
 	delete(m.conns, c)
 }
 
-func (m *mux) handle(c net.Conn) {
+// handle serves one accepted connection; release frees its pending slot
+// once it is past authentication and its protocol byte.
+func (m *mux) handle(c net.Conn, release func()) {
+	defer release()
 	var peer Peer
 	authenticated := m.opts.authenticate != nil
 	if authenticated {
@@ -224,6 +249,7 @@ func (m *mux) handle(c net.Conn) {
 		p, err := m.opts.authenticate(ctx, c)
 		cancel()
 		if err != nil {
+			countRefusal("handshake")
 			m.refused(c, err)
 			m.untrack(c)
 			_ = c.Close()
@@ -240,6 +266,7 @@ func (m *mux) handle(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	release()
 	switch {
 	case b[0] == protoRPC:
 		// Returns when the connection ends and closes it. Replies to a peer
@@ -247,7 +274,8 @@ func (m *mux) handle(c net.Conn) {
 		// blocking the connection's sender forever; requests are bounded in
 		// size and time.
 		lc := newGobLimitConn(c, m.opts.maxMessage, m.opts.idleTimeout, m.opts.msgTimeout)
-		m.opts.server(peer, authenticated).ServeConn(&writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout})
+		conn := &writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout}
+		m.opts.server(peer, authenticated).ServeCodec(newGobServerCodec(conn, m.opts.maxInflight))
 		m.untrack(c)
 	case b[0] == protoRaft && m.raft != nil:
 		// Only a node (voter-capable) certificate speaks Raft: a member's

@@ -47,13 +47,29 @@ const (
 
 // Options configures the API.
 type Options struct {
-	// Token, if set, is the bearer token of the write scope: every
-	// endpoint. With it set, every /v1 endpoint needs a token.
+	// Token, if set, is a bearer token of the admin scope: every
+	// endpoint. With any token or TokensFile set, every /v1 endpoint
+	// needs a token.
 	Token string
-	// ReadToken, if set, is the bearer token of the read scope: GETs
+	// JobsToken, if set, is a bearer token of the jobs scope: reads and
+	// enqueueing jobs (what a service needs). Needs Token or TokensFile.
+	JobsToken string
+	// ReadToken, if set, is a bearer token of the read scope: GETs
 	// (statuses, shards, jobs with payloads and results, moves). Needs
-	// Token.
+	// Token or TokensFile.
 	ReadToken string
+	// TokensFile, if set, names a file of more tokens, one `scope token`
+	// per line (scope read, jobs or admin; # comments), re-read when it
+	// changes (checked at most once a second): tokens are added and
+	// revoked without a restart. A file that no longer parses keeps the
+	// previous tokens and logs an error; one that does not parse at New
+	// is an error.
+	TokensFile string
+	// AllowedHosts are the names (besides IP literals, localhost and
+	// *.localhost) the API answers to in the Host header; "*" allows
+	// any. Other names answer 421: a DNS-rebinding page cannot read or
+	// change anything.
+	AllowedHosts []string
 	// MetricsAuth puts /metrics under the read scope (open otherwise).
 	MetricsAuth bool
 	// Registry receives the API's tenure_* metrics and is what /metrics
@@ -110,16 +126,15 @@ func NewWithBackend(b Backend, o Options) (*Handler, error) {
 	if b == nil {
 		return nil, errors.New("httpapi: nil backend")
 	}
-	if o.ReadToken != "" && o.Token == "" {
-		return nil, errors.New("httpapi: a read token needs a write token")
+	if (o.ReadToken != "" || o.JobsToken != "") && o.Token == "" && o.TokensFile == "" {
+		return nil, errors.New("httpapi: a read or jobs token needs an admin token (Token) or a TokensFile")
 	}
 	if o.ReadToken != "" && o.ReadToken == o.Token {
 		return nil, errors.New("httpapi: the read token must differ from the write token")
 	}
-	for _, t := range []string{o.Token, o.ReadToken} {
-		if err := apitypes.CheckToken(t); err != nil {
-			return nil, fmt.Errorf("httpapi: token: %v", err)
-		}
+	auth, err := newTokenAuth(o)
+	if err != nil {
+		return nil, err
 	}
 	if o.DrainWait <= 0 {
 		o.DrainWait = defaultDrainWait
@@ -127,7 +142,7 @@ func NewWithBackend(b Backend, o Options) (*Handler, error) {
 	if o.ObserveInterval <= 0 {
 		o.ObserveInterval = 100 * time.Millisecond
 	}
-	h := &Handler{opts: o, node: b, log: o.Logger, auth: newTokenAuth(o.Token, o.ReadToken), done: make(chan struct{})}
+	h := &Handler{opts: o, node: b, log: o.Logger, auth: auth, done: make(chan struct{})}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -207,7 +222,7 @@ func (h *Handler) recordMoves(ctx context.Context, events <-chan OwnershipEvent)
 // routes are the API's routes wrapped in panic recovery.
 func (h *Handler) routes() http.Handler {
 	mux := http.NewServeMux()
-	read, write := h.auth.read, h.auth.write
+	read, jobs, admin := h.auth.read, h.auth.jobs, h.auth.admin
 	mux.Handle("/v1/status", methods{"GET": read(h.status)})
 	mux.Handle("/v1/shards", methods{"GET": read(h.shards)})
 	mux.Handle("/v1/shards/{id}", methods{"GET": read(h.shard)})
@@ -215,19 +230,19 @@ func (h *Handler) routes() http.Handler {
 	mux.Handle("/v1/members", methods{"GET": read(h.members)})
 	mux.Handle("/v1/elections", methods{"GET": read(h.elections)})
 	mux.Handle("/v1/moves", methods{"GET": read(h.listMoves)})
-	mux.Handle("/v1/jobs", methods{"GET": read(h.jobs), "POST": write(h.enqueue)})
+	mux.Handle("/v1/jobs", methods{"GET": read(h.jobs), "POST": jobs(h.enqueue)})
 	mux.Handle("/v1/jobs/{id}", methods{"GET": read(h.job)})
-	mux.Handle("/v1/drain", methods{"POST": write(h.drain)})
-	mux.Handle("/v1/undrain", methods{"POST": write(h.undrain)})
-	mux.Handle("/v1/keyring", methods{"GET": write(h.keyring)})
-	mux.Handle("/v1/keyring/{op}", methods{"POST": write(h.keyringOp)})
+	mux.Handle("/v1/drain", methods{"POST": admin(h.drain)})
+	mux.Handle("/v1/undrain", methods{"POST": admin(h.undrain)})
+	mux.Handle("/v1/keyring", methods{"GET": admin(h.keyring)})
+	mux.Handle("/v1/keyring/{op}", methods{"POST": admin(h.keyringOp)})
 	mux.Handle("/v1/upgrade", methods{"GET": read(h.upgradeStatus)})
 	mux.Handle("/v1/debug/digest", methods{"GET": read(h.digest)})
-	mux.Handle("/v1/upgrade/finalize", methods{"POST": write(h.upgradeFinalize)})
+	mux.Handle("/v1/upgrade/finalize", methods{"POST": admin(h.upgradeFinalize)})
 	mux.Handle("/v1/placement", methods{"GET": read(h.placementRules)})
-	mux.Handle("/v1/placement/pin", methods{"POST": write(h.pin)})
-	mux.Handle("/v1/placement/exclude", methods{"POST": write(h.exclude)})
-	mux.Handle("/v1/fenced", methods{"GET": read(h.fencedPolicy), "POST": write(h.setFenced)})
+	mux.Handle("/v1/placement/pin", methods{"POST": admin(h.pin)})
+	mux.Handle("/v1/placement/exclude", methods{"POST": admin(h.exclude)})
+	mux.Handle("/v1/fenced", methods{"GET": read(h.fencedPolicy), "POST": admin(h.setFenced)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
@@ -240,7 +255,11 @@ func (h *Handler) routes() http.Handler {
 	if !h.opts.NoDashboard {
 		mux.Handle("/", dashboardHandler())
 	}
-	return recoverer(h.log, mux)
+	var refused func(string)
+	if h.metrics != nil {
+		refused = h.metrics.browserRefused
+	}
+	return recoverer(h.log, browserGuard(newHostGuard(h.opts.AllowedHosts), refused, mux))
 }
 
 // StartingHandler answers while a node joins its cluster, before New can
@@ -253,7 +272,11 @@ func StartingHandler(o Options) http.Handler {
 		writeJSON(w, http.StatusServiceUnavailable, apitypes.Health{Status: apitypes.StatusUnhealthy, Reasons: []string{"starting: joining the cluster"}})
 	})
 	if o.Registry != nil && !o.NoMetrics {
-		mux.Handle("/metrics", metricsHandler(registryHandler(o.Registry), newTokenAuth(o.Token, o.ReadToken), o.MetricsAuth))
+		auth, err := newTokenAuth(o)
+		if err != nil {
+			auth = &tokenAuth{enabled: true} // refuses every token; New reports the error
+		}
+		mux.Handle("/metrics", metricsHandler(registryHandler(o.Registry), auth, o.MetricsAuth))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "agent is starting: joining the cluster")
@@ -722,6 +745,11 @@ func writeNodeError(w http.ResponseWriter, err error) {
 		return
 	case errors.Is(err, ErrRequestIDReused):
 		writeErrorCode(w, http.StatusUnprocessableEntity, "idempotency_key_reused", err.Error())
+		return
+	case errors.Is(err, ErrForbidden), errors.Is(err, node.ErrUnauthorized):
+		// The leader refused this node's certificate (a member asking for
+		// an operator action): send it to a voter-capable node's API.
+		writeErrorCode(w, http.StatusForbidden, "forbidden", err.Error())
 		return
 	case errors.Is(err, ErrBadInput):
 		code = http.StatusBadRequest

@@ -120,6 +120,9 @@ var (
 	// ErrRequestIDReused: the Idempotency-Key was used for another request
 	// body within the session window (422).
 	ErrRequestIDReused = errors.New("tenure: idempotency key reused with another request")
+	// ErrForbidden: the control group refused the command for this node's
+	// certificate (a member certificate proposing an operator action; 403).
+	ErrForbidden = errors.New("tenure: forbidden")
 	// ErrNotImplemented: the node cannot do this (501).
 	ErrNotImplemented = errors.New("tenure: not supported by this node")
 	// ErrNoEligibleNode: Drain returns it (wrapped) when the node still

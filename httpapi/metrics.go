@@ -44,7 +44,11 @@ type metrics struct {
 	health           *prometheus.GaugeVec
 	load             prometheus.Gauge
 	hotShards        *prometheus.GaugeVec
+	httpRefused      *prometheus.CounterVec
 }
+
+// browserRefused counts a request the browser guard refused.
+func (m *metrics) browserRefused(reason string) { m.httpRefused.WithLabelValues(reason).Inc() }
 
 // The causes of tenure_shard_moves_total.
 const (
@@ -98,7 +102,12 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m.load = gauge("load", "Total load this node reports for the shards it owns (node.ReportLoad; 0 when it reports none).")
 	m.hotShards = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "tenure", Name: "hot_shard_load",
 		Help: "Load of this node's hottest shards (at most 3 series), as it reports them."}, []string{"shard"})
-	cs = append(cs, m.jobs, m.health, m.hotShards, m.moves)
+	m.httpRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenure", Name: "http_refused_total",
+		Help: "HTTP requests refused before authentication by reason: unknown_host (Host not allowed: DNS rebinding), foreign_origin, unsupported_media_type (a state-changing request without Content-Type: application/json)."}, []string{"reason"})
+	for _, r := range []string{"unknown_host", "foreign_origin", "unsupported_media_type"} {
+		m.httpRefused.WithLabelValues(r) // every reason exported from the start
+	}
+	cs = append(cs, m.jobs, m.health, m.hotShards, m.moves, m.httpRefused)
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

@@ -138,7 +138,7 @@ func memberFrom(m node.Member, t node.Timing, now time.Time) apitypes.Member {
 	out := apitypes.Member{
 		ID: m.ID, Group: m.Group, Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr, HTTPAddr: m.HTTPAddr,
 		State: m.State.String(), Health: m.Health, Draining: m.Draining, Live: m.Live, Voter: m.Voter, Leader: m.Leader,
-		Version: m.Version, Tags: m.Tags, Weight: m.Weight, Zone: m.Zone, Excluded: m.Excluded,
+		Version: m.Version, Tags: m.Tags, Weight: m.Weight, Zone: m.Zone, Excluded: m.Excluded, Unproven: m.Unproven,
 	}
 	if m.Load != nil {
 		total := m.Load.Total
@@ -193,6 +193,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotImplemented, err)
 	case errors.Is(err, node.ErrInvalid), errors.Is(err, node.ErrInvalidConfig), errors.Is(err, node.ErrUnknownType):
 		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	case errors.Is(err, node.ErrUnauthorized):
+		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
 	return err
 }

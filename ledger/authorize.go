@@ -11,125 +11,220 @@ import (
 var ErrUnauthorized = errors.New("ledger: not authorized")
 
 // Proposer is who sends a command to the control-group leader, as the
-// control group proved it (the identity in the sender's TLS certificate).
+// control group proved it (the identity and role in the sender's TLS
+// certificate).
 type Proposer struct {
 	// ID is the sender's node id, or the operator's name when Operator.
 	ID string
 	// Operator is set for holders of an operator certificate.
 	Operator bool
+	// Voter is set for a voter-capable node certificate (pki.RoleNode):
+	// such a node may propose operator actions, which its HTTP API sends
+	// for an admin-scope request (a voter can lead Raft anyway, so this
+	// grants it nothing it could not take). A member certificate
+	// (pki.RoleMember, `--voter=never`) leaves it unset: a member
+	// proposes only commands about itself, and its API refuses admin
+	// requests with the leader's ErrUnauthorized, naming a voter's API or
+	// an operator certificate as the way.
+	Voter bool
 }
 
 // String names the proposer in errors and logs.
 func (p Proposer) String() string {
-	if p.Operator {
+	switch {
+	case p.Operator:
 		return "operator " + p.ID
+	case p.Voter:
+		return "voter-capable node " + p.ID
 	}
-	return "node " + p.ID
+	return "member " + p.ID
+}
+
+// Who may propose a command kind: the rows of the table in
+// docs/security.md. The strings are the table's "who may propose it"
+// column (TestAuthorizeTable compares them with the page).
+const (
+	whoLeader   = "the control-group leader only (a forwarded one is refused)"
+	whoSelf     = "the node itself (its own id in the command)"
+	whoSelfOrOp = "the node itself; operators and voter-capable nodes for any node"
+	whoOwner    = "the shard's owner, fenced with an epoch at which it owns the shard"
+	whoAnyone   = "any member, voter-capable node or operator"
+	whoOperator = "operators and voter-capable nodes (an admin request), never a member"
+	whoWrapped  = "whoever may propose every command it wraps"
+)
+
+// proposeRule is one command kind's authorization: who (the docs' column)
+// and the check.
+type proposeRule struct {
+	who   string
+	check func(a authz, c Command) error
+}
+
+// authz carries one Authorize call's state to the rules.
+type authz struct {
+	st *State
+	p  Proposer
+	c  Command
+}
+
+func (a authz) deny(format string, args ...any) error {
+	return fmt.Errorf("%w: %s may not propose %s: %s", ErrUnauthorized, a.p, KindOf(a.c), fmt.Sprintf(format, args...))
+}
+
+// self allows the node named in field (its value who) only.
+func (a authz) self(field, who string) error {
+	if who != a.p.ID || a.p.Operator {
+		return a.deny("%s is %q, not itself", field, who)
+	}
+	return nil
+}
+
+// operator allows operators and voter-capable nodes.
+func (a authz) operator() error {
+	if a.p.Operator || a.p.Voter {
+		return nil
+	}
+	return a.deny("operator action: it needs an operator certificate, or an admin request to a voter-capable node's API (a member certificate cannot)")
+}
+
+// fenced allows the owner of shard at epoch. An epoch older than the
+// shard's current one is let through: the FSM rejects it as stale with its
+// usual error. One the leader has not committed is refused.
+func (a authz) fenced(shard uint32, epoch uint64) error {
+	if a.p.Operator {
+		return a.deny("operators own no shards")
+	}
+	rec, ok := a.st.Shard(shard)
+	switch {
+	case !ok || rec.Epoch < epoch:
+		return a.deny("shard %d has no committed epoch %d", shard, epoch)
+	case rec.Epoch == epoch && rec.Owner != a.p.ID:
+		return a.deny("shard %d at epoch %d belongs to %q", shard, epoch, rec.Owner)
+	}
+	return nil
+}
+
+func leaderOnly(a authz, _ Command) error { return a.deny("only the control-group leader proposes it") }
+
+// proposeRules is the whole authorization rule, one row per command kind.
+// A kind without a row is refused (a newer release's command must be added
+// here to be forwardable), and TestAuthorizeTable fails for it.
+var proposeRules = map[Kind]proposeRule{
+	KindHeartbeat:        {whoSelf, func(a authz, c Command) error { return a.self("Node", c.(Heartbeat).Node) }},
+	KindClaimIncarnation: {whoSelf, func(a authz, c Command) error { return a.self("Node", c.(ClaimIncarnation).Node) }},
+	KindSetDraining: {whoSelfOrOp, func(a authz, c Command) error {
+		if a.p.Operator || a.p.Voter {
+			return nil
+		}
+		return a.self("Node", c.(SetDraining).Node)
+	}},
+	KindRelease:  {whoOwner, func(a authz, c Command) error { return a.self("Owner", c.(Release).Owner) }},
+	KindTransfer: {whoOwner, func(a authz, c Command) error { return a.self("From", c.(Transfer).From) }},
+	KindJobStart: {whoOwner, func(a authz, c Command) error {
+		js := c.(JobStart)
+		if err := a.self("Owner", js.Owner); err != nil {
+			return err
+		}
+		return a.fenced(js.Shard, js.Epoch)
+	}},
+	KindJobComplete: {whoOwner, func(a authz, c Command) error { return a.fenced(c.(JobComplete).Shard, c.(JobComplete).Epoch) }},
+	KindJobFail:     {whoOwner, func(a authz, c Command) error { return a.fenced(c.(JobFail).Shard, c.(JobFail).Epoch) }},
+	KindApp:         {whoOwner, func(a authz, c Command) error { return a.fenced(c.(App).Shard, c.(App).Epoch) }},
+	// Members serve the API clients' enqueues and their applications'
+	// elections.
+	KindJobEnqueue:      {whoAnyone, func(authz, Command) error { return nil }},
+	KindDeclareElection: {whoAnyone, func(authz, Command) error { return nil }},
+	// Operator actions. SetTakeoverPolicy waives S4, so an election's
+	// fenced option (node.Election.SetFencedTakeover) on a member is
+	// refused too: a member would otherwise fence every shard.
+	KindPinShard:          {whoOperator, func(a authz, _ Command) error { return a.operator() }},
+	KindExcludeNode:       {whoOperator, func(a authz, _ Command) error { return a.operator() }},
+	KindSetTakeoverPolicy: {whoOperator, func(a authz, _ Command) error { return a.operator() }},
+	KindForgetNode:        {whoOperator, func(a authz, _ Command) error { return a.operator() }},
+	KindSettings:          {whoOperator, func(a authz, _ Command) error { return a.operator() }},
+	KindLogSettings:       {whoOperator, func(a authz, _ Command) error { return a.operator() }},
+	KindClusterConfig:     {whoOperator, authorizeClusterConfig},
+	KindGrant:             {whoLeader, leaderOnly},
+	KindRevoke:            {whoLeader, leaderOnly},
+	KindExpireNode:        {whoLeader, leaderOnly},
+	// Judged in Authorize by what they wrap (a rule here that called
+	// Authorize would be an initialization cycle).
+	KindSession: {whoWrapped, nil},
+	KindBatch:   {whoWrapped, nil},
+}
+
+// authorizeClusterConfig: an operator action, and never a version the
+// cluster cannot run. The leader records the first configuration itself
+// (ownership.Planner); afterwards a raise finalizes an upgrade
+// (`tenure upgrade finalize`). The version must be one this leader's
+// binary reads and one some registered node speaks: a version no replica
+// reads (Version 2^31) would halt every replica at that index for good.
+// The FSM refuses the same from VersionLeastPrivilege on (versionUnspoken).
+func authorizeClusterConfig(a authz, c Command) error {
+	if err := a.operator(); err != nil {
+		return err
+	}
+	cc := c.(ClusterConfig)
+	if a.st.Cluster().Name == "" && !a.p.Operator {
+		return a.deny("the leader records the cluster's first configuration")
+	}
+	if cc.Version > MaxClusterVersion {
+		return a.deny("cluster version %d: the leader speaks %d to %d, and a version no replica reads halts them all",
+			cc.Version, MinClusterVersion, MaxClusterVersion)
+	}
+	if a.st.versionUnspoken(cc.Version) {
+		return a.deny("cluster version %d: no registered node speaks it", cc.Version)
+	}
+	return nil
+}
+
+// WhoMayPropose returns the "who may propose it" rule of kind k as
+// docs/security.md words it, and false for a kind Authorize does not know.
+func WhoMayPropose(k Kind) (string, bool) {
+	r, ok := proposeRules[k]
+	return r.who, ok
 }
 
 // Authorize decides whether p may have the leader propose c. It is the one
-// place the rule lives; the leader calls it on every command a peer
+// place the rule lives (proposeRules, one row per kind, and the table in
+// docs/security.md); the leader calls it on every command a peer
 // forwards, before the command reaches Raft. The leader's own proposals
-// (the reconcile loop's grants, revokes and expiries) are not forwarded and
-// not checked. The rule:
+// (the reconcile loop's grants, revokes, expiries, forgets and
+// configuration) are not forwarded and not checked. In short:
 //
 //   - a member proposes only what concerns itself: its own Heartbeat,
-//     ClaimIncarnation and SetDraining, Release and Transfer of shards it owns (From/Owner is
-//     itself), JobStart as itself, and JobComplete, JobFail and App fenced
-//     with an epoch at which it owns the shard;
-//   - any member (or operator) may enqueue a job (members serve the API
-//     clients' enqueues) and declare a group election;
+//     ClaimIncarnation and SetDraining, Release and Transfer of shards it
+//     owns (From/Owner is itself), JobStart as itself at an epoch it owns,
+//     and JobComplete, JobFail and App fenced with an epoch at which it
+//     owns the shard;
+//   - anyone may enqueue a job (members serve the API clients' enqueues)
+//     and declare a group election;
+//   - operator actions — PinShard, ExcludeNode, SetTakeoverPolicy,
+//     ForgetNode, Settings, LogSettings, ClusterConfig and draining
+//     another node — need an operator certificate or a voter-capable node
+//     (whose API checked an admin-scope token); a ClusterConfig must name a
+//     version this leader reads and a registered node speaks;
 //   - Grant, Revoke and ExpireNode come from the leader alone, so a
-//     forwarded one is always refused, as is every kind this function does
-//     not know (a newer release's command must be added here to be
-//     forwardable);
-//   - operators may drain any node and change Settings and LogSettings;
-//   - any member (or operator) may propose PinShard, ExcludeNode and
-//     SetTakeoverPolicy: they reach the leader through a member's HTTP API,
-//     which demands an operator's write-scope token (like finalizing an
-//     upgrade), or — SetTakeoverPolicy for an election's shard — from the
-//     node that declares the election with the fenced option (node/);
-//   - once the cluster's configuration is recorded, any member may propose
-//     a ClusterConfig (finalizing an upgrade; the FSM checks it);
-//   - a Session is judged by the command it wraps.
+//     forwarded one is always refused, as is every kind without a row;
+//   - a Session or Batch is judged by the commands it wraps.
 //
 // Epoch checks read st, the leader's applied state: the caller must make sure
 // st includes every entry committed when the command arrived (a member can
-// only know of a grant once it is committed). A command fenced with an epoch
-// older than the shard's current one is let through: the FSM rejects it as
-// stale with its usual error. One fenced with an epoch the leader has not
-// committed is refused.
+// only know of a grant once it is committed).
 func Authorize(st *State, p Proposer, c Command) error {
+	a := authz{st: st, p: p, c: c}
 	if p.ID == "" {
 		return fmt.Errorf("%w: anonymous proposer", ErrUnauthorized)
 	}
-	deny := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s may not propose %s: %s", ErrUnauthorized, p, KindOf(c), fmt.Sprintf(format, args...))
-	}
-	self := func(field, who string) error {
-		if who != p.ID || p.Operator {
-			return deny("%s is %q, not itself", field, who)
-		}
-		return nil
-	}
-	fenced := func(shard uint32, epoch uint64) error {
-		if p.Operator {
-			return deny("operators own no shards")
-		}
-		rec, ok := st.Shard(shard)
-		switch {
-		case !ok || rec.Epoch < epoch:
-			return deny("shard %d has no committed epoch %d", shard, epoch)
-		case rec.Epoch == epoch && rec.Owner != p.ID:
-			return deny("shard %d at epoch %d belongs to %q", shard, epoch, rec.Owner)
-		}
-		return nil
+	if c == nil {
+		return fmt.Errorf("%w: empty command", ErrUnauthorized)
 	}
 	switch c := c.(type) {
-	case Heartbeat:
-		return self("Node", c.Node)
-	case ClaimIncarnation:
-		return self("Node", c.Node)
-	case SetDraining:
-		if p.Operator {
-			return nil
-		}
-		return self("Node", c.Node)
-	case Release:
-		return self("Owner", c.Owner)
-	case Transfer:
-		return self("From", c.From)
-	case JobEnqueue, DeclareElection, PinShard, ExcludeNode, SetTakeoverPolicy:
-		return nil
-	case JobStart:
-		return self("Owner", c.Owner)
-	case JobComplete:
-		return fenced(c.Shard, c.Epoch)
-	case JobFail:
-		return fenced(c.Shard, c.Epoch)
-	case App:
-		return fenced(c.Shard, c.Epoch)
-	case Settings, LogSettings:
-		if !p.Operator {
-			return deny("operator only")
-		}
-		return nil
-	case ClusterConfig:
-		// The leader records the first one. Afterwards a member may ask
-		// for a raise (an operator's `tenure upgrade finalize` reaches the
-		// leader through a member's API); the FSM keeps name and
-		// partitions fixed and the version from going down, and a node
-		// that cannot speak the raised version loses its lease (its
-		// heartbeats are refused), so a raise never costs safety.
-		if st.Cluster().Name == "" && !p.Operator {
-			return deny("the leader records the cluster's first configuration")
-		}
-		return nil
 	case Session:
 		// A request id changes nothing about who may propose what.
 		switch c.Command.(type) {
 		case Batch, Session, nil:
-			return deny("a session wraps one plain command")
+			return a.deny("a session wraps one plain command")
 		}
 		return Authorize(st, p, c.Command)
 	case Batch:
@@ -140,5 +235,9 @@ func Authorize(st *State, p Proposer, c Command) error {
 		}
 		return nil
 	}
-	return deny("only the control-group leader proposes it")
+	r, ok := proposeRules[KindOf(c)]
+	if !ok || r.check == nil {
+		return leaderOnly(a, c)
+	}
+	return r.check(a, c)
 }

@@ -52,6 +52,10 @@ type FSM struct {
 	// nothing more is applied (HaltedAt).
 	halt atomic.Pointer[Halt]
 
+	// entrySpoken is entrySpokenFor of the entry being applied
+	// (privilege.go).
+	entrySpoken uint32
+
 	waitMu sync.Mutex
 	waitCh chan struct{} // closed and replaced on every publish
 }
@@ -215,6 +219,7 @@ func (f *FSM) ApplyCommandAt(index uint64, c Command, appendedAt int64) Result {
 	defer f.mu.Unlock()
 	var done []applied
 	f.tickLogTime(appendedAt)
+	f.entrySpoken = f.entrySpokenFor(c)
 	r := f.applyTop(index, c, &done)
 	f.st.applied = max(f.st.applied, index)
 	if len(f.digestWant) > 0 {
@@ -248,7 +253,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			}
 			c, err := Decode(l.Data)
 			if err == nil {
-				err = unreadable(c)
+				f.entrySpoken = f.entrySpokenFor(c)
+				err = unreadableAt(c, f.entrySpoken)
 			}
 			if err != nil {
 				// Skipping the entry would make this replica differ from

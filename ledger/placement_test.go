@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -61,13 +62,17 @@ func TestSnapshotPlacementRules(t *testing.T) {
 	}
 }
 
-// TestPlacementRulesAuthorize: members (whose HTTP API checked the
-// operator's token) and operators may propose pins and exclusions.
+// TestPlacementRulesAuthorize: voter-capable nodes (whose HTTP API checked
+// an admin token) and operators may propose pins and exclusions; a member
+// may not (TestAuthorizeTable has the whole rule).
 func TestPlacementRulesAuthorize(t *testing.T) {
 	f, _ := newTestFSM(t, propConfig())
 	for _, c := range []Command{PinShard{Shard: 1, Node: "n1"}, ExcludeNode{Node: "n2", Exclude: true}} {
-		if err := Authorize(f.State(), Proposer{ID: "n3"}, c); err != nil {
-			t.Errorf("member proposing %T: %v", c, err)
+		if err := Authorize(f.State(), Proposer{ID: "n3", Voter: true}, c); err != nil {
+			t.Errorf("voter-capable node proposing %T: %v", c, err)
+		}
+		if err := Authorize(f.State(), Proposer{ID: "n3"}, c); !errors.Is(err, ErrUnauthorized) {
+			t.Errorf("member proposing %T: %v, want ErrUnauthorized", c, err)
 		}
 		if err := Authorize(f.State(), Proposer{ID: "ops", Operator: true}, c); err != nil {
 			t.Errorf("operator proposing %T: %v", c, err)

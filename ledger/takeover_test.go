@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -90,13 +91,17 @@ func TestSnapshotFencedPolicy(t *testing.T) {
 	}
 }
 
-// TestTakeoverPolicyAuthorize: members (an election's declarer, or a
-// member's API holding the operator's token) and operators may propose it.
+// TestTakeoverPolicyAuthorize: voter-capable nodes (an admin request to
+// their API, or an election's fenced option) and operators may propose it;
+// a member may not: it waives S4.
 func TestTakeoverPolicyAuthorize(t *testing.T) {
 	f, _ := newTestFSM(t, propConfig())
 	c := SetTakeoverPolicy{First: 1, Last: 1, Fenced: true}
-	if err := Authorize(f.State(), Proposer{ID: "n3"}, c); err != nil {
-		t.Errorf("member: %v", err)
+	if err := Authorize(f.State(), Proposer{ID: "n3", Voter: true}, c); err != nil {
+		t.Errorf("voter-capable node: %v", err)
+	}
+	if err := Authorize(f.State(), Proposer{ID: "n3"}, c); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("member: %v, want ErrUnauthorized", err)
 	}
 	if err := Authorize(f.State(), Proposer{ID: "ops", Operator: true}, c); err != nil {
 		t.Errorf("operator: %v", err)

@@ -33,7 +33,9 @@ const (
 	// pending-jobs cap decided by the FSM and request ids bound to their
 	// request's body: encoding and snapshot version 7; members follow the
 	// committed-state stream instead of Raft (VersionStreamMembers; no new
-	// command or encoding).
+	// command or encoding); least privilege (the FSM refuses a
+	// ClusterConfig no registered node speaks instead of halting on it;
+	// VersionLeastPrivilege, no new encoding).
 	MaxClusterVersion uint32 = 5
 )
 
@@ -116,6 +118,8 @@ func (f *FSM) clusterConfig(c ClusterConfig) Result {
 		return Result{Err: errf(ErrInvalid, "cluster config with name %q and %d partitions: both are required", c.Name, c.Partitions)}
 	case c.Version < 1:
 		return Result{Err: errf(ErrInvalid, "cluster version %d: want ≥ 1", c.Version)}
+	case refuseUnspoken(c, f.entrySpoken) != nil:
+		return Result{Err: refuseUnspoken(c, f.entrySpoken)}
 	case cur.Name != "" && (c.Name != cur.Name || c.Partitions != cur.Partitions):
 		return Result{Err: errf(ErrInvalid, "cluster config %q with %d partitions: the cluster is %q with %d partitions",
 			c.Name, c.Partitions, cur.Name, cur.Partitions)}

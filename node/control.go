@@ -235,6 +235,10 @@ func (c *clusterControl) Addr() string { return c.g.Addr() }
 // StreamStatus reports the node's part in the committed-state stream.
 func (c *clusterControl) StreamStatus() cluster.StreamStatus { return c.g.StreamStatus() }
 
+// Unproven lists the gossiped members that have not proven their id at
+// their Raft address ("id@addr"; the leader's view, cluster/proof.go).
+func (c *clusterControl) Unproven() []string { return c.g.Unproven() }
+
 func (c *clusterControl) Shutdown(ctx context.Context) error {
 	select {
 	case <-c.done:

@@ -973,6 +973,12 @@ func (b *netBackend) members() []Member {
 	leader := b.ctl.Leader()
 	voters := b.ctl.Voters()
 	seen := b.lastRenewals(st, leader)
+	unproven := map[string]bool{}
+	if u, ok := b.ctl.(interface{ Unproven() []string }); ok {
+		for _, id := range u.Unproven() {
+			unproven[id] = true
+		}
+	}
 	var out []Member
 	for _, m := range b.gossip.Members() {
 		rec, known := st.Node(m.ID)
@@ -985,6 +991,7 @@ func (b *netBackend) members() []Member {
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)
 		mm.Weight, mm.Zone = max(gossipedWeight(m.Tags), 1), m.Tags[zoneTag]
 		mm.Excluded = st.IsExcluded(m.ID)
+		mm.Unproven = unproven[m.ID+"@"+m.RaftAddr]
 		mm.Load = parseLoad(m.Tags[loadTag])
 		switch {
 		case seen != nil:

@@ -109,7 +109,7 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 		if err != nil {
 			return err
 		}
-		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.IsOperator()}, c)
+		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.IsOperator(), Voter: p.VoterCapable()}, c)
 	}
 	return nil
 }

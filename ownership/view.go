@@ -76,6 +76,9 @@ type Member struct {
 	// Excluded: an operator excluded the member from placement
 	// (Node.ExcludeNode); it owns nothing while it holds.
 	Excluded bool
+	// Unproven: the member has not proven its id at its Raft address over
+	// TLS, so the control group ignores it (as the leader sees it).
+	Unproven bool
 	// Live reports whether the member's committed liveness is valid (its
 	// heartbeats are being committed).
 	Live bool

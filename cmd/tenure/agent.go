@@ -61,8 +61,8 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	if err := httpapi.BridgeGoMetrics(metrics.reg); err != nil {
 		return err
 	}
-	apiOpts := httpapi.Options{Token: c.Token, ReadToken: c.ReadToken, MetricsAuth: c.MetricsAuth,
-		Registry: metrics.reg, Version: Version, Logger: log}
+	apiOpts := httpapi.Options{Token: c.Token, JobsToken: c.JobsToken, ReadToken: c.ReadToken, TokensFile: c.TokensFile,
+		AllowedHosts: c.allowedHosts(), MetricsAuth: c.MetricsAuth, Registry: metrics.reg, Version: Version, Logger: log}
 
 	// Serve HTTP before joining: liveness answers and readiness explains
 	// while the node waits for its peers.

@@ -38,11 +38,18 @@ const (
 type agentConfig struct {
 	node.Config
 
-	// HTTP API tokens (write scope, read scope) or the files holding them.
+	// HTTP API tokens (admin scope, jobs scope, read scope) or the files
+	// holding them, and a tokens file re-read on change.
 	Token         string
+	JobsToken     string
 	ReadToken     string
 	TokenFile     string
+	JobsTokenFile string
 	ReadTokenFile string
+	TokensFile    string
+	// HTTPAllowedHosts are the Host names the API answers to besides IP
+	// literals, localhost and the agent's own addresses.
+	HTTPAllowedHosts []string
 	// HTTPInsecure allows a non-loopback HTTP API without a token.
 	HTTPInsecure bool
 	// MetricsAuth puts /metrics under the read scope.
@@ -98,6 +105,10 @@ func agentFlags(fs *flag.FlagSet, c *agentConfig) {
 	fs.StringVar(&c.ReadToken, "read-token", c.ReadToken, "bearer token of the HTTP API's read scope: GETs, job payloads and results included (needs --token)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file holding the write token (instead of --token)")
 	fs.StringVar(&c.ReadTokenFile, "read-token-file", c.ReadTokenFile, "file holding the read token (instead of --read-token)")
+	fs.StringVar(&c.JobsToken, "jobs-token", c.JobsToken, "bearer token of the HTTP API's jobs scope: reads and enqueueing jobs, what a service needs (needs --token or --tokens-file)")
+	fs.StringVar(&c.JobsTokenFile, "jobs-token-file", c.JobsTokenFile, "file holding the jobs token (instead of --jobs-token)")
+	fs.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "file of HTTP API tokens, one `scope token` per line (scope read, jobs or admin; # comments), re-read when it changes: add and revoke tokens without a restart")
+	fs.Var(listValue{&c.HTTPAllowedHosts}, "http-allowed-hosts", "comma-separated host names the HTTP API answers to, besides IP addresses, localhost and the agent's own addresses (* for any): other Host headers answer 421, which defeats DNS rebinding")
 	fs.BoolVar(&c.HTTPInsecure, "http-insecure", c.HTTPInsecure, "allow a non-loopback --http-addr without --token: anyone who reaches it can read job payloads, enqueue jobs and drain the node (logged loudly)")
 	fs.BoolVar(&c.MetricsAuth, "metrics-auth", c.MetricsAuth, "require the read scope on /metrics (open otherwise; /healthz and /readyz are always open)")
 	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", c.HTTPTLSCert, "PEM certificate (chain) for HTTPS on the API (with --http-tls-key; TLS 1.2+); re-read when it changes")
@@ -159,7 +170,7 @@ func (c *agentConfig) loadTokenFiles() error {
 	for _, f := range []struct {
 		name, file string
 		tok        *string
-	}{{"token", c.TokenFile, &c.Token}, {"read-token", c.ReadTokenFile, &c.ReadToken}} {
+	}{{"token", c.TokenFile, &c.Token}, {"jobs-token", c.JobsTokenFile, &c.JobsToken}, {"read-token", c.ReadTokenFile, &c.ReadToken}} {
 		if f.file == "" {
 			continue
 		}
@@ -196,7 +207,7 @@ func (v listValue) Set(s string) error {
 }
 
 // secretFlags are the flags whose values errors never repeat.
-var secretFlags = map[string]bool{"encrypt": true, "encrypt-key": true, "token": true, "read-token": true}
+var secretFlags = map[string]bool{"encrypt": true, "encrypt-key": true, "token": true, "read-token": true, "jobs-token": true}
 
 func redact(flagName, v string) string {
 	if secretFlags[flagName] {
@@ -398,7 +409,7 @@ func (c agentConfig) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		bad("log-level %q: %v", c.LogLevel, err)
 	}
-	for _, t := range []struct{ name, v string }{{"token", c.Token}, {"read-token", c.ReadToken}} {
+	for _, t := range []struct{ name, v string }{{"token", c.Token}, {"jobs-token", c.JobsToken}, {"read-token", c.ReadToken}} {
 		if t.v == "" {
 			continue
 		}
@@ -406,8 +417,11 @@ func (c agentConfig) Validate() error {
 			bad("%s: %v", t.name, err)
 		}
 	}
-	if c.ReadToken != "" && c.Token == "" {
-		bad("read-token without token: set --token (the write scope) too")
+	if (c.ReadToken != "" || c.JobsToken != "") && c.Token == "" && c.TokensFile == "" {
+		bad("read-token or jobs-token without token: set --token (the admin scope) or --tokens-file too")
+	}
+	if c.JobsToken != "" && (c.JobsToken == c.Token || c.JobsToken == c.ReadToken) {
+		bad("jobs-token equals another token: each scope needs a token of its own")
 	}
 	if c.ReadToken != "" && c.ReadToken == c.Token {
 		bad("read-token equals token: the read scope needs a token of its own")

@@ -256,7 +256,11 @@ func runMembers(ctx context.Context, m *Main, args []string) error {
 func memberTable(w io.Writer, ms []apitypes.Member) {
 	fmt.Fprintln(w, "ID\tSTATE\tHEALTH\tLIVE\tVOTER\tLEADER\tDRAINING\tEXCLUDED\tWEIGHT\tZONE\tGOSSIP\tHTTP")
 	for _, mb := range ms {
-		fmt.Fprintf(w, "%s\t%s\t%.2f\t%t\t%t\t%t\t%t\t%t\t%d\t%s\t%s\t%s\n", mb.ID, mb.State, mb.Health, mb.Live, mb.Voter, mb.Leader, mb.Draining,
+		state := mb.State
+		if mb.Unproven {
+			state += "/unproven" // gossip names it, but it has not proven its id at its Raft address
+		}
+		fmt.Fprintf(w, "%s\t%s\t%.2f\t%t\t%t\t%t\t%t\t%t\t%d\t%s\t%s\t%s\n", mb.ID, state, mb.Health, mb.Live, mb.Voter, mb.Leader, mb.Draining,
 			mb.Excluded, max(mb.Weight, 1), orDash(mb.Zone), orDash(mb.Addr), orDash(mb.HTTPAddr))
 	}
 }

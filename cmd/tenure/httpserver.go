@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -106,7 +107,7 @@ func isLoopbackAddr(addr string) bool {
 // token, unless --http-insecure says so; warn is set when the agent runs
 // open that way and must say so loudly.
 func (c agentConfig) checkHTTPExposure() (warn string, err error) {
-	if c.HTTPAddr == "" || c.Token != "" || isLoopbackAddr(c.HTTPAddr) {
+	if c.HTTPAddr == "" || c.Token != "" || c.TokensFile != "" || isLoopbackAddr(c.HTTPAddr) {
 		return "", nil
 	}
 	if !c.HTTPInsecure {
@@ -202,4 +203,26 @@ func (c *countedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// allowedHosts are the Host names the API answers to (httpapi.Options.
+// AllowedHosts) besides IP literals and localhost: the agent's own
+// addresses (HTTP, gossip and Raft, bind and advertise), its node id and
+// host name, and --http-allowed-hosts.
+func (c agentConfig) allowedHosts() []string {
+	out := append([]string(nil), c.HTTPAllowedHosts...)
+	for _, a := range []string{c.HTTPAddr, c.GossipAddr, c.GossipAdvertise, c.RaftAddr, c.RaftAdvertise} {
+		if a == "" {
+			continue
+		}
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			a = h
+		}
+		out = append(out, a)
+	}
+	out = append(out, c.NodeID)
+	if h, err := os.Hostname(); err == nil {
+		out = append(out, h)
+	}
+	return out
 }

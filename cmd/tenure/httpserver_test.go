@@ -51,7 +51,7 @@ func TestAgentConfigTokens(t *testing.T) {
 		{[]string{"--token", "a", "--token-file", wf}, "give one"},
 		{[]string{"--token-file", empty}, "empty"},
 		{[]string{"--token-file", filepath.Join(t.TempDir(), "missing")}, "token-file"},
-		{[]string{"--read-token", "r"}, "read-token without token"},
+		{[]string{"--read-token", "r"}, "without token"},
 		{[]string{"--token", "same", "--read-token", "same"}, "read-token equals token"},
 		{[]string{"--token", "has space"}, "token: contains white space"},
 		{[]string{"--http-tls-cert", "c.pem"}, "give both or neither"},
@@ -226,7 +226,7 @@ func TestDrainOutlivesServerTimeouts(t *testing.T) {
 		WriteTimeout: 100 * time.Millisecond, IdleTimeout: time.Second, MaxHeaderBytes: 4 << 10}
 	addr, _ := serveReal(t, a, lim, nil, 0)
 	start := time.Now()
-	resp, err := http.Post("http://"+addr+"/v1/drain?wait=600ms", "", nil)
+	resp, err := http.Post("http://"+addr+"/v1/drain?wait=600ms", "application/json", nil)
 	if err != nil {
 		t.Fatalf("drain past the server's timeouts: %v", err)
 	}
@@ -254,7 +254,7 @@ func TestPerClientConnectionCap(t *testing.T) {
 	addr, ln := serveReal(t, a, defaultHTTPLimits, nil, 2)
 	pl := ln.(*perClientListener)
 	get := func(c net.Conn) (int, error) {
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
 			return 0, err
 		}
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))

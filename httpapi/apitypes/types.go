@@ -142,6 +142,10 @@ type Member struct {
 	Weight   int    `json:"weight,omitempty"`
 	Zone     string `json:"zone,omitempty"`
 	Excluded bool   `json:"excluded,omitempty"`
+	// Unproven: gossip lists the member, but it has not proven its id at
+	// its Raft address over TLS, so the control group ignores it (as the
+	// leader sees it; docs/security.md).
+	Unproven bool `json:"unproven,omitempty"`
 	// Load is the member's gossiped total load and HotShards its hottest
 	// shards (node.ReportLoad); absent when it reports none.
 	Load      *float64    `json:"load,omitempty"`

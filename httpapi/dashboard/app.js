@@ -125,16 +125,27 @@ function renderRing(shards) {
   const svg = document.getElementById("ring");
   const n = shards.length || 1;
   const R = 100, r = 62;
+  // Built as elements, never as markup: an owner id is data (it reaches
+  // here from gossip), and innerHTML would run it as HTML.
+  const NS = "http://www.w3.org/2000/svg";
+  const svgEl = (tag, attrs, text) => {
+    const e = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
   const parts = [];
   shards.forEach((s, i) => {
     const a0 = (i / n) * 2 * Math.PI - Math.PI / 2, a1 = ((i + 1) / n) * 2 * Math.PI - Math.PI / 2;
     const p = (rad, a) => `${(rad * Math.cos(a)).toFixed(2)},${(rad * Math.sin(a)).toFixed(2)}`;
     const large = a1 - a0 > Math.PI ? 1 : 0;
     const fill = s.state === "unowned" || !s.valid ? "#39414b" : colorOf(s.owner);
-    parts.push(`<path d="M${p(r, a0)} L${p(R, a0)} A${R},${R} 0 ${large} 1 ${p(R, a1)} L${p(r, a1)} A${r},${r} 0 ${large} 0 ${p(r, a0)} Z" fill="${fill}"><title>shard ${s.shard} · ${s.owner || "unowned"} · epoch ${s.epoch}</title></path>`);
+    const path = svgEl("path", { d: `M${p(r, a0)} L${p(R, a0)} A${R},${R} 0 ${large} 1 ${p(R, a1)} L${p(r, a1)} A${r},${r} 0 ${large} 0 ${p(r, a0)} Z`, fill });
+    path.appendChild(svgEl("title", {}, `shard ${s.shard} · ${s.owner || "unowned"} · epoch ${s.epoch}`));
+    parts.push(path);
   });
-  parts.push(`<text y="4">${n} shards</text>`);
-  svg.innerHTML = parts.join("");
+  parts.push(svgEl("text", { y: 4 }, `${n} shards`));
+  svg.replaceChildren(...parts);
   document.getElementById("ring-caption").textContent = "hover a segment for its owner";
 }
 

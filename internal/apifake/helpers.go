@@ -47,7 +47,9 @@ type Reply struct {
 }
 
 // Do sends a request to srv with the body (none when empty) and header
-// pairs.
+// pairs. A request other than GET and HEAD carries Content-Type:
+// application/json, as the tenure client sends it, unless a pair sets it
+// (an empty value removes a header).
 func Do(t testing.TB, srv *httptest.Server, method, path, body string, hdr ...string) Reply {
 	t.Helper()
 	var r io.Reader
@@ -58,7 +60,14 @@ func Do(t testing.TB, srv *httptest.Server, method, path, body string, hdr ...st
 	if err != nil {
 		t.Fatal(err)
 	}
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := srv.Client().Do(req)

@@ -366,15 +366,22 @@ func verify(pool *x509.CertPool, rawCerts [][]byte, usage x509.ExtKeyUsage) (Ide
 
 // ServerConfig is a mutual-TLS server config: the peer must present a
 // certificate of the current CA carrying an identity (any role).
+//
+// Session tickets are off: Go verifies a client certificate only on a full
+// handshake (VerifyPeerCertificate is not called on resumption), so a
+// resumed session would outlive a rotated CA for the ticket's 7 days.
+// Every connection does a full handshake against the current CA.
 func (r *Reloader) ServerConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
+		MinVersion:             tls.VersionTLS13,
+		SessionTicketsDisabled: true,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			m := r.current()
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				Certificates: []tls.Certificate{m.cert},
-				ClientAuth:   tls.RequireAnyClientCert,
+				MinVersion:             tls.VersionTLS13,
+				SessionTicketsDisabled: true,
+				Certificates:           []tls.Certificate{m.cert},
+				ClientAuth:             tls.RequireAnyClientCert,
 				VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 					_, err := verify(m.pool, raw, x509.ExtKeyUsageClientAuth)
 					return err

@@ -756,6 +756,7 @@ func (c *foCluster) post(ctx context.Context, a *foAgent, path string) error {
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json") // the API refuses a state change without it
 	cl := http.Client{Timeout: 2 * time.Minute}
 	resp, err := cl.Do(req)
 	if err != nil {
