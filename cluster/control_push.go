@@ -109,8 +109,11 @@ func (g *ControlGroup) pushCommitIndex() bool {
 			continue
 		}
 		req := &raft.AppendEntriesRequest{
-			RPCHeader:         raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: addr},
-			Term:              term,
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: addr},
+			Term:      term,
+			// Raft's own replication fills the deprecated Leader field
+			// too (followers of older protocol versions read it).
+			//lint:ignore SA1019 kept for wire compatibility, as raft's replicate does
 			Leader:            addr,
 			PrevLogEntry:      prev.Index,
 			PrevLogTerm:       prev.Term,

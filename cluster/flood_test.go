@@ -156,9 +156,9 @@ func TestPendingLimiter(t *testing.T) {
 	a := &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 1}
 	b := &net.TCPAddr{IP: net.ParseIP("10.0.0.2"), Port: 1}
 	lo := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}
-	r1, why := l.acquire(a)
+	r1, _ := l.acquire(a)
 	r2, _ := l.acquire(a)
-	if _, why = l.acquire(a); why != "pending_per_source" {
+	if _, why := l.acquire(a); why != "pending_per_source" {
 		t.Fatalf("third from one source: %q, want pending_per_source", why)
 	}
 	r3, why := l.acquire(b)
