@@ -98,6 +98,23 @@ func newSecureHarness(t *testing.T, p *testPKI) *harness {
 	return h
 }
 
+// newSteadySecureHarness is newSecureHarness with production-like Raft
+// timeouts, for tests that check leadership does not move: with
+// TestControlConfig's 150ms leader lease a leader starved of CPU (-race on
+// a loaded 2-core CI box) steps down by itself, and an attack's
+// "non-leader" is then the leader. An attack that works (a term bump, an
+// accepted TimeoutNow) deposes the leader at once whatever these timeouts
+// are.
+func newSteadySecureHarness(t *testing.T, p *testPKI) *harness {
+	h := newSecureHarness(t, p)
+	secure := h.cfg
+	h.cfg = func(c *ControlConfig) {
+		secure(c)
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
+	}
+	return h
+}
+
 // outsider is an attacker's connection to a node's Raft/RPC port.
 type outsider struct {
 	t    *testing.T
@@ -182,18 +199,8 @@ func TestOutsiderIsRefused(t *testing.T) {
 		t.Skip("real network")
 	}
 	p := newTestPKI(t)
-	h := newSecureHarness(t, p)
-	// The test checks that no attack moves leadership, so leadership must
-	// not move on its own: with TestControlConfig's 150ms leader lease a
-	// leader starved of CPU (-race on a loaded 2-core CI box) steps down
-	// by itself, and the attacks' "non-leader" is then the leader. An
-	// attack that works (a term bump, an accepted TimeoutNow) deposes the
-	// leader at once whatever these timeouts are.
-	secure := h.cfg
-	h.cfg = func(c *ControlConfig) {
-		secure(c)
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
-	}
+	// No attack may move leadership, so it must not move on its own.
+	h := newSteadySecureHarness(t, p)
 	defer h.closeAll()
 	for i := 1; i <= 3; i++ {
 		h.start(fmt.Sprintf("n%d", i))

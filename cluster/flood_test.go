@@ -49,15 +49,8 @@ func TestIdleConnectionFlood(t *testing.T) {
 		t.Skip("real network, 20,000 connections")
 	}
 	p := newTestPKI(t)
-	h := newSecureHarness(t, p)
-	// Production-like Raft timeouts (as TestOutsiderIsRefused): with
-	// TestControlConfig's 150ms leader lease, a leader starved of CPU on a
-	// loaded 2-core box steps down by itself, flood or not.
-	secure := h.cfg
-	h.cfg = func(c *ControlConfig) {
-		secure(c)
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
-	}
+	// Leadership must not move on its own, flood or not.
+	h := newSteadySecureHarness(t, p)
 	defer h.closeAll()
 	for i := 1; i <= 3; i++ {
 		h.start(fmt.Sprintf("n%d", i))

@@ -266,14 +266,8 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 		t.Skip("real network")
 	}
 	p := newTestPKI(t)
-	h := newSecureHarness(t, p)
-	secure := h.cfg
-	h.cfg = func(c *ControlConfig) {
-		secure(c)
-		// Leadership must not move on its own under load (see
-		// TestOutsiderIsRefused): every term change is an attack's.
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
-	}
+	// Leadership must not move on its own: every term change is an attack's.
+	h := newSteadySecureHarness(t, p)
 	defer h.closeAll()
 	for i := 1; i <= 3; i++ {
 		h.start(fmt.Sprintf("n%d", i))
@@ -488,13 +482,8 @@ func TestRaftGuardVouchCatchesUpStaleVoter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real network")
 	}
-	h := newSecureHarness(t, newTestPKI(t))
-	secure := h.cfg
-	h.cfg = func(c *ControlConfig) {
-		secure(c)
-		// Leadership must stay where the test puts it (see TestOutsiderIsRefused).
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 2*time.Second
-	}
+	// Leadership must stay where the test puts it.
+	h := newSteadySecureHarness(t, newTestPKI(t))
 	defer h.closeAll()
 	for i := 1; i <= 3; i++ {
 		h.start(fmt.Sprintf("n%d", i))
