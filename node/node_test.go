@@ -324,6 +324,21 @@ func TestSubscriptionDropsInsteadOfBlocking(t *testing.T) {
 	if err := a.WaitSettled(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// WaitSettled reads the ledger; the event view Subscribe replays is
+	// updated after it. Wait for the view itself to name every owner.
+	if err := a.waitFor(ctx, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		owned := 0
+		for _, v := range a.view {
+			if v.owner != "" {
+				owned++
+			}
+		}
+		return owned == a.Partitions()
+	}); err != nil {
+		t.Fatal(err)
+	}
 	sub := a.Subscribe(1)
 	if sub.Dropped() == 0 {
 		t.Fatalf("initial state of %d shards fit in a 1-event buffer", a.Partitions())
