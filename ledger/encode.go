@@ -267,3 +267,39 @@ func decodeBody(r *reader) Command {
 	}
 	return e.decode(r)
 }
+
+// EncodeEntry encodes c (not a Batch) as one command of a log entry: its
+// kind and fields without the version byte, at encoding version ver or the
+// oldest that can express c, whichever is newer; it returns the version
+// used. A group-commit batcher encodes each command once with ver 0, then
+// re-encodes the few that need the entry's newer version, and frames them
+// with JoinEntry.
+func EncodeEntry(c Command, ver byte) (body []byte, used byte, err error) {
+	w := &writer{ver: max(ver, versionFor(c)), nested: true}
+	if err := encodeBody(w, c); err != nil {
+		return nil, 0, err
+	}
+	return w.b, w.ver, nil
+}
+
+// JoinEntry frames command bodies from EncodeEntry, all at version ver,
+// as one log entry: the command itself when there is one, else a Batch of
+// them in order.
+func JoinEntry(ver byte, bodies [][]byte) []byte {
+	n := 16
+	for _, b := range bodies {
+		n += len(b) + 4
+	}
+	w := &writer{b: make([]byte, 0, n)}
+	w.b = append(w.b, ver)
+	if len(bodies) == 1 {
+		w.b = append(w.b, bodies[0]...)
+		return w.b
+	}
+	w.b = append(w.b, byte(KindBatch))
+	w.u(uint64(len(bodies)))
+	for _, b := range bodies {
+		w.bytes(b)
+	}
+	return w.b
+}

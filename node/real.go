@@ -20,7 +20,9 @@ import (
 	gometrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/cluster/commit"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ledger/raftstore"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -68,7 +70,7 @@ type controlDeps struct {
 	id          string
 	incarnation uint64
 	fsm         *ledger.FSM
-	store       *ledger.Store
+	store       *raftstore.Store
 	members     *cluster.Membership
 	timing      Timing
 	// renew judges a renewal this node received as leader
@@ -162,11 +164,11 @@ type netBackend struct {
 	inc    uint64
 	notify func()
 
-	store   *ledger.Store
+	store   *raftstore.Store
 	fsm     *ledger.FSM
 	gossip  *cluster.Membership
 	ctl     controlPlane
-	batcher *ledger.Batcher
+	batcher *commit.Batcher
 	loop    *ownership.LeaderLoop
 	// loopReady is loop once it exists: renewals can reach the control
 	// group before realBackend built the loop.
@@ -443,7 +445,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		return nil, err
 	}
 
-	b.batcher, err = ledger.NewBatcher(ctlApplier{b.ctl}, ledger.BatcherConfig{})
+	b.batcher, err = commit.NewBatcher(ctlApplier{b.ctl}, commit.BatcherConfig{})
 	if err != nil {
 		return nil, err
 	}
