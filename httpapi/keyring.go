@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/node"
 )
@@ -87,7 +86,7 @@ func (h *Handler) keyringOp(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	key, err := cluster.ParseGossipKey(req.Key)
+	key, err := node.ParseGossipKey(req.Key)
 	if err != nil {
 		writeErrorCode(w, http.StatusBadRequest, "invalid", `"key": `+err.Error())
 		return

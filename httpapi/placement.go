@@ -7,7 +7,6 @@ import (
 	"net/http"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -75,8 +74,8 @@ func (h *Handler) pin(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if len(req.Node) > ledger.MaxStringLen || len(req.Reason) > ledger.MaxStringLen {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node and reason: at most %d bytes each", ledger.MaxStringLen))
+	if len(req.Node) > node.MaxStringLen || len(req.Reason) > node.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node and reason: at most %d bytes each", node.MaxStringLen))
 		return
 	}
 	h.placementChange(w, r, func(ctx context.Context, pn PlacementBackend) error { return pn.Pin(ctx, req) },
@@ -88,8 +87,8 @@ func (h *Handler) exclude(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if req.Node == "" || len(req.Node) > ledger.MaxStringLen || len(req.Reason) > ledger.MaxStringLen {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: 1..%d bytes; reason: at most %d", ledger.MaxStringLen, ledger.MaxStringLen))
+	if req.Node == "" || len(req.Node) > node.MaxStringLen || len(req.Reason) > node.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: 1..%d bytes; reason: at most %d", node.MaxStringLen, node.MaxStringLen))
 		return
 	}
 	h.placementChange(w, r, func(ctx context.Context, pn PlacementBackend) error { return pn.Exclude(ctx, req) },
