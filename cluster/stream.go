@@ -104,6 +104,7 @@ type StreamStatus struct {
 // streamServerStats are the server side's counters.
 type streamServerStats struct {
 	subs                        atomic.Int64
+	calls                       atomic.Uint64 // Subscribe calls received
 	bytesSent, refused, snapped atomic.Uint64
 }
 
@@ -174,6 +175,7 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 // FSM applied after args.From, or a snapshot chunk (see stream.go).
 func (s *controlRPC) Subscribe(args *wire.SubscribeArgs, reply *wire.SubscribeReply) error {
 	g := s.g
+	g.streamStats.calls.Add(1)
 	if args == nil || args.Offset < 0 || args.MaxBytes < 0 || args.Wait < 0 {
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad subscribe arguments"
 		return nil

@@ -114,7 +114,7 @@ type streamHarness struct {
 	tune    func(*ControlConfig)
 }
 
-func newStreamHarness(t *testing.T, members ...string) *streamHarness {
+func newStreamHarness(t testing.TB, members ...string) *streamHarness {
 	sh := &streamHarness{harness: newMemHarness(t, 1), fsms: map[string]*seqFSM{}, members: map[string]bool{}}
 	for _, m := range members {
 		sh.members[m] = true
