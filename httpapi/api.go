@@ -455,25 +455,23 @@ func (h *Handler) shard(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) members(w http.ResponseWriter, r *http.Request) {
-	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
-	if !ok {
-		return
-	}
-	id := func(m apitypes.Member) string { return m.ID }
-	ms := h.node.Members()
-	slices.SortStableFunc(ms, func(x, y apitypes.Member) int { return strings.Compare(x.ID, y.ID) })
-	writeList(w, r, pageAfter(ms, after, id), limit, id)
+	listByKey(w, r, h.node.Members, func(m apitypes.Member) string { return m.ID })
 }
 
 func (h *Handler) elections(w http.ResponseWriter, r *http.Request) {
+	listByKey(w, r, h.node.Elections, func(e apitypes.Election) string { return e.Name })
+}
+
+// listByKey answers the items get returns, sorted by key and paged with
+// ?limit= and ?after= (a key).
+func listByKey[T any](w http.ResponseWriter, r *http.Request, get func() []T, key func(T) string) {
 	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
 	if !ok {
 		return
 	}
-	name := func(e apitypes.Election) string { return e.Name }
-	es := h.node.Elections()
-	slices.SortStableFunc(es, func(x, y apitypes.Election) int { return strings.Compare(x.Name, y.Name) })
-	writeList(w, r, pageAfter(es, after, name), limit, name)
+	items := get()
+	slices.SortStableFunc(items, func(x, y T) int { return strings.Compare(key(x), key(y)) })
+	writeList(w, r, pageAfter(items, after, key), limit, key)
 }
 
 // listMoves answers the recent moves, newest first; ?limit= bounds them

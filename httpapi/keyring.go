@@ -51,16 +51,8 @@ func classifyUnsupported(err error) error {
 	return classify(err)
 }
 
-func (h *Handler) keyringNode(w http.ResponseWriter) (KeyringBackend, bool) {
-	kn, ok := h.node.(KeyringBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node has no gossip keyring")
-	}
-	return kn, ok
-}
-
 func (h *Handler) keyring(w http.ResponseWriter, r *http.Request) {
-	kn, ok := h.keyringNode(w)
+	kn, ok := optional[KeyringBackend](h, w, "this node has no gossip keyring")
 	if !ok {
 		return
 	}
@@ -73,7 +65,7 @@ func (h *Handler) keyring(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) keyringOp(w http.ResponseWriter, r *http.Request) {
-	kn, ok := h.keyringNode(w)
+	kn, ok := optional[KeyringBackend](h, w, "this node has no gossip keyring")
 	if !ok {
 		return
 	}

@@ -48,16 +48,8 @@ func classifyPlacement(err error) error {
 	return classifyUnsupported(err)
 }
 
-func (h *Handler) placementNode(w http.ResponseWriter) (PlacementBackend, bool) {
-	pn, ok := h.node.(PlacementBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node keeps no placement rules")
-	}
-	return pn, ok
-}
-
 func (h *Handler) placementRules(w http.ResponseWriter, r *http.Request) {
-	pn, ok := h.placementNode(w)
+	pn, ok := optional[PlacementBackend](h, w, "this node keeps no placement rules")
 	if !ok {
 		return
 	}
@@ -96,7 +88,7 @@ func (h *Handler) exclude(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) placementChange(w http.ResponseWriter, r *http.Request, change func(context.Context, PlacementBackend) error, msg string, args ...any) {
-	pn, ok := h.placementNode(w)
+	pn, ok := optional[PlacementBackend](h, w, "this node keeps no placement rules")
 	if !ok {
 		return
 	}

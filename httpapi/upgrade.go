@@ -27,16 +27,8 @@ func (a *nodeAdapter) FinalizeUpgrade(ctx context.Context) (apitypes.UpgradeStat
 	return us, classifyUnsupported(err)
 }
 
-func (h *Handler) upgradeNode(w http.ResponseWriter) (UpgradeBackend, bool) {
-	un, ok := h.node.(UpgradeBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node has no cluster version")
-	}
-	return un, ok
-}
-
 func (h *Handler) upgradeStatus(w http.ResponseWriter, r *http.Request) {
-	un, ok := h.upgradeNode(w)
+	un, ok := optional[UpgradeBackend](h, w, "this node has no cluster version")
 	if !ok {
 		return
 	}
@@ -52,7 +44,7 @@ func (h *Handler) upgradeFinalize(w http.ResponseWriter, r *http.Request) {
 	if !emptyBody(w, r) {
 		return
 	}
-	un, ok := h.upgradeNode(w)
+	un, ok := optional[UpgradeBackend](h, w, "this node has no cluster version")
 	if !ok {
 		return
 	}

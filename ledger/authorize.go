@@ -97,6 +97,13 @@ func (a authz) fenced(shard uint32, epoch uint64) error {
 	return nil
 }
 
+// operatorOnly allows operators and voter-capable nodes (an operator
+// action's check).
+func operatorOnly[C Command](a authz, _ C) error { return a.operator() }
+
+// anyone allows every proposer.
+func anyone[C Command](authz, C) error { return nil }
+
 // authorizeClusterConfig: an operator action, and never a version the
 // cluster cannot run. The leader records the first configuration itself
 // (ownership.Planner); afterwards a raise finalizes an upgrade

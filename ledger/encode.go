@@ -85,23 +85,20 @@ func (r *reader) u() uint64 {
 	return v
 }
 
-func (r *reader) u32() uint32 {
+// bounded reads a uvarint no larger than limit (the max of the Go type
+// named what).
+func (r *reader) bounded(limit uint64, what string) uint64 {
 	v := r.u()
-	if v > 1<<32-1 {
-		r.fail(fmt.Errorf("%w: value %d overflows uint32", ErrMalformed, v))
+	if v > limit {
+		r.fail(fmt.Errorf("%w: value %d overflows %s", ErrMalformed, v, what))
 		return 0
 	}
-	return uint32(v)
+	return v
 }
 
-func (r *reader) u8() uint8 {
-	v := r.u()
-	if v > 255 {
-		r.fail(fmt.Errorf("%w: value %d overflows uint8", ErrMalformed, v))
-		return 0
-	}
-	return uint8(v)
-}
+func (r *reader) u32() uint32 { return uint32(r.bounded(1<<32-1, "uint32")) }
+
+func (r *reader) u8() uint8 { return uint8(r.bounded(255, "uint8")) }
 
 func (r *reader) i() int64 {
 	if r.err != nil {
