@@ -30,7 +30,8 @@ import (
 // (cluster.ControlGroup): commit commands (forwarded to the leader), a
 // Barrier for the ownership leader loop, and leadership events.
 type controlPlane interface {
-	// Apply commits an encoded ledger command and returns the ledger's
+	// Apply (a commit.Applier: the Batcher commits through it) commits an
+	// encoded ledger command and returns the ledger's
 	// Result. Errors wrap ErrNoQuorum when nothing could be committed, or
 	// ownership.ErrLeadershipLost when the outcome is unknown.
 	Apply(ctx context.Context, cmd []byte) (ledger.Result, error)
@@ -445,7 +446,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		return nil, err
 	}
 
-	b.batcher, err = commit.NewBatcher(ctlApplier{b.ctl}, commit.BatcherConfig{})
+	b.batcher, err = commit.NewBatcher(b.ctl, commit.BatcherConfig{})
 	if err != nil {
 		return nil, err
 	}
@@ -499,13 +500,6 @@ func identityConflict(cfg Config, id string, inc, registered uint64) error {
 		"the control group replaces the old member %q once it has not been seen alive for its dead-voter timeout "+
 		"(docs/operations.md, \"Damaged storage\")",
 		ErrIdentityConflict, id, registered, inc, where, id, id)
-}
-
-// ctlApplier adapts the control plane to the ledger's Batcher.
-type ctlApplier struct{ ctl controlPlane }
-
-func (a ctlApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
-	return a.ctl.Apply(ctx, data)
 }
 
 // loopProposer adapts the backend to the ownership leader loop.
