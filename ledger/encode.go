@@ -72,18 +72,22 @@ func (r *reader) fail(err error) {
 	}
 }
 
-func (r *reader) u() uint64 {
+// varint reads one varint with read (binary.Uvarint or binary.Varint,
+// named what in the error).
+func varint[T uint64 | int64](r *reader, read func([]byte) (T, int), what string) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
-		r.fail(fmt.Errorf("%w: bad uvarint", ErrMalformed))
+		r.fail(fmt.Errorf("%w: bad %s", ErrMalformed, what))
 		return 0
 	}
 	r.b = r.b[n:]
 	return v
 }
+
+func (r *reader) u() uint64 { return varint(r, binary.Uvarint, "uvarint") }
 
 // bounded reads a uvarint no larger than limit (the max of the Go type
 // named what).
@@ -100,18 +104,7 @@ func (r *reader) u32() uint32 { return uint32(r.bounded(1<<32-1, "uint32")) }
 
 func (r *reader) u8() uint8 { return uint8(r.bounded(255, "uint8")) }
 
-func (r *reader) i() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail(fmt.Errorf("%w: bad varint", ErrMalformed))
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *reader) i() int64 { return varint(r, binary.Varint, "varint") }
 
 func (r *reader) bool() bool {
 	if r.err != nil {
