@@ -68,6 +68,12 @@ type ControlConfig struct {
 	// with ErrUnauthorized. It runs after the leader has applied everything
 	// committed when the request arrived. nil allows every command.
 	Authorize func(p Peer, cmd []byte) error
+	// Revoked, with Authenticate, says whether a proven peer is on the
+	// committed deny-list (an error wrapping ErrPeerRevoked): it is
+	// called at every handshake, accepted and dialed, and at every later
+	// read and write of such a connection (revoke.go), so it must be
+	// cheap and must not block. nil revokes nobody.
+	Revoked func(p Peer) error
 	// CheckCommand, if set, checks every command before this node proposes it
 	// as leader (local or forwarded, authenticated or not); an error
 	// refuses it with ErrBadRequest. A replica that cannot read a committed

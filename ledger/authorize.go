@@ -143,6 +143,7 @@ var proposeRules = map[Kind]proposeRule{
 	KindForgetNode:        {whoOperator, func(a authz, _ Command) error { return a.operator() }},
 	KindSettings:          {whoOperator, func(a authz, _ Command) error { return a.operator() }},
 	KindLogSettings:       {whoOperator, func(a authz, _ Command) error { return a.operator() }},
+	KindRevokeNode:        {whoOperator, func(a authz, _ Command) error { return a.operator() }},
 	KindClusterConfig:     {whoOperator, authorizeClusterConfig},
 	KindGrant:             {whoLeader, leaderOnly},
 	KindRevoke:            {whoLeader, leaderOnly},

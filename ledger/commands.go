@@ -278,6 +278,8 @@ func (k Kind) String() string {
 		return "SetTakeoverPolicy"
 	case KindLogSettings:
 		return "LogSettings"
+	case KindRevokeNode:
+		return "RevokeNode"
 	}
 	return "Kind(" + itoa(uint64(k)) + ")"
 }

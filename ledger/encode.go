@@ -57,6 +57,8 @@ func versionFor(c Command) byte {
 		return encodingFencedTakeover
 	case LogSettings:
 		return encodingLogSettings
+	case RevokeNode:
+		return encodingRevocation
 	case Batch:
 		v := minVersion
 		for _, sc := range c.Commands {
@@ -388,6 +390,8 @@ func encodeBody(w *writer, c Command, inBatch bool) error {
 		w.i(c.Now)
 	case LogSettings:
 		return encodeLogSettings(w, c)
+	case RevokeNode:
+		return encodeRevokeNode(w, c)
 	case ClusterConfig:
 		if err := checkStrs("name", c.Name); err != nil {
 			return err
@@ -577,6 +581,8 @@ func decodeBody(r *reader, inBatch bool) Command {
 		return Settings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(), Now: r.i()}
 	case KindLogSettings:
 		return decodeLogSettings(r)
+	case KindRevokeNode:
+		return decodeRevokeNode(r)
 	case KindDeclareElection:
 		if r.ver < 2 {
 			r.fail(fmt.Errorf("%w: DeclareElection in a version %d entry", ErrMalformed, r.ver))

@@ -167,6 +167,8 @@ func commandNow(c Command) int64 {
 		return c.Now
 	case ExcludeNode:
 		return c.Now
+	case RevokeNode:
+		return c.Now
 	}
 	return 0
 }

@@ -26,7 +26,8 @@ import (
 // version 4 or a policy exists.
 // Versions 1 to 5 are still read.
 // Version 7 adds the session entries' body digests, written once the
-// cluster runs version 5 (VersionJobsAPI).
+// cluster runs version 5 (VersionJobsAPI), and the deny-list (revoke.go;
+// VersionRevocation).
 const snapshotVersion byte = 7
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
@@ -77,7 +78,7 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
 	ver := snapshotVersion
-	if !st.VersionActive(VersionJobsAPI) {
+	if !st.VersionActive(VersionJobsAPI) && len(st.revoked) == 0 {
 		ver = 6
 	}
 	if ver == 6 && !st.VersionActive(VersionFencedTakeover) && len(st.fenced) == 0 && !st.settings.Logged {
@@ -144,6 +145,9 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	}
 	if ver >= snapshotLogSettings {
 		writeSnapshotSettings(w, st.settings)
+	}
+	if ver >= snapshotRevocation {
+		writeSnapshotRevocations(w, st)
 	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
@@ -286,6 +290,9 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 	}
 	if r.ver >= snapshotLogSettings {
 		readSnapshotSettings(r, &st.settings)
+	}
+	if r.ver >= snapshotRevocation {
+		readSnapshotRevocations(r, st, count)
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

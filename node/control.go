@@ -196,6 +196,7 @@ var renewRefusals = map[string]error{
 	"stale-incarnation": ledger.ErrStaleIncarnation,
 	"expiring":          ownership.ErrExpiring,
 	"not-leader":        ownership.ErrNotLeader,
+	"revoked":           ledger.ErrRevoked,
 }
 
 func (c *clusterControl) Renew(ctx context.Context, node string, inc, liveness uint64) (uint64, ledger.NodeRecord, error) {

@@ -203,6 +203,14 @@ const (
 	// serving voter's applied index instead of its own (a watch resumed
 	// from "now"): the entries committed meanwhile never reach its replica.
 	StreamResumeSkips
+
+	// Least privilege (issue 25, cluster version 5): caught by the real
+	// TLS cluster tests, not the simulator (TestMutations runs them).
+
+	// HandshakeSkipsDenyList: the Raft/RPC port does not check the
+	// committed deny-list (RevokeNode) at the handshake or at a
+	// connection's later use: a revoked node keeps connecting.
+	HandshakeSkipsDenyList
 	numSwitches
 )
 
@@ -222,7 +230,7 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring",
 	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
-	"stream-resume-skips"}
+	"stream-resume-skips", "handshake-skips-deny-list"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -282,6 +290,7 @@ var rules = [...]string{
 	"ledger ClusterConfig: the cluster version never goes down (ErrInvalid)",
 	"ledger: a command gated at a cluster version is refused while the cluster runs an older one (ErrVersion)",
 	"stream (v5): a member resumes from its own applied index, and applies only the entry that follows it (never a gap)",
+	"security (v5): every handshake and every later use of an authenticated connection checks the committed deny-list (RevokeNode)",
 }
 
 // Rule describes the rule switch s disables.
