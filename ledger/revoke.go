@@ -54,6 +54,41 @@ type RevokeNode struct {
 
 func (RevokeNode) kind() Kind { return KindRevokeNode }
 
+func init() {
+	register(kindSpec[RevokeNode]{
+		kind: KindRevokeNode, name: "RevokeNode", since: encodingRevocation,
+		strings: func(c RevokeNode) []string { return []string{"node", c.Node, "serial", c.Serial, "reason", c.Reason} },
+		encode: func(w *writer, c RevokeNode) error {
+			w.str(c.Node)
+			w.str(c.Serial)
+			w.str(c.Reason)
+			w.bool(c.Lift)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) RevokeNode {
+			return RevokeNode{Node: r.str(), Serial: r.str(), Reason: r.str(), Lift: r.bool(), Now: r.i()}
+		},
+		apply:      func(f *FSM, _ uint64, c RevokeNode) Result { return f.revokeNode(c) },
+		who:        whoOperator,
+		authorize:  func(a authz, _ RevokeNode) error { return a.operator() },
+		sessionNow: func(c RevokeNode) int64 { return c.Now },
+		touches: func(c RevokeNode) ([]string, []uint32) {
+			if c.Node == "" {
+				return nil, nil
+			}
+			return []string{c.Node}, nil
+		},
+		format: func(c RevokeNode) string {
+			verb := "revoke"
+			if c.Lift {
+				verb = "lift revocation of"
+			}
+			return fmt.Sprintf("%s node=%q serial=%q", verb, c.Node, c.Serial)
+		},
+	})
+}
+
 // Revocation is one deny-list entry: a node id, a certificate serial, or
 // both (then a connection is refused when either matches).
 type Revocation struct {
@@ -146,30 +181,6 @@ func (f *FSM) revokeNode(c RevokeNode) Result {
 
 func cmpRevocation(a, b Revocation) int {
 	return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Serial, b.Serial))
-}
-
-func encodeRevokeNode(w *writer, c RevokeNode) error {
-	if err := checkStrs("node", c.Node, "serial", c.Serial, "reason", c.Reason); err != nil {
-		return err
-	}
-	if w.ver < encodingRevocation {
-		return fmt.Errorf("%w: RevokeNode needs encoding version %d", ErrInvalid, encodingRevocation)
-	}
-	w.b = append(w.b, byte(KindRevokeNode))
-	w.str(c.Node)
-	w.str(c.Serial)
-	w.str(c.Reason)
-	w.bool(c.Lift)
-	w.i(c.Now)
-	return nil
-}
-
-func decodeRevokeNode(r *reader) Command {
-	if r.ver < encodingRevocation {
-		r.fail(fmt.Errorf("%w: RevokeNode in a version %d entry", ErrMalformed, r.ver))
-		return nil
-	}
-	return RevokeNode{Node: r.str(), Serial: r.str(), Reason: r.str(), Lift: r.bool(), Now: r.i()}
 }
 
 // writeSnapshotRevocations and readSnapshotRevocations carry the
