@@ -279,6 +279,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		maxMessage:  cfg.MaxRPCMessage,
 		idleTimeout: cfg.RPCIdleTimeout,
 		msgTimeout:  cfg.RPCMessageTimeout,
+		maxSnapshot: cfg.MaxInstallSnapshot,
 	}, cfg.Transport == nil, log)
 	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()

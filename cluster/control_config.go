@@ -99,6 +99,13 @@ type ControlConfig struct {
 	MaxRPCMessage     int
 	RPCIdleTimeout    time.Duration
 	RPCMessageTimeout time.Duration
+	// MaxInstallSnapshot bounds the bytes of one InstallSnapshot a peer
+	// streams to this node over an authenticated Raft connection
+	// (DefaultMaxInstallSnapshot if 0): a larger one is refused before one
+	// byte of it is read and counted in
+	// tenure_cluster_raft_refused{reason="snapshot_too_large"}. Set it to
+	// the largest snapshot the FSM restores.
+	MaxInstallSnapshot int64
 
 	// Transport, if set, carries Raft instead of the StreamLayer (which then
 	// carries only RPC): RaftMemNetwork.Transport in tests and simulation.
@@ -321,6 +328,9 @@ func (c ControlConfig) Validate() error {
 	if c.MaxRPCMessage < 0 || (c.MaxRPCMessage > 0 && c.MaxRPCMessage < 64<<10) || c.RPCIdleTimeout < 0 || c.RPCMessageTimeout < 0 {
 		return bad("MaxRPCMessage %d (0 or ≥ 64 KiB), RPCIdleTimeout %v and RPCMessageTimeout %v (≥ 0)",
 			c.MaxRPCMessage, c.RPCIdleTimeout, c.RPCMessageTimeout)
+	}
+	if c.MaxInstallSnapshot < 0 {
+		return bad("MaxInstallSnapshot %d (≥ 0)", c.MaxInstallSnapshot)
 	}
 	if c.StreamBuffer < 0 || c.StreamBufferBytes < 0 || c.StreamMaxSubscribers < 0 || c.StreamWait < 0 || c.StreamWait > maxStreamWait ||
 		c.StreamBatchBytes < 0 || c.StreamMaxSnapshot < 0 {

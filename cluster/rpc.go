@@ -153,6 +153,8 @@ type muxOptions struct {
 	idleTimeout, msgTimeout time.Duration
 	// Limits before authentication (limits.go); 0 takes the default.
 	maxPending, maxPendingPerSource, maxInflight int
+	// maxSnapshot bounds one InstallSnapshot stream (0: the default).
+	maxSnapshot int64
 }
 
 func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger) *mux {
@@ -166,7 +168,7 @@ func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger
 		opts.maxInflight = DefaultMaxInflightRPCs
 	}
 	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{},
-		pending: newPendingLimiter(opts.maxPending, opts.maxPendingPerSource), guard: &raftGuard{view: opts.raft}}
+		pending: newPendingLimiter(opts.maxPending, opts.maxPendingPerSource), guard: &raftGuard{view: opts.raft, maxSnapshot: opts.maxSnapshot}}
 	m.refuse.every = time.Second
 	if withRaft {
 		m.raft = &raftStream{stream: stream, accept: make(chan net.Conn), closed: make(chan struct{})}

@@ -33,6 +33,13 @@ const snapshotVersion byte = 7
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
 
+// MaxSnapshotSize is the largest snapshot Restore reads (a larger one is
+// refused with ErrTooLarge before it is all in memory), and so the cap on
+// an InstallSnapshot stream the node's Raft guard accepts
+// (cluster.ControlConfig.MaxInstallSnapshot) and on a snapshot over the
+// committed-state stream.
+const MaxSnapshotSize int64 = 512 << 20
+
 type fsmSnapshot struct {
 	st   *State
 	apps []appSnap
@@ -172,9 +179,12 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 // registered application state machines) with the snapshot's.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
+	b, err := io.ReadAll(io.LimitReader(rc, MaxSnapshotSize+1))
 	if err != nil {
 		return fmt.Errorf("ledger: read snapshot: %w", err)
+	}
+	if int64(len(b)) > MaxSnapshotSize {
+		return fmt.Errorf("%w: snapshot over %d bytes", ErrTooLarge, MaxSnapshotSize)
 	}
 	st, apps, err := decodeSnapshot(b)
 	if err != nil {

@@ -66,6 +66,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		cc.MaxVoters = cc.BootstrapExpect | 1
 	}
 	cc.FSM = d.fsm
+	cc.MaxInstallSnapshot = ledger.MaxSnapshotSize
 	cc.CheckCommand = func(cmd []byte) error {
 		c, err := ledger.Decode(cmd)
 		if err != nil {
