@@ -47,7 +47,8 @@ func ownsAny(st *ledger.State, id string) bool {
 // that owns shards. Every other node then refuses that follower's
 // certificate at its next connection (the raw RPC dial is closed after
 // the handshake, where it was kept open before), the follower owns
-// nothing, and the other two keep their leader and keep committing.
+// nothing, and the other two keep a leader among themselves and keep
+// committing.
 func TestRevokedNodeIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	ca, cert, key := tlsFiles(t, dir, "n1", "n2", "n3")
@@ -89,6 +90,7 @@ func TestRevokedNodeIsRefused(t *testing.T) {
 		t.Fatalf("before the revocation, %s's certificate was refused by the leader", victim.ID())
 	}
 
+	revokedAt := time.Now()
 	if err := admin.RevokeNode(ctx, victim.ID(), "", "stolen key", false); err != nil {
 		t.Fatalf("revoke %s: %v", victim.ID(), err)
 	}
@@ -105,8 +107,9 @@ func TestRevokedNodeIsRefused(t *testing.T) {
 	}
 	ctx = tc.ctx() // each phase gets its own deadline: the move waits out the victim's lease
 	if !waitTrue(ctx, func() bool { return !ownsAny(st(admin), victim.ID()) }) {
-		t.Fatalf("%s still owns shards after its revocation", victim.ID())
+		t.Fatalf("%s still owns shards %s after its revocation", victim.ID(), time.Since(revokedAt))
 	}
+	t.Logf("%s owned nothing %s after its revocation", victim.ID(), time.Since(revokedAt).Round(time.Millisecond))
 	if err := victim.RevokeNode(ctx, "n9", "", "", false); err == nil {
 		t.Fatalf("the revoked %s still commits", victim.ID())
 	}
@@ -123,8 +126,11 @@ func TestRevokedNodeIsRefused(t *testing.T) {
 		if !waitTrue(ctx, func() bool { _, err := n.Job(j.ID); return err == nil }) {
 			t.Fatalf("%s never applied the job", n.ID())
 		}
-		if h := n.Health(); h.ControlLeader != leader {
-			t.Fatalf("%s: leader %q, was %q", n.ID(), h.ControlLeader, leader)
+		// Not necessarily the same leader: under load the two may elect
+		// again (the revoked node cannot take part: its pre-votes are
+		// refused at the handshake), but never the revoked node.
+		if !waitTrue(ctx, func() bool { l := n.Health().ControlLeader; return l != "" && l != victim.ID() }) {
+			t.Fatalf("%s: leader %q after the revocation", n.ID(), n.Health().ControlLeader)
 		}
 	}
 }
