@@ -551,7 +551,7 @@ type loopSource struct{ b *netBackend }
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.Excluded(), Fenced: st.FencedRanges(), Settings: st.Settings(), Applied: st.AppliedIndex()}
+		Pins: st.Pins(), Excluded: st.PlacementExcluded(), Fenced: st.FencedRanges(), Settings: st.Settings(), Applied: st.AppliedIndex()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()
@@ -660,6 +660,9 @@ func (b *netBackend) serveRenew(now time.Time, req cluster.RenewRequest) (ledger
 	rec, _ := st.Node(req.Node)
 	if v := st.ActiveVersion(); v < ledger.VersionLeaseRenewals {
 		return rec, fmt.Errorf("node: renewals off the log need cluster version %d, the leader's replica is at %d", ledger.VersionLeaseRenewals, v)
+	}
+	if r, revoked := st.Revoked(req.Node, ""); revoked {
+		return rec, fmt.Errorf("%w: node %q is revoked (%s): it renews nothing", ledger.ErrRevoked, req.Node, r.Reason)
 	}
 	loop := b.loopReady.Load()
 	if loop == nil {
