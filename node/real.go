@@ -425,14 +425,18 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		// member is not given shards it could not act on yet. The claim's
 		// own lease may lapse meanwhile; the first heartbeat then rejoins
 		// at the new liveness.
-		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
+		// Queued, not awaited (here and at health 1 below): waiting for
+		// each broadcast cost a restarted member up to 2·GossipInterval
+		// before it could act (TestMemberFailoverAndRestart), and nothing
+		// it does next needs peers to have seen it.
+		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
 			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
 		}
 		if err := b.fsm.WaitApplied(ctx, index); err != nil {
 			_ = b.gossip.Leave(context.Background())
 			return nil, fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
 		}
-		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
+		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
 			return nil, fmt.Errorf("node: gossip health: %w", err)
 		}
 		if cfg.Logger != nil {
