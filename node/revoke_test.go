@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,6 +111,11 @@ func TestRevokedNodeIsRefused(t *testing.T) {
 		t.Fatalf("%s still owns shards %s after its revocation", victim.ID(), time.Since(revokedAt))
 	}
 	t.Logf("%s owned nothing %s after its revocation", victim.ID(), time.Since(revokedAt).Round(time.Millisecond))
+	// The leader removes the revoked voter from the Raft configuration at
+	// once (planReconcile's "revoked"), not after DeadVoterTimeout.
+	if !waitTrue(ctx, func() bool { return !slices.Contains(admin.be.(*netBackend).ctl.Voters(), victim.ID()) }) {
+		t.Fatalf("%s is still a voter: %v", victim.ID(), admin.be.(*netBackend).ctl.Voters())
+	}
 	if err := victim.RevokeNode(ctx, "n9", "", "", false); err == nil {
 		t.Fatalf("the revoked %s still commits", victim.ID())
 	}
