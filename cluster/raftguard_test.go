@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/certs"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
-	"github.com/tenurehq/tenure/internal/pki"
 )
 
 // encodeConfig encodes servers given as "id:V|N|S@addr" (addr defaults to
@@ -291,8 +291,8 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 		attacker
 		id string
 	}{
-		{attacker{"member certificate n4", p.reloader(pki.Identity{Name: "n4", Role: pki.RoleMember}).ClientConfig()}, "n4"},
-		{attacker{"non-voter node certificate n5", p.reloader(pki.Identity{Name: "n5", Role: pki.RoleNode}).ClientConfig()}, "n5"},
+		{attacker{"member certificate n4", p.reloader(certs.Identity{Name: "n4", Role: certs.RoleMember}).ClientConfig()}, "n4"},
+		{attacker{"non-voter node certificate n5", p.reloader(certs.Identity{Name: "n5", Role: certs.RoleNode}).ClientConfig()}, "n5"},
 	}
 	// forgedAppend is the attack: an entry right after the voter's
 	// log at a higher term, committed at once.

@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/certs"
 	"github.com/tenurehq/tenure/ledger"
 )
 
 // tlsFiles writes a CA and a node certificate for each of ids into dir.
 func tlsFiles(t *testing.T, dir string, ids ...string) (ca string, cert, key map[string]string) {
 	t.Helper()
-	roles := map[string]pki.Role{}
+	roles := map[string]certs.Role{}
 	for _, id := range ids {
-		roles[id] = pki.RoleNode
+		roles[id] = certs.RoleNode
 	}
 	return tlsFilesRoles(t, dir, roles)
 }

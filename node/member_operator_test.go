@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/certs"
 	"github.com/tenurehq/tenure/ledger"
 )
 
 // tlsFilesRoles writes a CA and a certificate of the given role for each
 // id into dir.
-func tlsFilesRoles(t *testing.T, dir string, roles map[string]pki.Role) (ca string, cert, key map[string]string) {
+func tlsFilesRoles(t *testing.T, dir string, roles map[string]certs.Role) (ca string, cert, key map[string]string) {
 	t.Helper()
-	caCert, caKey, err := pki.NewCA("test", time.Hour)
+	caCert, caKey, err := certs.NewCA("test", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func tlsFilesRoles(t *testing.T, dir string, roles map[string]pki.Role) (ca stri
 	}
 	cert, key = map[string]string{}, map[string]string{}
 	for id, role := range roles {
-		c, k, err := pki.Issue(caCert, caKey, pki.Identity{Name: id, Role: role}, []string{"127.0.0.1"}, time.Hour)
+		c, k, err := certs.Issue(caCert, caKey, certs.Identity{Name: id, Role: role}, []string{"127.0.0.1"}, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +53,8 @@ func tlsFilesRoles(t *testing.T, dir string, roles map[string]pki.Role) (ca stri
 // draining flag are as before, and the cluster still commits what a
 // member may propose (an enqueue).
 func TestMemberOperatorActionsRefused(t *testing.T) {
-	ca, cert, key := tlsFilesRoles(t, t.TempDir(), map[string]pki.Role{
-		"n1": pki.RoleNode, "n2": pki.RoleNode, "n3": pki.RoleNode, "n4": pki.RoleMember})
+	ca, cert, key := tlsFilesRoles(t, t.TempDir(), map[string]certs.Role{
+		"n1": certs.RoleNode, "n2": certs.RoleNode, "n3": certs.RoleNode, "n4": certs.RoleMember})
 	tc := newCluster(t, 4, func(i int, c *Config) {
 		c.BootstrapExpect = 3
 		c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile = ca, cert[c.NodeID], key[c.NodeID]

@@ -20,7 +20,9 @@ import (
 	gometrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/cluster/commit"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ledger/raftstore"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -28,7 +30,8 @@ import (
 // (cluster.ControlGroup): commit commands (forwarded to the leader), a
 // Barrier for the ownership leader loop, and leadership events.
 type controlPlane interface {
-	// Apply commits an encoded ledger command and returns the ledger's
+	// Apply (a commit.Applier: the Batcher commits through it) commits an
+	// encoded ledger command and returns the ledger's
 	// Result. Errors wrap ErrNoQuorum when nothing could be committed, or
 	// ownership.ErrLeadershipLost when the outcome is unknown.
 	Apply(ctx context.Context, cmd []byte) (ledger.Result, error)
@@ -68,7 +71,7 @@ type controlDeps struct {
 	id          string
 	incarnation uint64
 	fsm         *ledger.FSM
-	store       *ledger.Store
+	store       *raftstore.Store
 	members     *cluster.Membership
 	timing      Timing
 	// renew judges a renewal this node received as leader
@@ -162,11 +165,11 @@ type netBackend struct {
 	inc    uint64
 	notify func()
 
-	store   *ledger.Store
+	store   *raftstore.Store
 	fsm     *ledger.FSM
 	gossip  *cluster.Membership
 	ctl     controlPlane
-	batcher *ledger.Batcher
+	batcher *commit.Batcher
 	loop    *ownership.LeaderLoop
 	// loopReady is loop once it exists: renewals can reach the control
 	// group before realBackend built the loop.
@@ -422,14 +425,18 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		// member is not given shards it could not act on yet. The claim's
 		// own lease may lapse meanwhile; the first heartbeat then rejoins
 		// at the new liveness.
-		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
+		// Queued, not awaited (here and at health 1 below): waiting for
+		// each broadcast cost a restarted member up to 2·GossipInterval
+		// before it could act (TestMemberFailoverAndRestart), and nothing
+		// it does next needs peers to have seen it.
+		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
 			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
 		}
 		if err := b.fsm.WaitApplied(ctx, index); err != nil {
 			_ = b.gossip.Leave(context.Background())
 			return nil, fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
 		}
-		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
+		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
 			return nil, fmt.Errorf("node: gossip health: %w", err)
 		}
 		if cfg.Logger != nil {
@@ -443,7 +450,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		return nil, err
 	}
 
-	b.batcher, err = ledger.NewBatcher(ctlApplier{b.ctl}, ledger.BatcherConfig{})
+	b.batcher, err = commit.NewBatcher(b.ctl, commit.BatcherConfig{})
 	if err != nil {
 		return nil, err
 	}
@@ -497,13 +504,6 @@ func identityConflict(cfg Config, id string, inc, registered uint64) error {
 		"the control group replaces the old member %q once it has not been seen alive for its dead-voter timeout "+
 		"(docs/operations.md, \"Damaged storage\")",
 		ErrIdentityConflict, id, registered, inc, where, id, id)
-}
-
-// ctlApplier adapts the control plane to the ledger's Batcher.
-type ctlApplier struct{ ctl controlPlane }
-
-func (a ctlApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
-	return a.ctl.Apply(ctx, data)
 }
 
 // loopProposer adapts the backend to the ownership leader loop.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/certs"
 	"github.com/tenurehq/tenure/ledger"
 )
 
@@ -77,7 +77,7 @@ func TestRevokedNodeIsRefused(t *testing.T) {
 	if !waitTrue(ctx, func() bool { return ownsAny(st(admin), victim.ID()) }) {
 		t.Fatalf("%s never owned a shard", victim.ID())
 	}
-	rl, err := pki.NewReloader(pki.Files{CA: ca, Cert: cert[victim.ID()], Key: key[victim.ID()]}, nil)
+	rl, err := certs.NewReloader(certs.Files{CA: ca, Cert: cert[victim.ID()], Key: key[victim.ID()]}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
