@@ -52,6 +52,8 @@ type (
 	UpgradeStatus = apitypes.UpgradeStatus
 	// PlacementRules are the operator's pins and exclusions.
 	PlacementRules = apitypes.PlacementRules
+	// Revocations is the committed deny-list (tenure node revocations).
+	Revocations = apitypes.Revocations
 )
 
 // Defaults.
@@ -428,6 +430,21 @@ func (c *Client) Unpin(ctx context.Context, shard uint32) (PlacementRules, error
 func (c *Client) Exclude(ctx context.Context, node string, exclude bool, reason string) (PlacementRules, error) {
 	var v PlacementRules
 	_, err := c.do(ctx, http.MethodPost, "/v1/placement/exclude", nil, apitypes.ExcludeRequest{Node: node, Exclude: exclude, Reason: reason}, &v, true)
+	return v, err
+}
+
+// Revocations is GET /v1/revocations: the committed deny-list.
+func (c *Client) Revocations(ctx context.Context) (Revocations, error) {
+	var v Revocations
+	_, err := c.get(ctx, "/v1/revocations", nil, &v)
+	return v, err
+}
+
+// Revoke is POST /v1/revocations (the admin token): put node and/or a
+// certificate serial on the deny-list, or lift that entry.
+func (c *Client) Revoke(ctx context.Context, req apitypes.RevokeRequest) (Revocations, error) {
+	var v Revocations
+	_, err := c.do(ctx, http.MethodPost, "/v1/revocations", nil, req, &v, true)
 	return v, err
 }
 

@@ -80,6 +80,9 @@ type Peer struct {
 	ID string
 	// Role is what its certificate proves.
 	Role Role
+	// Serial is the serial number of the peer's certificate
+	// (ledger.NormalizeSerial form), checked against the deny-list.
+	Serial string
 }
 
 // IsOperator reports whether the peer holds an operator certificate: it may
@@ -243,7 +246,8 @@ func (l *logLimiter) allow() bool {
 // certificate cannot stand in for another member's Raft address.
 type checkedDialer struct {
 	StreamLayer
-	check func(ctx context.Context, addr string, c net.Conn) (Peer, error)
+	check   func(ctx context.Context, addr string, c net.Conn) (Peer, error)
+	revoked *revocation // the deny-list (revoke.go)
 }
 
 func (d *checkedDialer) Dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -252,11 +256,14 @@ func (d *checkedDialer) Dial(ctx context.Context, addr string) (net.Conn, error)
 		return nil, err
 	}
 	p, err := d.check(ctx, addr, c)
+	if err == nil {
+		err = d.revoked.check(c, p)
+	}
 	if err != nil {
 		_ = c.Close()
 		return nil, err
 	}
-	return &provenConn{Conn: c, peer: p}, nil
+	return &provenConn{Conn: d.revoked.wrap(c, p), peer: p}, nil
 }
 
 // provenConn is a dialed connection whose server proved who it is.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/rpc"
 	"sort"
 	"sync"
@@ -147,6 +148,9 @@ type ControlGroup struct {
 	mux      *mux
 	pool     *rpcPool
 	addr     string
+	// revocation checks proven peers against ControlConfig.Revoked
+	// (revoke.go); nil without it.
+	revocation *revocation
 	// proofs: node ids proven at Raft addresses (proof.go).
 	proofs *proofLog
 
@@ -228,6 +232,15 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		proofs:       newProofLog(),
 	}
 	g.inc.Store(cfg.Incarnation)
+	if cfg.Authenticate != nil && cfg.Revoked != nil {
+		var every logLimiter
+		every.every = time.Second
+		g.revocation = &revocation{revoked: cfg.Revoked, log: func(c net.Conn, err error) {
+			if every.allow() {
+				log.Warn("cluster: refused a revoked peer (further refusals within 1s not logged)", "remote", c.RemoteAddr().String(), "err", err)
+			}
+		}}
+	}
 
 	stream := cfg.StreamLayer
 	if stream == nil {
@@ -238,7 +251,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		stream = s
 	}
 	if cfg.Authenticate != nil {
-		stream = &checkedDialer{StreamLayer: stream, check: g.checkDialed}
+		stream = &checkedDialer{StreamLayer: stream, check: g.checkDialed, revoked: g.revocation}
 	}
 	if err := rpc.NewServer().RegisterName("Control", &controlRPC{g: g}); err != nil {
 		_ = stream.Close()
@@ -252,6 +265,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			return srv
 		},
 		authenticate: cfg.Authenticate,
+		revocation:   g.revocation,
 		raft: raftView{
 			configuration: func() raft.Configuration {
 				c, _ := g.latestConfiguration()
@@ -268,6 +282,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		maxMessage:  cfg.MaxRPCMessage,
 		idleTimeout: cfg.RPCIdleTimeout,
 		msgTimeout:  cfg.RPCMessageTimeout,
+		maxSnapshot: cfg.MaxInstallSnapshot,
 	}, cfg.Transport == nil, log)
 	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()

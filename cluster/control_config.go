@@ -68,6 +68,12 @@ type ControlConfig struct {
 	// with ErrUnauthorized. It runs after the leader has applied everything
 	// committed when the request arrived. nil allows every command.
 	Authorize func(p Peer, cmd []byte) error
+	// Revoked, with Authenticate, says whether a proven peer is on the
+	// committed deny-list (an error wrapping ErrPeerRevoked): it is
+	// called at every handshake, accepted and dialed, and at every later
+	// read and write of such a connection (revoke.go), so it must be
+	// cheap and must not block. nil revokes nobody.
+	Revoked func(p Peer) error
 	// CheckCommand, if set, checks every command before this node proposes it
 	// as leader (local or forwarded, authenticated or not); an error
 	// refuses it with ErrBadRequest. A replica that cannot read a committed
@@ -93,6 +99,13 @@ type ControlConfig struct {
 	MaxRPCMessage     int
 	RPCIdleTimeout    time.Duration
 	RPCMessageTimeout time.Duration
+	// MaxInstallSnapshot bounds the bytes of one InstallSnapshot a peer
+	// streams to this node over an authenticated Raft connection
+	// (DefaultMaxInstallSnapshot if 0): a larger one is refused before one
+	// byte of it is read and counted in
+	// tenure_cluster_raft_refused{reason="snapshot_too_large"}. Set it to
+	// the largest snapshot the FSM restores.
+	MaxInstallSnapshot int64
 
 	// Transport, if set, carries Raft instead of the StreamLayer (which then
 	// carries only RPC): RaftMemNetwork.Transport in tests and simulation.
@@ -315,6 +328,9 @@ func (c ControlConfig) Validate() error {
 	if c.MaxRPCMessage < 0 || (c.MaxRPCMessage > 0 && c.MaxRPCMessage < 64<<10) || c.RPCIdleTimeout < 0 || c.RPCMessageTimeout < 0 {
 		return bad("MaxRPCMessage %d (0 or ≥ 64 KiB), RPCIdleTimeout %v and RPCMessageTimeout %v (≥ 0)",
 			c.MaxRPCMessage, c.RPCIdleTimeout, c.RPCMessageTimeout)
+	}
+	if c.MaxInstallSnapshot < 0 {
+		return bad("MaxInstallSnapshot %d (≥ 0)", c.MaxInstallSnapshot)
 	}
 	if c.StreamBuffer < 0 || c.StreamBufferBytes < 0 || c.StreamMaxSubscribers < 0 || c.StreamWait < 0 || c.StreamWait > maxStreamWait ||
 		c.StreamBatchBytes < 0 || c.StreamMaxSnapshot < 0 {

@@ -257,6 +257,19 @@ func (m *Membership) UpdateMeta(fn func(*Meta)) error {
 	return m.updateMetaLocked(fn)
 }
 
+// QueueMeta is UpdateMeta without waiting for the update's broadcast: the
+// new metadata is this node's at once (Members, Local, push/pull) and
+// gossip sends it at its next interval. For a caller whose next steps do
+// not need peers to have seen it (a disk-less member's registration).
+func (m *Membership) QueueMeta(fn func(*Meta)) error {
+	m.updateMu.Lock()
+	defer m.updateMu.Unlock()
+	if m.isClosed() {
+		return ErrMembershipClosed
+	}
+	return m.updateMetaWait(fn, noWait)
+}
+
 func (m *Membership) updateMetaLocked(fn func(*Meta)) error {
 	return m.updateMetaWait(fn, m.cfg.UpdateTimeout)
 }

@@ -111,6 +111,9 @@ const (
 	refusedConfig    = "config"     // a carried configuration is malformed or implausible
 	refusedMalformed = "malformed"  // undecodable message, unknown type
 	refusedTooLarge  = "too_large"  // over maxRaftMessage
+	// refusedSnapshotTooLarge: an InstallSnapshot whose stream is over
+	// ControlConfig.MaxInstallSnapshot.
+	refusedSnapshotTooLarge = "snapshot_too_large"
 )
 
 // refusalReason names err's metric label.
@@ -266,9 +269,12 @@ func validateRaftConfiguration(data []byte) (err error) {
 type raftGuard struct {
 	view    raftView
 	refused atomic.Uint64
-	// off disables every check but the size bound (tests prove with it
+	// off disables every check but the size bounds (tests prove with it
 	// that their attacks work on an unguarded node).
 	off atomic.Bool
+	// maxSnapshot bounds the bytes of one InstallSnapshot stream
+	// (ControlConfig.MaxInstallSnapshot; 0: DefaultMaxInstallSnapshot).
+	maxSnapshot int64
 
 	mu         sync.Mutex
 	leaderTerm uint64
@@ -354,6 +360,27 @@ func (c *raftGuardConn) Close() error {
 	return err
 }
 
+// DefaultMaxInstallSnapshot bounds one InstallSnapshot stream when
+// ControlConfig.MaxInstallSnapshot is 0: the largest snapshot the
+// committed-state stream serves or accepts (DefaultStreamMaxSnapshot; the
+// node sets ledger.MaxSnapshotSize, the largest snapshot a replica
+// restores).
+const DefaultMaxInstallSnapshot = DefaultStreamMaxSnapshot
+
+// checkSnapshotSize refuses an InstallSnapshot that announces more bytes
+// than the cap, before one byte of it is read: raft would spool them all
+// to disk first (a voter-capable peer could fill the disk).
+func (g *raftGuard) checkSnapshotSize(peer Peer, msg raftMessage) error {
+	max := g.maxSnapshot
+	if max <= 0 {
+		max = DefaultMaxInstallSnapshot
+	}
+	if msg.Snapshot > max {
+		return refuse(refusedSnapshotTooLarge, "InstallSnapshot of %d bytes from %s: at most %d", msg.Snapshot, peer, max)
+	}
+	return nil
+}
+
 // guardRaft returns the connection raft reads from. onRefuse is told why a
 // connection was cut.
 func guardRaft(c net.Conn, peer Peer, g *raftGuard, onRefuse func(error)) net.Conn {
@@ -432,6 +459,9 @@ func runRaftGuard(c net.Conn, w io.Writer, peer Peer, g *raftGuard) error {
 		}
 		msg, err := decodeRaftMessage(dec, typ, peer)
 		if err != nil {
+			return err
+		}
+		if err := g.checkSnapshotSize(peer, msg); err != nil {
 			return err
 		}
 		if err := g.check(peer, msg); err != nil {

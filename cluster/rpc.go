@@ -144,6 +144,8 @@ type muxOptions struct {
 	server func(p Peer, authenticated bool) *rpc.Server
 	// authenticate proves the peer of an accepted connection; nil trusts all.
 	authenticate func(context.Context, net.Conn) (Peer, error)
+	// revocation checks a proven peer against the deny-list (revoke.go).
+	revocation *revocation
 	// raft is the Raft guard's view of this node's Raft server.
 	raft raftView
 	// RPC limits (auth.go).
@@ -151,6 +153,8 @@ type muxOptions struct {
 	idleTimeout, msgTimeout time.Duration
 	// Limits before authentication (limits.go); 0 takes the default.
 	maxPending, maxPendingPerSource, maxInflight int
+	// maxSnapshot bounds one InstallSnapshot stream (0: the default).
+	maxSnapshot int64
 }
 
 func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger) *mux {
@@ -164,7 +168,7 @@ func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger
 		opts.maxInflight = DefaultMaxInflightRPCs
 	}
 	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{},
-		pending: newPendingLimiter(opts.maxPending, opts.maxPendingPerSource), guard: &raftGuard{view: opts.raft}}
+		pending: newPendingLimiter(opts.maxPending, opts.maxPendingPerSource), guard: &raftGuard{view: opts.raft, maxSnapshot: opts.maxSnapshot}}
 	m.refuse.every = time.Second
 	if withRaft {
 		m.raft = &raftStream{stream: stream, accept: make(chan net.Conn), closed: make(chan struct{})}
@@ -255,12 +259,23 @@ func (m *mux) handle(c net.Conn, release func()) {
 			_ = c.Close()
 			return
 		}
+		if m.opts.revocation.check(c, p) != nil {
+			m.untrack(c)
+			_ = c.Close()
+			return
+		}
 		_ = c.SetDeadline(time.Time{})
 		peer = p
 	}
+	// conn is c checked against the deny-list at every use; c stays the
+	// tracked connection.
+	conn := m.opts.revocation.wrap(c, peer)
+	if !authenticated {
+		conn = c
+	}
 	var b [1]byte
 	_ = c.SetReadDeadline(time.Now().Add(protoReadTimeout))
-	if _, err := io.ReadFull(c, b[:]); err != nil {
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
 		m.untrack(c)
 		_ = c.Close()
 		return
@@ -273,7 +288,7 @@ func (m *mux) handle(c net.Conn, release func()) {
 		// that stopped reading fail after rpcWriteTimeout instead of
 		// blocking the connection's sender forever; requests are bounded in
 		// size and time.
-		lc := newGobLimitConn(c, m.opts.maxMessage, m.opts.idleTimeout, m.opts.msgTimeout)
+		lc := newGobLimitConn(conn, m.opts.maxMessage, m.opts.idleTimeout, m.opts.msgTimeout)
 		conn := &writeDeadlineConn{Conn: lc, timeout: rpcWriteTimeout}
 		m.opts.server(peer, authenticated).ServeCodec(newGobServerCodec(conn, m.opts.maxInflight))
 		m.untrack(c)
@@ -290,9 +305,9 @@ func (m *mux) handle(c net.Conn, release func()) {
 		}
 		// Raft owns it now; it stays tracked (until raft closes it) so
 		// close() can end raft's blocked reads.
-		var rc net.Conn = c
+		rc := conn
 		if authenticated {
-			rc = guardRaft(c, peer, m.guard, func(err error) { m.refused(c, err) })
+			rc = guardRaft(conn, peer, m.guard, func(err error) { m.refused(c, err) })
 		}
 		tc := &trackedConn{Conn: rc, untrack: func() { m.untrack(c) }}
 		select {

@@ -241,6 +241,7 @@ func (h *Handler) routes() http.Handler {
 	mux.Handle("/v1/placement", methods{"GET": read(h.placementRules)})
 	mux.Handle("/v1/placement/pin", methods{"POST": admin(h.pin)})
 	mux.Handle("/v1/placement/exclude", methods{"POST": admin(h.exclude)})
+	mux.Handle("/v1/revocations", methods{"GET": read(h.revocations), "POST": admin(h.revoke)})
 	mux.Handle("/v1/fenced", methods{"GET": read(h.fencedPolicy), "POST": admin(h.setFenced)})
 	// Unknown /v1 paths answer 404 only to token holders: no probing.
 	mux.Handle("/v1/", read(func(w http.ResponseWriter, r *http.Request) {

@@ -74,8 +74,8 @@ var bridgeTable = []bridgedSeries{
 	{key: "stream.drops", name: "tenure_stream_refused_total", kind: bridgeCounter, help: "On a voter or standby: Subscribe calls refused (subscriber cap reached, or not serving the stream yet)."},
 	{key: "control.unproven_members", name: "tenure_control_unproven_members", kind: bridgeGauge, help: "Members gossip lists alive that have not proven their id at their Raft address over TLS, so the control group ignores them (the leader's view; docs/security.md)."},
 	{key: "control.conn_refused", name: "tenure_control_conn_refused_total", kind: bridgeCounter, label: "reason", labelAs: "reason",
-		values: []string{"pending_per_port", "pending_per_source", "handshake", "inflight_rpcs"},
-		help:   "Connections and requests the Raft/RPC port refused before or at authentication, by reason: pending_per_port, pending_per_source (too many connections not yet authenticated), handshake (a failed TLS handshake or identity), inflight_rpcs (a connection waited for a free request slot)."},
+		values: []string{"pending_per_port", "pending_per_source", "handshake", "inflight_rpcs", "revoked"},
+		help:   "Connections and requests the Raft/RPC port refused before or at authentication, by reason: pending_per_port, pending_per_source (too many connections not yet authenticated), handshake (a failed TLS handshake or identity), inflight_rpcs (a connection waited for a free request slot), revoked (a peer on the committed deny-list, at its handshake or its connection's next use)."},
 	{key: "lease.renew", name: "tenure_lease_renew_duration_seconds", kind: bridgeHistogram, scale: msToSeconds, buckets: renewBuckets, help: "Successful lease renewals of this node: time from asking the control group's leader to its answer after a quorum round."},
 
 	// Raft: leadership.

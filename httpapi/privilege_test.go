@@ -32,6 +32,7 @@ func TestAPIThreeScopes(t *testing.T) {
 		{"POST", "/v1/upgrade/finalize", ""},
 		{"POST", "/v1/placement/pin", `{"shard":1,"node":"n1"}`}, {"POST", "/v1/placement/exclude", `{"node":"n1"}`},
 		{"POST", "/v1/fenced", `{"first":1,"last":1,"fenced":true}`},
+		{"POST", "/v1/revocations", `{"node":"n1","reason":"stolen"}`},
 	}
 	for _, c := range reads {
 		for _, tok := range []string{"r-token", "j-token", "a-token"} {

@@ -3,6 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tenurehq/tenure/internal/mutation"
 )
 
 // ErrUnauthorized: the proposer may not propose this command (see
@@ -74,7 +76,7 @@ func (a authz) self(field, who string) error {
 
 // operator allows operators and voter-capable nodes.
 func (a authz) operator() error {
-	if a.p.Operator || a.p.Voter {
+	if a.p.Operator || a.p.Voter || mutation.On(mutation.MemberProposesOperatorKinds) {
 		return nil
 	}
 	return a.deny("operator action: it needs an operator certificate, or an admin request to a voter-capable node's API (a member certificate cannot)")

@@ -69,6 +69,7 @@ var errorCodes = []struct {
 	{13, ErrTooLarge}, {14, ErrMalformed}, {15, ErrVersion}, {16, ErrInvalid},
 	{17, ErrApplication}, {18, ErrStoreLocked}, {19, ErrStoreCorrupt}, {20, ErrClosed},
 	{26, ErrQueueFull}, {27, ErrRequestIDReused}, // cluster version 5 (jobsapi.go)
+	{28, ErrRevoked}, // cluster version 5 (revoke.go)
 }
 
 // codeUnknown marks an error that matches no sentinel; it decodes to a plain

@@ -388,6 +388,9 @@ func (f *FSM) heartbeat(c Heartbeat) Result {
 		return Result{Err: errf(ErrInvalid, "heartbeat with empty node id")}
 	}
 	n, ok := f.st.Node(c.Node)
+	if f.st.revokedNode(c.Node) {
+		return Result{Node: n, Err: errf(ErrRevoked, "node %q is revoked (tenure node revocations)", c.Node)}
+	}
 	if err := f.checkSpeaks(c); err != nil {
 		return Result{Node: n, Err: err}
 	}

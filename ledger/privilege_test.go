@@ -74,6 +74,7 @@ func TestAuthorizeTable(t *testing.T) {
 		KindForgetNode:    {func(w string) Command { return ForgetNode{Node: w, Incarnation: 1} }, false, false, true, true},
 		KindSettings:      {func(string) Command { return Settings{MaxFinishedJobs: 1} }, false, false, true, true},
 		KindLogSettings:   {func(string) Command { return LogSettings{} }, false, false, true, true},
+		KindRevokeNode:    {func(w string) Command { return RevokeNode{Node: w, Reason: "stolen"} }, false, false, true, true},
 		KindClusterConfig: {func(string) Command { return ClusterConfig{Name: "c", Partitions: 8, Version: MaxClusterVersion} }, false, false, true, true},
 		KindGrant:         {func(w string) Command { return Grant{Shard: 7, Owner: w} }, false, false, false, false},
 		KindRevoke:        {func(w string) Command { return Revoke{Shard: sh(w), Epoch: ep(w)} }, false, false, false, false},

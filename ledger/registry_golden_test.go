@@ -21,6 +21,8 @@ func goldenCommands() []Command {
 		JobEnqueue{Shard: 3, Key: "k", Type: "t", Payload: []byte("p"), MaxAttempts: 2, Now: 21, MaxPending: 100},
 		Session{ID: RequestID{9}, Command: ForgetNode{Node: "n5", Now: 22}},
 		Session{ID: RequestID{10}, Command: Grant{Shard: 4, Owner: "n1", Now: 23}},
+		RevokeNode{Node: "n6", Serial: "a1", Reason: "stolen", Now: 24},
+		RevokeNode{Serial: "b2", Lift: true, Now: 25},
 	)
 }
 

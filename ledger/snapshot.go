@@ -26,11 +26,19 @@ import (
 // version 4 or a policy exists.
 // Versions 1 to 5 are still read.
 // Version 7 adds the session entries' body digests, written once the
-// cluster runs version 5 (VersionJobsAPI).
+// cluster runs version 5 (VersionJobsAPI), and the deny-list (revoke.go;
+// VersionRevocation).
 const snapshotVersion byte = 7
 
 // maxSnapshotCount bounds table sizes read from a snapshot.
 const maxSnapshotCount = 1 << 32
+
+// MaxSnapshotSize is the largest snapshot Restore reads (a larger one is
+// refused with ErrTooLarge before it is all in memory), and so the cap on
+// an InstallSnapshot stream the node's Raft guard accepts
+// (cluster.ControlConfig.MaxInstallSnapshot) and on a snapshot over the
+// committed-state stream.
+const MaxSnapshotSize int64 = 512 << 20
 
 type fsmSnapshot struct {
 	st   *State
@@ -77,7 +85,7 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	bw := bufio.NewWriterSize(out, 64<<10)
 	st := s.st
 	ver := snapshotVersion
-	if !st.VersionActive(VersionJobsAPI) {
+	if !st.VersionActive(VersionJobsAPI) && len(st.revoked) == 0 {
 		ver = 6
 	}
 	if ver == 6 && !st.VersionActive(VersionFencedTakeover) && len(st.fenced) == 0 && !st.settings.Logged {
@@ -145,6 +153,9 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	if ver >= snapshotLogSettings {
 		writeSnapshotSettings(w, st.settings)
 	}
+	if ver >= snapshotRevocation {
+		writeSnapshotRevocations(w, st)
+	}
 	w.u(uint64(len(s.apps)))
 	for _, a := range s.apps {
 		w.str(a.typ)
@@ -168,9 +179,12 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 // registered application state machines) with the snapshot's.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
+	b, err := io.ReadAll(io.LimitReader(rc, MaxSnapshotSize+1))
 	if err != nil {
 		return fmt.Errorf("ledger: read snapshot: %w", err)
+	}
+	if int64(len(b)) > MaxSnapshotSize {
+		return fmt.Errorf("%w: snapshot over %d bytes", ErrTooLarge, MaxSnapshotSize)
 	}
 	st, apps, err := decodeSnapshot(b)
 	if err != nil {
@@ -286,6 +300,9 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 	}
 	if r.ver >= snapshotLogSettings {
 		readSnapshotSettings(r, &st.settings)
+	}
+	if r.ver >= snapshotRevocation {
+		readSnapshotRevocations(r, st, count)
 	}
 	var apps []appSnap
 	for n := count(); n > 0 && r.err == nil; n-- {

@@ -51,6 +51,7 @@ type State struct {
 	pins     *btree.BTreeG[PinRecord]     // operator pins by shard; published with the shards
 	excluded *btree.BTreeG[ExcludeRecord] // operator exclusions by node; published with the shards
 	fenced   []ShardRange                 // shards under fenced takeover (takeover.go); replaced, never modified
+	revoked  []Revocation                 // the deny-list by (node, serial) (revoke.go); replaced, never modified
 
 	sessions     *btree.BTreeG[sessionEntry] // remembered requests by id (session.go)
 	sessionOrder *btree.BTreeG[sessionOrder] // the same, in insertion order

@@ -66,6 +66,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		cc.MaxVoters = cc.BootstrapExpect | 1
 	}
 	cc.FSM = d.fsm
+	cc.MaxInstallSnapshot = ledger.MaxSnapshotSize
 	cc.CheckCommand = func(cmd []byte) error {
 		c, err := ledger.Decode(cmd)
 		if err != nil {
@@ -196,6 +197,7 @@ var renewRefusals = map[string]error{
 	"stale-incarnation": ledger.ErrStaleIncarnation,
 	"expiring":          ownership.ErrExpiring,
 	"not-leader":        ownership.ErrNotLeader,
+	"revoked":           ledger.ErrRevoked,
 }
 
 func (c *clusterControl) Renew(ctx context.Context, node string, inc, liveness uint64) (uint64, ledger.NodeRecord, error) {

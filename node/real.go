@@ -425,14 +425,18 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		// member is not given shards it could not act on yet. The claim's
 		// own lease may lapse meanwhile; the first heartbeat then rejoins
 		// at the new liveness.
-		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
+		// Queued, not awaited (here and at health 1 below): waiting for
+		// each broadcast cost a restarted member up to 2·GossipInterval
+		// before it could act (TestMemberFailoverAndRestart), and nothing
+		// it does next needs peers to have seen it.
+		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
 			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
 		}
 		if err := b.fsm.WaitApplied(ctx, index); err != nil {
 			_ = b.gossip.Leave(context.Background())
 			return nil, fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
 		}
-		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
+		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
 			return nil, fmt.Errorf("node: gossip health: %w", err)
 		}
 		if cfg.Logger != nil {
@@ -551,7 +555,7 @@ type loopSource struct{ b *netBackend }
 func (s loopSource) Input() ownership.Input {
 	st := s.b.fsm.State()
 	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.Excluded(), Fenced: st.FencedRanges(), Settings: st.Settings(), Applied: st.AppliedIndex()}
+		Pins: st.Pins(), Excluded: st.PlacementExcluded(), Fenced: st.FencedRanges(), Settings: st.Settings(), Applied: st.AppliedIndex()}
 	// The planner runs on the control-group leader, whose configuration
 	// is the voter set's latest word.
 	voters := s.b.ctl.Voters()
@@ -660,6 +664,9 @@ func (b *netBackend) serveRenew(now time.Time, req cluster.RenewRequest) (ledger
 	rec, _ := st.Node(req.Node)
 	if v := st.ActiveVersion(); v < ledger.VersionLeaseRenewals {
 		return rec, fmt.Errorf("node: renewals off the log need cluster version %d, the leader's replica is at %d", ledger.VersionLeaseRenewals, v)
+	}
+	if r, revoked := st.Revoked(req.Node, ""); revoked {
+		return rec, fmt.Errorf("%w: node %q is revoked (%s): it renews nothing", ledger.ErrRevoked, req.Node, r.Reason)
 	}
 	loop := b.loopReady.Load()
 	if loop == nil {

@@ -111,7 +111,24 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 		}
 		return ledger.Authorize(fsm.State(), ledger.Proposer{ID: p.ID, Operator: p.IsOperator(), Voter: p.VoterCapable()}, c)
 	}
+	cc.Revoked = func(p cluster.Peer) error { return peerRevoked(fsm.State(), p) }
 	return nil
+}
+
+// peerRevoked is the deny-list check of a proven peer (RevokeNode): its
+// node id (an operator's name is not a node id) or its certificate's
+// serial is on the committed list of this node's replica.
+func peerRevoked(st *ledger.State, p cluster.Peer) error {
+	id := p.ID
+	if p.IsOperator() {
+		id = ""
+	}
+	r, ok := st.Revoked(id, p.Serial)
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: %s (certificate serial %s) is on the deny-list: node %q serial %q, %q",
+		cluster.ErrPeerRevoked, p, p.Serial, r.Node, r.Serial, r.Reason)
 }
 
 // checkOwnCertificate refuses to start with a certificate that is not this
@@ -154,5 +171,9 @@ func peerFromTLS(cs tls.ConnectionState) (cluster.Peer, error) {
 	if !ok {
 		return cluster.Peer{}, fmt.Errorf("node: certificate role %q has no control-group role", id.Role)
 	}
-	return cluster.Peer{ID: id.Name, Role: role}, nil
+	serial := ""
+	if len(cs.PeerCertificates) > 0 {
+		serial = ledger.NormalizeSerial(cs.PeerCertificates[0].SerialNumber.Text(16))
+	}
+	return cluster.Peer{ID: id.Name, Role: role, Serial: serial}, nil
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/tenurehq/tenure/internal/mutation"
@@ -20,7 +22,8 @@ var (
 type MutationReport struct {
 	Name string `json:"name"`
 	Rule string `json:"rule"`
-	// CaughtBy is "sweep", "tier2" or "" (not caught).
+	// CaughtBy is "sweep", "tier2", "test" (a named test, testCaught) or
+	// "" (not caught).
 	CaughtBy     string `json:"caught_by"`
 	SeedsToCatch int    `json:"seeds_to_catch"`
 	// Seed and Violation describe the first catch (replay with
@@ -101,6 +104,43 @@ var scenarioOnly = map[mutation.Switch]bool{
 // group): the sweep skips them and TestTier2Mutations has their scenario.
 var tier2Only = map[mutation.Switch]bool{mutation.StreamResumeSkips: true}
 
+// testCaught are the mutations of rules the simulator does not model
+// (certificates, the Raft/RPC port): each is caught by a named test, run
+// under the switch in a child `go test -tags mutations` (the switch set
+// through mutation.EnvSwitch). The test must fail under it; that it passes
+// without it is make test's job.
+var testCaught = map[mutation.Switch]struct{ pkg, test string }{
+	mutation.MemberProposesOperatorKinds: {"./ledger/", "TestAuthorizeTable"},
+	mutation.HandshakeSkipsDenyList:      {"./node/", "TestRevokedNodeIsRefused"},
+}
+
+// testMutation runs m's catching test under m and reports whether it
+// failed, with its first failure line as the violation.
+func testMutation(t *testing.T, m mutation.Switch) MutationReport {
+	tc := testCaught[m]
+	rep := MutationReport{Name: m.String(), Rule: m.Rule(), SeedsToCatch: 1}
+	cmd := exec.Command("go", "test", "-count=1", "-tags", "mutations", "-run", "^"+tc.test+"$", tc.pkg)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), mutation.EnvSwitch+"="+m.String())
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return rep
+	}
+	marker := "--- FAIL: " + tc.test
+	if !strings.Contains(string(out), marker) {
+		t.Errorf("mutation %s: %s did not run (%v):\n%s", m, tc.test, err, out)
+		return rep
+	}
+	rep.CaughtBy, rep.Violation = "test", tc.test+" failed"
+	for _, line := range strings.Split(string(out), "\n") {
+		if l := strings.TrimSpace(line); strings.Contains(l, "_test.go:") {
+			rep.Violation = tc.test + ": " + l
+			break
+		}
+	}
+	return rep
+}
+
 // sweepMutation runs up to seeds seeds under m and returns the first catch.
 func sweepMutation(t *testing.T, m mutation.Switch, seeds int) MutationReport {
 	restore := mutation.Set(m)
@@ -135,6 +175,16 @@ func TestMutations(t *testing.T) {
 	}
 	var out []MutationReport
 	for _, m := range mutation.All() {
+		if _, ok := testCaught[m]; ok {
+			rep := testMutation(t, m)
+			out = append(out, rep)
+			if rep.CaughtBy == "" {
+				t.Errorf("mutation %s (%s) not caught by %s", m, m.Rule(), testCaught[m].test)
+			} else {
+				t.Logf("%-28s caught by %s", m, rep.Violation)
+			}
+			continue
+		}
 		if tier2Only[m] {
 			// The sweep does not run this code: tier 2 catches it
 			// (TestTier2Mutations; make mutations' second step).

@@ -99,6 +99,7 @@ func TestHelpExitsZero(t *testing.T) {
 	for _, sub := range []string{"list", "install"} {
 		cmds = append(cmds, []string{"keyring", sub})
 	}
+	cmds = append(cmds, []string{"node", "revoke"}, []string{"node", "revocations"})
 	cmds = append(cmds, []string{"tls", "init"}, []string{"tls", "cert"}, []string{"upgrade", "status"}, []string{"help"})
 	for _, c := range cmds {
 		for _, h := range []string{"-h", "--help"} {

@@ -107,7 +107,7 @@ func TestRollingUpgrade(t *testing.T) {
 
 	type step struct {
 		what, id         string
-		gap              time.Duration
+		gap, moveGap     tickGap
 		leaderChanges    int
 		took             time.Duration
 		leaderAfterwards string
@@ -131,7 +131,8 @@ func TestRollingUpgrade(t *testing.T) {
 		if st.ControlLeader != leaderBefore {
 			changes = 1
 		}
-		steps = append(steps, step{what: what, id: a.id, gap: maxTickGap(dc.witness, partitions, t0, time.Now()),
+		gap, moveGap := maxTickGaps(dc.witness, partitions, t0, time.Now())
+		steps = append(steps, step{what: what, id: a.id, gap: gap, moveGap: moveGap,
 			leaderChanges: changes, took: time.Since(t0), leaderAfterwards: st.ControlLeader})
 	}
 	for _, a := range order {
@@ -186,11 +187,12 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 
 	var tb strings.Builder
-	fmt.Fprintf(&tb, "%-14s %-4s %10s %8s %14s %s\n", "step", "node", "max gap", "took", "leader changes", "leader after")
+	fmt.Fprintf(&tb, "%-19s %-4s %8s %8s %14s %-12s %-28s %9s %s\n", "step", "node", "max gap", "took", "leader changes", "leader after", "max gap at", "move gap", "at")
 	var worst time.Duration
 	for _, s := range steps {
-		fmt.Fprintf(&tb, "%-14s %-4s %10s %8s %14d %s\n", s.what, s.id, s.gap.Round(time.Millisecond), s.took.Round(100*time.Millisecond), s.leaderChanges, s.leaderAfterwards)
-		worst = max(worst, s.gap)
+		fmt.Fprintf(&tb, "%-19s %-4s %8s %8s %14d %-12s %-28s %9s %s\n", s.what, s.id, s.gap.d.Round(time.Millisecond), s.took.Round(100*time.Millisecond),
+			s.leaderChanges, s.leaderAfterwards, s.gap, s.moveGap.d.Round(time.Millisecond), s.moveGap)
+		worst = max(worst, s.gap.d)
 	}
 	t.Logf("seed %d, %s → current: %d jobs acknowledged, witness %d ticks on %d shards, %d overlaps; worst per-step gap %v\n%s",
 		seed, oldRev, acked, rep.Ticks, rep.Shards, len(rep.Violations), worst.Round(time.Millisecond), tb.String())
@@ -417,12 +419,38 @@ func waitAgentReady(t *testing.T, a *demoAgent, d time.Duration) {
 	}
 }
 
-// maxTickGap is the longest time, within [from, to], that some shard went
-// without a witness tick (the acting gap of the step).
-func maxTickGap(w *witnessChecker, partitions int, from, to time.Time) time.Duration {
-	var worst time.Duration
+// tickGap is a stretch within a step during which one shard got no
+// witness tick: between before (zero: the step's start) and after.
+type tickGap struct {
+	d             time.Duration
+	shard         uint32
+	before, after tick
+}
+
+// moved reports whether the shard changed owner or epoch across the gap
+// (a handoff), rather than its owner's workload not ticking (a stall).
+func (g tickGap) moved() bool {
+	return g.before.Node != "" && (g.before.Node != g.after.Node || g.before.Epoch != g.after.Epoch)
+}
+
+func (g tickGap) String() string {
+	if g.d == 0 {
+		return "-"
+	}
+	from := "step start"
+	if g.before.Node != "" {
+		from = fmt.Sprintf("%s@%d", g.before.Node, g.before.Epoch)
+	}
+	return fmt.Sprintf("shard %d %s→%s@%d", g.shard, from, g.after.Node, g.after.Epoch)
+}
+
+// maxTickGaps returns the longest time, within [from, to], that some
+// shard went without a witness tick (the acting gap of the step), and the
+// longest such time across a handoff (owner or epoch changed); the first
+// may be a stall of the machine, the second is the protocol's.
+func maxTickGaps(w *witnessChecker, partitions int, from, to time.Time) (worst, worstMove tickGap) {
 	for s := range partitions {
-		last := from.UnixNano()
+		prev := tick{UnixNano: from.UnixNano()}
 		for _, tk := range w.ticksOf(uint32(s)) {
 			if tk.UnixNano < from.UnixNano() {
 				continue
@@ -430,11 +458,17 @@ func maxTickGap(w *witnessChecker, partitions int, from, to time.Time) time.Dura
 			if tk.UnixNano > to.UnixNano() {
 				break
 			}
-			worst = max(worst, time.Duration(tk.UnixNano-last))
-			last = tk.UnixNano
+			g := tickGap{d: time.Duration(tk.UnixNano - prev.UnixNano), shard: uint32(s), before: prev, after: tk}
+			if g.d > worst.d {
+				worst = g
+			}
+			if g.moved() && g.d > worstMove.d {
+				worstMove = g
+			}
+			prev = tk
 		}
 	}
-	return worst
+	return worst, worstMove
 }
 
 // checkPreviousRefused starts the previous binary as a new member after
@@ -610,4 +644,32 @@ func (l *jobLoad) checkDone(t *testing.T, dc *demoCluster, live map[string]bool,
 		<-time.After(200 * time.Millisecond)
 	}
 	t.Logf("%d jobs completed, %d of them after more than one attempt (a drain moved the shard while the job ran)", len(l.ids), l.retried)
+}
+
+// TestMaxTickGaps tells a handoff's gap from a stall of one owner's
+// workload, and counts the step's start as the first tick.
+func TestMaxTickGaps(t *testing.T) {
+	w := newWitnessChecker()
+	t0 := time.Unix(100, 0)
+	at := func(ms int) int64 { return t0.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	w.add([]tick{
+		// shard 0: n1 ticks, stalls 40 ms, ticks; then hands over to n2 in 25 ms.
+		{Shard: 0, Node: "n1", Epoch: 3, UnixNano: at(-5)}, // before the step: ignored
+		{Shard: 0, Node: "n1", Epoch: 3, UnixNano: at(5)},
+		{Shard: 0, Node: "n1", Epoch: 3, UnixNano: at(45)},
+		{Shard: 0, Node: "n2", Epoch: 4, UnixNano: at(70)},
+		{Shard: 0, Node: "n2", Epoch: 4, UnixNano: at(300)}, // after the step: ignored
+		// shard 1: first tick 30 ms into the step.
+		{Shard: 1, Node: "n3", Epoch: 1, UnixNano: at(30)},
+	})
+	worst, move := maxTickGaps(w, 2, t0, t0.Add(100*time.Millisecond))
+	if worst.d != 40*time.Millisecond || worst.shard != 0 || worst.moved() {
+		t.Errorf("worst gap %v (%v), want 40ms on shard 0 without a move", worst.d, worst)
+	}
+	if move.d != 25*time.Millisecond || !move.moved() || move.String() != "shard 0 n1@3→n2@4" {
+		t.Errorf("worst move gap %v (%v), want 25ms, shard 0 n1@3→n2@4", move.d, move)
+	}
+	if g := (tickGap{d: time.Millisecond, shard: 1, after: tick{Node: "n3", Epoch: 1}}); g.moved() || g.String() != "shard 1 step start→n3@1" {
+		t.Errorf("a gap from the step's start: moved %v, %q", g.moved(), g)
+	}
 }

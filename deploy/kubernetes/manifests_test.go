@@ -5,12 +5,15 @@ package kubernetes
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tenurehq/tenure/deploy/kubernetes/manifestcheck"
 )
@@ -94,5 +97,34 @@ func TestChecksCatchMistakes(t *testing.T) {
 		if !caught {
 			t.Errorf("mutation %q -> %q not caught", mutate.from, mutate.to)
 		}
+	}
+}
+
+// CertificateRole refuses what issue 25 found: every voter's key in one
+// Secret mounted by every voter pod, the CA key in a pod, and a pod that
+// gets no certificate of its own.
+func TestCertificateRoleCatchesSharedKeys(t *testing.T) {
+	o := load(t, "voters.yaml")
+	good := o.StatefulSets[0].Spec.Template.Spec
+	check := func(spec corev1.PodSpec) (msgs []string) {
+		manifestcheck.CertificateRole(func(f string, a ...any) { msgs = append(msgs, fmt.Sprintf(f, a...)) }, "voters", spec, false)
+		return msgs
+	}
+	if msgs := check(good); len(msgs) != 0 {
+		t.Fatalf("voters.yaml: %v", msgs)
+	}
+	shared := *good.DeepCopy()
+	for i, v := range shared.Volumes {
+		if v.Name == "tls" {
+			shared.Volumes[i].VolumeSource = corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tenure-voter-tls"}}
+		}
+	}
+	if msgs := check(shared); len(msgs) != 2 || !strings.Contains(msgs[0], "every pod's key") {
+		t.Errorf("one Secret with every voter's key: %v", msgs)
+	}
+	caInPod := *shared.DeepCopy()
+	caInPod.InitContainers = []corev1.Container{{Name: "tls", Args: []string{"tls", "cert", "--dir", "/tls", "--ca-dir", "/ca", "--node", "$(POD_NAME)"}}}
+	if msgs := check(caInPod); !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "--ca-dir") }) {
+		t.Errorf("the CA key in the pod: %v", msgs)
 	}
 }

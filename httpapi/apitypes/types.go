@@ -357,3 +357,27 @@ type ExcludeRequest struct {
 	Exclude bool   `json:"exclude"`
 	Reason  string `json:"reason,omitempty"`
 }
+
+// Revocation is one entry of the committed deny-list: a node id, a
+// certificate serial (lowercase hex), or both (docs/security.md,
+// "Revoking a node").
+type Revocation struct {
+	Node   string    `json:"node,omitempty"`
+	Serial string    `json:"serial,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Revocations is GET /v1/revocations and the answer of its POST.
+type Revocations struct {
+	Revoked []Revocation `json:"revoked"`
+}
+
+// RevokeRequest is POST /v1/revocations (admin scope): put Node and/or
+// Serial on the deny-list, or take that entry off (Lift).
+type RevokeRequest struct {
+	Node   string `json:"node,omitempty"`
+	Serial string `json:"serial,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Lift   bool   `json:"lift,omitempty"`
+}

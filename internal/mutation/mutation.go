@@ -203,6 +203,20 @@ const (
 	// serving voter's applied index instead of its own (a watch resumed
 	// from "now"): the entries committed meanwhile never reach its replica.
 	StreamResumeSkips
+
+	// Least privilege (issue 25, cluster version 5): the simulator has no
+	// certificates, so a named test catches each (TestMutations runs it
+	// under the switch, TENURE_MUTATION; simulation.testCaught).
+
+	// MemberProposesOperatorKinds: ledger.Authorize lets a member
+	// certificate propose operator actions (PinShard, ExcludeNode,
+	// ClusterConfig, RevokeNode, …).
+	MemberProposesOperatorKinds
+
+	// HandshakeSkipsDenyList: the Raft/RPC port does not check the
+	// committed deny-list (RevokeNode) at the handshake or at a
+	// connection's later use: a revoked node keeps connecting.
+	HandshakeSkipsDenyList
 	numSwitches
 )
 
@@ -222,7 +236,7 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring",
 	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
-	"stream-resume-skips"}
+	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -282,7 +296,15 @@ var rules = [...]string{
 	"ledger ClusterConfig: the cluster version never goes down (ErrInvalid)",
 	"ledger: a command gated at a cluster version is refused while the cluster runs an older one (ErrVersion)",
 	"stream (v5): a member resumes from its own applied index, and applies only the entry that follows it (never a gap)",
+	"security: ledger.Authorize refuses operator actions from a member certificate (ErrUnauthorized)",
+	"security (v5): every handshake and every later use of an authenticated connection checks the committed deny-list (RevokeNode)",
 }
+
+// EnvSwitch names the switch a test process built with -tags mutations
+// starts with (make mutations runs the tests that catch the switches the
+// simulator cannot, each under its switch: simulation's testCaught).
+// Without the tag it is ignored.
+const EnvSwitch = "TENURE_MUTATION"
 
 // Rule describes the rule switch s disables.
 func (s Switch) Rule() string {

@@ -2,13 +2,22 @@
 
 package mutation
 
-import "sync/atomic"
+import (
+	"os"
+	"sync/atomic"
+)
 
 // Enabled reports whether the switches are compiled in (build tag
 // "mutations").
 const Enabled = true
 
 var active atomic.Int32
+
+func init() {
+	if s, ok := ByName(os.Getenv(EnvSwitch)); ok {
+		active.Store(int32(s))
+	}
+}
 
 // Set turns on exactly one switch (None turns all off) and returns a
 // function that restores the previous one.

@@ -7,6 +7,7 @@ package manifestcheck
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -360,9 +361,20 @@ func CheckCluster(errorf func(string, ...any), o Objects, agentVars map[string]b
 // understood: an init container running `tenure tls cert` (--member exactly
 // when wantMember, --node $(POD_NAME), never --operator), and a cert-manager
 // CSI volume whose csi.cert-manager.io/uri-sans names the pod in the right
-// role. A pod that must be a member and has neither is an error.
+// role. Every pod must get its own key (issue 25): a pod with neither is
+// an error, as is a TENURE_TLS_KEY on a Secret volume (one Secret, mounted
+// by every pod of the set, holds every pod's key) and a CA key in the pod
+// (an init container with --ca-dir: whoever holds one pod holds the CA).
 func CertificateRole(errorf func(string, ...any), where string, spec corev1.PodSpec, wantMember bool) {
 	issued := false
+	if len(spec.Containers) > 0 {
+		if key, ok := Env(spec.Containers[0], "TENURE_TLS_KEY"); ok {
+			if v, ok := volumeAt(spec, spec.Containers[0], path.Dir(key.Value)); ok && v.Secret != nil {
+				errorf("%s: TENURE_TLS_KEY %s is on Secret volume %s (secret %s): every pod of the set mounts every pod's key; "+
+					"issue each pod its own (cert-manager's CSI driver, csi.cert-manager.io)", where, key.Value, v.Name, v.Secret.SecretName)
+			}
+		}
+	}
 	for _, ic := range spec.InitContainers {
 		args := ic.Args
 		if len(args) < 2 || args[0] != "tls" || args[1] != "cert" {
@@ -378,6 +390,10 @@ func CertificateRole(errorf func(string, ...any), where string, spec corev1.PodS
 		if slices.Contains(args, "--operator") {
 			errorf("%s: init container %s issues an operator certificate", where, ic.Name)
 		}
+		if slices.Contains(args, "--ca-dir") {
+			errorf("%s: init container %s signs with the CA key mounted in the pod (--ca-dir): whoever holds one pod can issue any identity; "+
+				"have a signer outside the pod sign it (cert-manager's CSI driver, csi.cert-manager.io)", where, ic.Name)
+		}
 	}
 	want := "tenure://node/${POD_NAME}"
 	if wantMember {
@@ -392,7 +408,22 @@ func CertificateRole(errorf func(string, ...any), where string, spec corev1.PodS
 			errorf("%s: volume %s asks cert-manager for uri-sans %q, want %q", where, v.Name, got, want)
 		}
 	}
-	if wantMember && !issued {
-		errorf("%s: nothing issues the pod's member certificate (tenure tls cert --member --node $(POD_NAME), or a cert-manager CSI volume with uri-sans %s)", where, want)
+	if !issued {
+		errorf("%s: nothing issues the pod its own certificate and key (a cert-manager CSI volume with uri-sans %s)", where, want)
 	}
+}
+
+// volumeAt is the pod volume c mounts at dir.
+func volumeAt(spec corev1.PodSpec, c corev1.Container, dir string) (corev1.Volume, bool) {
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) != path.Clean(dir) {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name {
+				return v, true
+			}
+		}
+	}
+	return corev1.Volume{}, false
 }

@@ -170,6 +170,10 @@ type failoverSummary struct {
 	// Phases (drain mode): where the handoff gap went, per shard
 	// (bench_failover_phases.go).
 	Phases *phaseSummary `json:"phases,omitempty"`
+	// Raft (drain mode): the voters' log writes and the leader's commits
+	// over the measured runs, from their own histograms
+	// (bench_failover_raft.go).
+	Raft *raftLatency `json:"raft,omitempty"`
 	// Burn is -burn; LoadAvgMin/Max the 1-minute load average seen at the
 	// start of each run; FsyncP50Ms/P99Ms a 4 KiB write+fsync every 20 ms
 	// in the agents' parent directory during the runs.
@@ -279,6 +283,12 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	}
 	defer probe.finish()
 	s.Burn, s.LoadAvgMin = o.burn, math.Inf(1)
+	var raftBefore raftSnapshot
+	if o.mode == "drain" {
+		if raftBefore, err = c.raftSnapshot(ctx); err != nil {
+			return fmt.Errorf("bench failover: %w", err)
+		}
+	}
 	for i := range o.runs {
 		load := loadAverage()
 		s.LoadAvgMin, s.LoadAvgMax = min(s.LoadAvgMin, load), max(s.LoadAvgMax, load)
@@ -333,6 +343,14 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	s.DrainCallP50Ms = nearestRank(drainCalls, 0.5)
 	s.WitnessTicks, s.WitnessViolations = rec.check()
 	s.Phases = summarizePhases(phases)
+	if raftBefore != nil {
+		after, err := c.raftSnapshot(ctx)
+		if err != nil {
+			return fmt.Errorf("bench failover: %w", err)
+		}
+		r := raftLatencyBetween(raftBefore, after)
+		s.Raft = &r
+	}
 	s.FsyncP50Ms, s.FsyncP99Ms, _ = probe.finish()
 	if o.json {
 		b, err := json.Marshal(s)
@@ -366,6 +384,10 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	if p := s.Phases; p != nil {
 		fmt.Fprintf(m.Stdout, "  gap by phase (%d shards), p50 / p99: commit %.1f / %.1f, replicate %.1f / %.1f, act %.1f / %.1f ms\n",
 			p.Samples, p.CommitP50Ms, p.CommitP99Ms, p.ReplicateP50Ms, p.ReplicateP99Ms, p.ActP50Ms, p.ActP99Ms)
+	}
+	if r := s.Raft; r != nil {
+		fmt.Fprintf(m.Stdout, "  raft, all entries: log writes (%d, 2 fdatasyncs each) p50 %.2f / p99 %.2f ms; leader commits (%d) p50 %.2f / p99 %.2f ms\n",
+			r.StoreLogs, r.StoreLogsP50Ms, r.StoreLogsP99Ms, r.Commits, r.CommitP50Ms, r.CommitP99Ms)
 	}
 	fmt.Fprintf(m.Stdout, "  load average %.1f..%.1f (%d burners); fsync p50 %.2f, p99 %.2f ms\n", s.LoadAvgMin, s.LoadAvgMax, s.Burn, s.FsyncP50Ms, s.FsyncP99Ms)
 	if o.fenced {

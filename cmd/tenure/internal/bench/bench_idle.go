@@ -188,6 +188,12 @@ func (c *foCluster) leaderApplied(ctx context.Context) (string, uint64, error) {
 // renewHistogram reads an agent's tenure_lease_renew_duration_seconds
 // histogram from /metrics: bucket upper bound (s) → cumulative count.
 func (c *foCluster) renewHistogram(ctx context.Context, a *foAgent) (map[float64]float64, error) {
+	return c.histogram(ctx, a, "tenure_lease_renew_duration_seconds")
+}
+
+// histogram reads one unlabelled histogram of an agent's /metrics: bucket
+// upper bound (s) → cumulative count.
+func (c *foCluster) histogram(ctx context.Context, a *foAgent, name string) (map[float64]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -200,7 +206,7 @@ func (c *foCluster) renewHistogram(ctx context.Context, a *foAgent) (map[float64
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	return parseHistogramBuckets(resp.Body, "tenure_lease_renew_duration_seconds")
+	return parseHistogramBuckets(io.LimitReader(resp.Body, maxMetricsBody), name)
 }
 
 // parseHistogramBuckets reads the _bucket lines of one histogram without

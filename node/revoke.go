@@ -1,0 +1,73 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// Revocation is one entry of the committed deny-list (RevokeNode): a node
+// id, a certificate serial (lowercase hex), or both.
+type Revocation struct {
+	Node   string
+	Serial string
+	Reason string
+	At     time.Time
+}
+
+// RevokeNode puts node (an id), serial (a certificate serial in hex; ""
+// for none) or both on the committed deny-list, or takes that entry off
+// with lift. Every node then refuses the revoked peer's connections at
+// their handshake and closes its open ones at their next use; the planner
+// moves its shards away and its renewals and heartbeats are refused
+// (docs/security.md, "Revoking a node"). An operator action: the leader
+// accepts it from an operator certificate or a voter-capable node's
+// (an admin request to its API). It returns once the entry is committed.
+//
+// Errors: ErrVersionInactive before cluster version 5
+// (ledger.VersionRevocation) is finalized; ErrInvalid with neither a node
+// nor a serial; ErrNoQuorum; ErrUnsupported on an in-memory network.
+func (n *Node) RevokeNode(ctx context.Context, node, serial, reason string, lift bool) error {
+	if node == "" && ledger.NormalizeSerial(serial) == "" {
+		return fmt.Errorf("%w: revoke: a node id or a certificate serial is needed", ErrInvalid)
+	}
+	return n.gatedRule(ctx, ledger.VersionRevocation, "revoking nodes",
+		ledger.RevokeNode{Node: node, Serial: ledger.NormalizeSerial(serial), Reason: reason, Lift: lift, Now: time.Now().UnixNano()})
+}
+
+// Revocations returns the committed deny-list as this node's replica
+// knows it, sorted by node then serial. ErrUnsupported on an in-memory
+// network.
+func (n *Node) Revocations() ([]Revocation, error) {
+	ub, ok := n.be.(upgradeBackend)
+	if !ok {
+		return nil, fmt.Errorf("%w: revocations on an in-memory network", ErrUnsupported)
+	}
+	var out []Revocation
+	for _, r := range ub.ledgerState().Revocations() {
+		out = append(out, Revocation{Node: r.Node, Serial: r.Serial, Reason: r.Reason, At: time.Unix(0, r.At)})
+	}
+	return out, nil
+}
+
+// gatedRule commits operator command c once cluster version v is active.
+func (n *Node) gatedRule(ctx context.Context, v uint32, what string, c ledger.Command) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	ub, ok := n.be.(upgradeBackend)
+	if !ok {
+		return fmt.Errorf("%w: %s on an in-memory network", ErrUnsupported, what)
+	}
+	if st := ub.ledgerState(); !st.VersionActive(v) {
+		return fmt.Errorf("%w: %s needs cluster version %d, the cluster runs %d (finalize the upgrade first: tenure upgrade status)",
+			ErrVersionInactive, what, v, st.ActiveVersion())
+	}
+	r, err := ub.commitCommand(ctx, c)
+	if err == nil {
+		err = r.Err
+	}
+	return mapLedgerErr(err)
+}
