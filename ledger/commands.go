@@ -415,12 +415,7 @@ func init() {
 			}
 			return c
 		},
-		apply: func(f *FSM, _ uint64, c JobEnqueue) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobEnqueue(c)
-			f.prune(c.Now)
-			return r
-		},
+		apply: atJobTime((*FSM).jobEnqueue, func(c *JobEnqueue) *int64 { return &c.Now }),
 		// Members serve the API clients' enqueues.
 		who:          whoAnyone,
 		authorize:    anyone[JobEnqueue],
@@ -477,13 +472,8 @@ func init() {
 			return JobStart{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Job: r.u(), Attempt: r.u32(),
 				Timeout: r.i(), Now: r.i()}
 		},
-		apply: func(f *FSM, _ uint64, c JobStart) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobStart(c)
-			f.prune(c.Now)
-			return r
-		},
-		who: whoOwner,
+		apply: atJobTime((*FSM).jobStart, func(c *JobStart) *int64 { return &c.Now }),
+		who:   whoOwner,
 		authorize: func(a authz, c JobStart) error {
 			if err := a.self("Owner", c.Owner); err != nil {
 				return err
@@ -525,12 +515,7 @@ func init() {
 		decode: func(r *reader) JobComplete {
 			return JobComplete{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Result: r.bytes(), Now: r.i()}
 		},
-		apply: func(f *FSM, _ uint64, c JobComplete) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobComplete(c)
-			f.prune(c.Now)
-			return r
-		},
+		apply:        atJobTime((*FSM).jobComplete, func(c *JobComplete) *int64 { return &c.Now }),
 		who:          whoOwner,
 		authorize:    func(a authz, c JobComplete) error { return a.fenced(c.Shard, c.Epoch) },
 		sessionNow:   func(c JobComplete) int64 { return c.Now },
@@ -571,12 +556,7 @@ func init() {
 			return JobFail{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Error: r.str(),
 				Backoff: r.i(), Now: r.i()}
 		},
-		apply: func(f *FSM, _ uint64, c JobFail) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobFail(c)
-			f.prune(c.Now)
-			return r
-		},
+		apply:        atJobTime((*FSM).jobFail, func(c *JobFail) *int64 { return &c.Now }),
 		who:          whoOwner,
 		authorize:    func(a authz, c JobFail) error { return a.fenced(c.Shard, c.Epoch) },
 		sessionNow:   func(c JobFail) int64 { return c.Now },
@@ -650,11 +630,7 @@ func init() {
 		decode: func(r *reader) Settings {
 			return Settings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(), Now: r.i()}
 		},
-		apply: func(f *FSM, _ uint64, c Settings) Result {
-			r := f.settings(c)
-			f.prune(f.jobNow(c.Now))
-			return r
-		},
+		apply:      thenPrune((*FSM).settings, func(c Settings) int64 { return c.Now }),
 		who:        whoOperator,
 		authorize:  operatorOnly[Settings],
 		sessionNow: func(c Settings) int64 { return c.Now },
