@@ -58,7 +58,7 @@ func init() {
 			}
 			return minVersion
 		},
-		strings: func(c Heartbeat) []string { return []string{"node", c.Node} },
+		limits: func(c Heartbeat) error { return checkStrs("node", c.Node) },
 		encode: func(w *writer, c Heartbeat) error {
 			w.str(c.Node)
 			w.u(c.Incarnation)
@@ -105,7 +105,7 @@ func (ExpireNode) kind() Kind { return KindExpireNode }
 func init() {
 	register(kindSpec[ExpireNode]{
 		kind: KindExpireNode, name: "ExpireNode",
-		strings:    func(c ExpireNode) []string { return []string{"node", c.Node} },
+		limits:     func(c ExpireNode) error { return checkStrs("node", c.Node) },
 		encode:     encodeNodeCAS,
 		decode:     decodeNodeCAS,
 		apply:      func(f *FSM, _ uint64, c ExpireNode) Result { return f.expireNode(c) },
@@ -149,7 +149,7 @@ func (SetDraining) kind() Kind { return KindSetDraining }
 func init() {
 	register(kindSpec[SetDraining]{
 		kind: KindSetDraining, name: "SetDraining",
-		strings: func(c SetDraining) []string { return []string{"node", c.Node} },
+		limits: func(c SetDraining) error { return checkStrs("node", c.Node) },
 		encode: func(w *writer, c SetDraining) error {
 			w.str(c.Node)
 			w.u(c.Incarnation)
@@ -198,7 +198,7 @@ func (Grant) kind() Kind { return KindGrant }
 func init() {
 	register(kindSpec[Grant]{
 		kind: KindGrant, name: "Grant",
-		strings: func(c Grant) []string { return []string{"owner", c.Owner, "reason", c.Reason} },
+		limits: func(c Grant) error { return checkStrs("owner", c.Owner, "reason", c.Reason) },
 		encode: func(w *writer, c Grant) error {
 			w.u(uint64(c.Shard))
 			w.u(c.ExpectedEpoch)
@@ -244,7 +244,7 @@ func (Revoke) kind() Kind { return KindRevoke }
 func init() {
 	register(kindSpec[Revoke]{
 		kind: KindRevoke, name: "Revoke",
-		strings: func(c Revoke) []string { return []string{"target", c.Target, "reason", c.Reason} },
+		limits: func(c Revoke) error { return checkStrs("target", c.Target, "reason", c.Reason) },
 		encode: func(w *writer, c Revoke) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -290,7 +290,7 @@ func init() {
 			}
 			return minVersion
 		},
-		strings: func(c Release) []string { return []string{"owner", c.Owner} },
+		limits: func(c Release) error { return checkStrs("owner", c.Owner) },
 		encode: func(w *writer, c Release) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -336,7 +336,7 @@ func (Transfer) kind() Kind { return KindTransfer }
 func init() {
 	register(kindSpec[Transfer]{
 		kind: KindTransfer, name: "Transfer",
-		strings: func(c Transfer) []string { return []string{"from", c.From, "to", c.To, "reason", c.Reason} },
+		limits: func(c Transfer) error { return checkStrs("from", c.From, "to", c.To, "reason", c.Reason) },
 		encode: func(w *writer, c Transfer) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -394,7 +394,7 @@ func init() {
 			}
 			return minVersion
 		},
-		strings: func(c JobEnqueue) []string { return []string{"key", c.Key, "type", c.Type} },
+		limits: func(c JobEnqueue) error { return checkStrs("key", c.Key, "type", c.Type) },
 		encode: func(w *writer, c JobEnqueue) error {
 			w.u(uint64(c.Shard))
 			w.str(c.Key)
@@ -415,7 +415,12 @@ func init() {
 			}
 			return c
 		},
-		apply: atJobTime((*FSM).jobEnqueue, func(c *JobEnqueue) *int64 { return &c.Now }),
+		apply: func(f *FSM, _ uint64, c JobEnqueue) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobEnqueue(c)
+			f.prune(c.Now)
+			return r
+		},
 		// Members serve the API clients' enqueues.
 		who:          whoAnyone,
 		authorize:    anyone[JobEnqueue],
@@ -457,7 +462,7 @@ func (JobStart) kind() Kind { return KindJobStart }
 func init() {
 	register(kindSpec[JobStart]{
 		kind: KindJobStart, name: "JobStart",
-		strings: func(c JobStart) []string { return []string{"owner", c.Owner} },
+		limits: func(c JobStart) error { return checkStrs("owner", c.Owner) },
 		encode: func(w *writer, c JobStart) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -472,8 +477,13 @@ func init() {
 			return JobStart{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Job: r.u(), Attempt: r.u32(),
 				Timeout: r.i(), Now: r.i()}
 		},
-		apply: atJobTime((*FSM).jobStart, func(c *JobStart) *int64 { return &c.Now }),
-		who:   whoOwner,
+		apply: func(f *FSM, _ uint64, c JobStart) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobStart(c)
+			f.prune(c.Now)
+			return r
+		},
+		who: whoOwner,
 		authorize: func(a authz, c JobStart) error {
 			if err := a.self("Owner", c.Owner); err != nil {
 				return err
@@ -515,7 +525,12 @@ func init() {
 		decode: func(r *reader) JobComplete {
 			return JobComplete{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Result: r.bytes(), Now: r.i()}
 		},
-		apply:        atJobTime((*FSM).jobComplete, func(c *JobComplete) *int64 { return &c.Now }),
+		apply: func(f *FSM, _ uint64, c JobComplete) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobComplete(c)
+			f.prune(c.Now)
+			return r
+		},
 		who:          whoOwner,
 		authorize:    func(a authz, c JobComplete) error { return a.fenced(c.Shard, c.Epoch) },
 		sessionNow:   func(c JobComplete) int64 { return c.Now },
@@ -541,7 +556,7 @@ func (JobFail) kind() Kind { return KindJobFail }
 func init() {
 	register(kindSpec[JobFail]{
 		kind: KindJobFail, name: "JobFail",
-		strings: func(c JobFail) []string { return []string{"error", c.Error} },
+		limits: func(c JobFail) error { return checkStrs("error", c.Error) },
 		encode: func(w *writer, c JobFail) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -556,7 +571,12 @@ func init() {
 			return JobFail{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Error: r.str(),
 				Backoff: r.i(), Now: r.i()}
 		},
-		apply:        atJobTime((*FSM).jobFail, func(c *JobFail) *int64 { return &c.Now }),
+		apply: func(f *FSM, _ uint64, c JobFail) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobFail(c)
+			f.prune(c.Now)
+			return r
+		},
 		who:          whoOwner,
 		authorize:    func(a authz, c JobFail) error { return a.fenced(c.Shard, c.Epoch) },
 		sessionNow:   func(c JobFail) int64 { return c.Now },
@@ -581,7 +601,7 @@ func (App) kind() Kind { return KindApp }
 func init() {
 	register(kindSpec[App]{
 		kind: KindApp, name: "App",
-		strings: func(c App) []string { return []string{"type", c.Type} },
+		limits: func(c App) error { return checkStrs("type", c.Type) },
 		encode: func(w *writer, c App) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)

@@ -381,19 +381,6 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	return r
 }
 
-// atJobTime applies a job transition at the job clock (jobNow of the
-// command's Now, which now points into) and then drops the finished jobs
-// retention lets go at that time.
-func atJobTime[C Command](apply func(*FSM, C) Result, now func(*C) *int64) func(*FSM, uint64, C) Result {
-	return func(f *FSM, _ uint64, c C) Result {
-		t := now(&c)
-		*t = f.jobNow(*t)
-		r := apply(f, c)
-		f.prune(*t)
-		return r
-	}
-}
-
 // thenPrune applies a settings change and then drops the finished jobs
 // the (new) retention lets go at the job clock.
 func thenPrune[C Command](apply func(*FSM, C) Result, now func(C) int64) func(*FSM, uint64, C) Result {
