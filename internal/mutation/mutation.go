@@ -203,6 +203,13 @@ const (
 	// serving voter's applied index instead of its own (a watch resumed
 	// from "now"): the entries committed meanwhile never reach its replica.
 	StreamResumeSkips
+
+	// The leader core (issue 27, ownership.Leader).
+
+	// LeaderKeepsTerm: a deposed leader (or one that saw an unknown
+	// outcome) keeps its term's state and, leading again, plans from it
+	// without a Barrier and a new bound (Establish).
+	LeaderKeepsTerm
 	numSwitches
 )
 
@@ -222,7 +229,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring",
 	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
-	"stream-resume-skips"}
+	"stream-resume-skips",
+	"leader-keeps-term"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -282,6 +290,7 @@ var rules = [...]string{
 	"ledger ClusterConfig: the cluster version never goes down (ErrInvalid)",
 	"ledger: a command gated at a cluster version is refused while the cluster runs an older one (ErrVersion)",
 	"stream (v5): a member resumes from its own applied index, and applies only the entry that follows it (never a gap)",
+	"protocol: every leadership term is established anew (Barrier, bound, Establish) before the leader plans; nothing of an earlier term is kept",
 }
 
 // Rule describes the rule switch s disables.
