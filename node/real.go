@@ -173,7 +173,7 @@ type netBackend struct {
 	loopReady atomic.Pointer[ownership.LeaderLoop]
 	// v4At is the local time this process first saw cluster version 4
 	// active in its replica (zero: not yet); the leader's bound is never
-	// earlier (design step 9, leaderBound).
+	// earlier (design step 9, ownership.EstablishBound).
 	v4At atomic.Pointer[time.Time]
 	// renewSeen is, on the leader, when it last accepted each node's
 	// renewal (what the planner calls lastSeen): the members view under

@@ -117,9 +117,11 @@ type LeaderReady struct {
 	RoundNow bool
 	// WakeAt: Step RoundDue then (zero: only on notifications).
 	WakeAt time.Time
-	// Established, Lost: this Step began a term, or ended one because a
-	// proposal's outcome was unknown (for the shell's log).
+	// Established, Lost: this Step began a term (at Bound, see
+	// EstablishBound), or ended one because a proposal's outcome was
+	// unknown (for the shell's log).
 	Established, Lost bool
+	Bound             time.Time
 	// PlanErr is the planner's error of this round (a ring that cannot
 	// be built); the round's expiries are proposed anyway.
 	PlanErr error
@@ -246,7 +248,7 @@ func (l *Leader) establish(now time.Time, in Input, bound time.Time) LeaderReady
 	l.planner.Establish(now, in, bound)
 	l.established, l.barrier = true, false
 	l.stats.Terms++
-	return LeaderReady{Established: true, RoundNow: true}
+	return LeaderReady{Established: true, Bound: bound, RoundNow: true}
 }
 
 // idle is the answer to an event that changes nothing: the next wake-up.
