@@ -53,13 +53,6 @@ const (
 	whoWrapped  = "whoever may propose every command it wraps"
 )
 
-// proposeRule is one command kind's authorization: who (the docs' column)
-// and the check.
-type proposeRule struct {
-	who   string
-	check func(a authz, c Command) error
-}
-
 // authz carries one Authorize call's state to the rules.
 type authz struct {
 	st *State
@@ -104,55 +97,6 @@ func (a authz) fenced(shard uint32, epoch uint64) error {
 	return nil
 }
 
-func leaderOnly(a authz, _ Command) error { return a.deny("only the control-group leader proposes it") }
-
-// proposeRules is the whole authorization rule, one row per command kind.
-// A kind without a row is refused (a newer release's command must be added
-// here to be forwardable), and TestAuthorizeTable fails for it.
-var proposeRules = map[Kind]proposeRule{
-	KindHeartbeat:        {whoSelf, func(a authz, c Command) error { return a.self("Node", c.(Heartbeat).Node) }},
-	KindClaimIncarnation: {whoSelf, func(a authz, c Command) error { return a.self("Node", c.(ClaimIncarnation).Node) }},
-	KindSetDraining: {whoSelfOrOp, func(a authz, c Command) error {
-		if a.p.Operator || a.p.Voter {
-			return nil
-		}
-		return a.self("Node", c.(SetDraining).Node)
-	}},
-	KindRelease:  {whoOwner, func(a authz, c Command) error { return a.self("Owner", c.(Release).Owner) }},
-	KindTransfer: {whoOwner, func(a authz, c Command) error { return a.self("From", c.(Transfer).From) }},
-	KindJobStart: {whoOwner, func(a authz, c Command) error {
-		js := c.(JobStart)
-		if err := a.self("Owner", js.Owner); err != nil {
-			return err
-		}
-		return a.fenced(js.Shard, js.Epoch)
-	}},
-	KindJobComplete: {whoOwner, func(a authz, c Command) error { return a.fenced(c.(JobComplete).Shard, c.(JobComplete).Epoch) }},
-	KindJobFail:     {whoOwner, func(a authz, c Command) error { return a.fenced(c.(JobFail).Shard, c.(JobFail).Epoch) }},
-	KindApp:         {whoOwner, func(a authz, c Command) error { return a.fenced(c.(App).Shard, c.(App).Epoch) }},
-	// Members serve the API clients' enqueues and their applications'
-	// elections.
-	KindJobEnqueue:      {whoAnyone, func(authz, Command) error { return nil }},
-	KindDeclareElection: {whoAnyone, func(authz, Command) error { return nil }},
-	// Operator actions. SetTakeoverPolicy waives S4, so an election's
-	// fenced option (node.Election.SetFencedTakeover) on a member is
-	// refused too: a member would otherwise fence every shard.
-	KindPinShard:          {whoOperator, func(a authz, _ Command) error { return a.operator() }},
-	KindExcludeNode:       {whoOperator, func(a authz, _ Command) error { return a.operator() }},
-	KindSetTakeoverPolicy: {whoOperator, func(a authz, _ Command) error { return a.operator() }},
-	KindForgetNode:        {whoOperator, func(a authz, _ Command) error { return a.operator() }},
-	KindSettings:          {whoOperator, func(a authz, _ Command) error { return a.operator() }},
-	KindLogSettings:       {whoOperator, func(a authz, _ Command) error { return a.operator() }},
-	KindClusterConfig:     {whoOperator, authorizeClusterConfig},
-	KindGrant:             {whoLeader, leaderOnly},
-	KindRevoke:            {whoLeader, leaderOnly},
-	KindExpireNode:        {whoLeader, leaderOnly},
-	// Judged in Authorize by what they wrap (a rule here that called
-	// Authorize would be an initialization cycle).
-	KindSession: {whoWrapped, nil},
-	KindBatch:   {whoWrapped, nil},
-}
-
 // authorizeClusterConfig: an operator action, and never a version the
 // cluster cannot run. The leader records the first configuration itself
 // (ownership.Planner); afterwards a raise finalizes an upgrade
@@ -160,11 +104,10 @@ var proposeRules = map[Kind]proposeRule{
 // binary reads and one some registered node speaks: a version no replica
 // reads (Version 2^31) would halt every replica at that index for good.
 // The FSM refuses the same from VersionLeastPrivilege on (versionUnspoken).
-func authorizeClusterConfig(a authz, c Command) error {
+func authorizeClusterConfig(a authz, cc ClusterConfig) error {
 	if err := a.operator(); err != nil {
 		return err
 	}
-	cc := c.(ClusterConfig)
 	if a.st.Cluster().Name == "" && !a.p.Operator {
 		return a.deny("the leader records the cluster's first configuration")
 	}
@@ -181,13 +124,15 @@ func authorizeClusterConfig(a authz, c Command) error {
 // WhoMayPropose returns the "who may propose it" rule of kind k as
 // docs/security.md words it, and false for a kind Authorize does not know.
 func WhoMayPropose(k Kind) (string, bool) {
-	r, ok := proposeRules[k]
-	return r.who, ok
+	if e := kinds[k]; e != nil {
+		return e.who, true
+	}
+	return "", false
 }
 
 // Authorize decides whether p may have the leader propose c. It is the one
-// place the rule lives (proposeRules, one row per kind, and the table in
-// docs/security.md); the leader calls it on every command a peer
+// place the rule lives (each kind's declaration names who and its check,
+// registry.go; the table in docs/security.md); the leader calls it on every command a peer
 // forwards, before the command reaches Raft. The leader's own proposals
 // (the reconcile loop's grants, revokes, expiries, forgets and
 // configuration) are not forwarded and not checked. In short:
@@ -219,25 +164,8 @@ func Authorize(st *State, p Proposer, c Command) error {
 	if c == nil {
 		return fmt.Errorf("%w: empty command", ErrUnauthorized)
 	}
-	switch c := c.(type) {
-	case Session:
-		// A request id changes nothing about who may propose what.
-		switch c.Command.(type) {
-		case Batch, Session, nil:
-			return a.deny("a session wraps one plain command")
-		}
-		return Authorize(st, p, c.Command)
-	case Batch:
-		for i, sub := range c.Commands {
-			if err := Authorize(st, p, sub); err != nil {
-				return fmt.Errorf("batch entry %d: %w", i, err)
-			}
-		}
-		return nil
+	if e := specOf(c); e != nil && e.authorize != nil {
+		return e.authorize(a, c)
 	}
-	r, ok := proposeRules[KindOf(c)]
-	if !ok || r.check == nil {
-		return leaderOnly(a, c)
-	}
-	return r.check(a, c)
+	return a.deny("only the control-group leader proposes it")
 }

@@ -201,8 +201,8 @@ func (b *Batcher) enqueue(ctx context.Context, c Command) (*batchReq, error) {
 
 // encodeReq encodes c as a request, not yet queued.
 func (b *Batcher) encodeReq(ctx context.Context, c Command) (batchReq, error) {
-	w := &writer{ver: versionFor(c)}
-	if err := encodeBody(w, c, true); err != nil {
+	w := &writer{ver: versionFor(c), nested: true}
+	if err := encodeBody(w, c); err != nil {
 		return batchReq{}, err
 	}
 	if len(w.b)+16 > b.cfg.MaxBytes {
@@ -374,8 +374,8 @@ func (b *Batcher) dispatch(batch []batchReq) {
 	}
 	for i, r := range live {
 		if r.ver != ver {
-			sub := &writer{ver: ver}
-			_ = encodeBody(sub, r.cmd, true) // encoded once already: cannot fail
+			sub := &writer{ver: ver, nested: true}
+			_ = encodeBody(sub, r.cmd) // encoded once already: cannot fail
 			live[i].body, live[i].ver = sub.b, ver
 		}
 	}

@@ -36,6 +36,28 @@ type ClaimIncarnation struct {
 
 func (ClaimIncarnation) kind() Kind { return KindClaimIncarnation }
 
+func init() {
+	register(kindSpec[ClaimIncarnation]{
+		kind: KindClaimIncarnation, name: "ClaimIncarnation", since: 5,
+		strings: func(c ClaimIncarnation) []string { return []string{"node", c.Node} },
+		encode: func(w *writer, c ClaimIncarnation) error {
+			w.str(c.Node)
+			w.i(c.Now)
+			w.u(uint64(c.MinVersion))
+			w.u(uint64(c.MaxVersion))
+			return nil
+		},
+		decode: func(r *reader) ClaimIncarnation {
+			return ClaimIncarnation{Node: r.str(), Now: r.i(), MinVersion: r.u32(), MaxVersion: r.u32()}
+		},
+		apply:     func(f *FSM, index uint64, c ClaimIncarnation) Result { return f.claimIncarnation(index, c) },
+		who:       whoSelf,
+		authorize: func(a authz, c ClaimIncarnation) error { return a.self("Node", c.Node) },
+		// No sessionNow: a session of a claim was always remembered at
+		// time 0 (replicated state).
+	})
+}
+
 func (f *FSM) claimIncarnation(index uint64, c ClaimIncarnation) Result {
 	if c.Node == "" {
 		return Result{Err: errf(ErrInvalid, "incarnation claim with empty node id")}

@@ -1,5 +1,7 @@
 package ledger
 
+import "fmt"
+
 // Command is one state-machine transition. Every command carries everything
 // Apply needs (ids, epochs, the proposer's clock as unix ns): Apply never
 // reads the clock, randomness or map order. Encoding: see encode.go.
@@ -45,6 +47,47 @@ type Heartbeat struct {
 	MinVersion, MaxVersion uint32
 }
 
+func (Heartbeat) kind() Kind { return KindHeartbeat }
+
+func init() {
+	register(kindSpec[Heartbeat]{
+		kind: KindHeartbeat, name: "Heartbeat",
+		version: func(c Heartbeat) byte {
+			if c.MinVersion != 0 || c.MaxVersion != 0 {
+				return 3
+			}
+			return minVersion
+		},
+		strings: func(c Heartbeat) []string { return []string{"node", c.Node} },
+		encode: func(w *writer, c Heartbeat) error {
+			w.str(c.Node)
+			w.u(c.Incarnation)
+			w.u(c.Liveness)
+			w.i(c.Now)
+			if w.ver >= 3 {
+				w.u(uint64(c.MinVersion))
+				w.u(uint64(c.MaxVersion))
+			}
+			return nil
+		},
+		decode: func(r *reader) Heartbeat {
+			c := Heartbeat{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Now: r.i()}
+			if r.ver >= 3 {
+				c.MinVersion, c.MaxVersion = r.u32(), r.u32()
+			}
+			return c
+		},
+		apply:      func(f *FSM, _ uint64, c Heartbeat) Result { return f.heartbeat(c) },
+		who:        whoSelf,
+		authorize:  func(a authz, c Heartbeat) error { return a.self("Node", c.Node) },
+		sessionNow: func(c Heartbeat) int64 { return c.Now },
+		touches:    func(c Heartbeat) ([]string, []uint32) { return []string{c.Node}, nil },
+		format: func(c Heartbeat) string {
+			return fmt.Sprintf("heartbeat %s inc=%d live=%d", c.Node, c.Incarnation, c.Liveness)
+		},
+	})
+}
+
 // ExpireNode increments a node's liveness epoch. It is a compare-and-set on
 // (Incarnation, Liveness, Seq): the leader proposes it only after it has seen
 // no heartbeat for lease+drift margin by its own clock, and a heartbeat that
@@ -57,12 +100,71 @@ type ExpireNode struct {
 	Now         int64
 }
 
+func (ExpireNode) kind() Kind { return KindExpireNode }
+
+func init() {
+	register(kindSpec[ExpireNode]{
+		kind: KindExpireNode, name: "ExpireNode",
+		strings: func(c ExpireNode) []string { return []string{"node", c.Node} },
+		encode: func(w *writer, c ExpireNode) error {
+			w.str(c.Node)
+			w.u(c.Incarnation)
+			w.u(c.Liveness)
+			w.u(c.Seq)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) ExpireNode {
+			return ExpireNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
+		},
+		apply:      func(f *FSM, _ uint64, c ExpireNode) Result { return f.expireNode(c) },
+		who:        whoLeader,
+		sessionNow: func(c ExpireNode) int64 { return c.Now },
+		touches:    func(c ExpireNode) ([]string, []uint32) { return []string{c.Node}, nil },
+		format: func(c ExpireNode) string {
+			return fmt.Sprintf("expire %s inc=%d live=%d seq=%d", c.Node, c.Incarnation, c.Liveness, c.Seq)
+		},
+	})
+}
+
 // SetDraining marks a node (at an incarnation) as draining or not.
 type SetDraining struct {
 	Node        string
 	Incarnation uint64
 	Draining    bool
 	Now         int64
+}
+
+func (SetDraining) kind() Kind { return KindSetDraining }
+
+func init() {
+	register(kindSpec[SetDraining]{
+		kind: KindSetDraining, name: "SetDraining",
+		strings: func(c SetDraining) []string { return []string{"node", c.Node} },
+		encode: func(w *writer, c SetDraining) error {
+			w.str(c.Node)
+			w.u(c.Incarnation)
+			w.bool(c.Draining)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) SetDraining {
+			return SetDraining{Node: r.str(), Incarnation: r.u(), Draining: r.bool(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c SetDraining) Result { return f.setDraining(c) },
+		who:   whoSelfOrOp,
+		authorize: func(a authz, c SetDraining) error {
+			if a.p.Operator || a.p.Voter {
+				return nil
+			}
+			return a.self("Node", c.Node)
+		},
+		sessionNow: func(c SetDraining) int64 { return c.Now },
+		touches:    func(c SetDraining) ([]string, []uint32) { return []string{c.Node}, nil },
+		format: func(c SetDraining) string {
+			return fmt.Sprintf("set-draining %s inc=%d draining=%t", c.Node, c.Incarnation, c.Draining)
+		},
+	})
 }
 
 // Grant gives shard to Owner at Epoch = ExpectedEpoch+1. CAS on the shard's
@@ -82,6 +184,42 @@ type Grant struct {
 	Reason           string
 }
 
+func (Grant) kind() Kind { return KindGrant }
+
+func init() {
+	register(kindSpec[Grant]{
+		kind: KindGrant, name: "Grant",
+		strings: func(c Grant) []string { return []string{"owner", c.Owner, "reason", c.Reason} },
+		encode: func(w *writer, c Grant) error {
+			w.u(uint64(c.Shard))
+			w.u(c.ExpectedEpoch)
+			w.str(c.Owner)
+			w.u(c.OwnerIncarnation)
+			w.u(c.OwnerLiveness)
+			w.bool(c.Takeover)
+			w.i(c.Now)
+			w.str(c.Reason)
+			return nil
+		},
+		decode: func(r *reader) Grant {
+			return Grant{Shard: r.u32(), ExpectedEpoch: r.u(), Owner: r.str(), OwnerIncarnation: r.u(),
+				OwnerLiveness: r.u(), Takeover: r.bool(), Now: r.i(), Reason: r.str()}
+		},
+		apply:        func(f *FSM, _ uint64, c Grant) Result { return f.grant(c) },
+		who:          whoLeader,
+		sessionNow:   func(c Grant) int64 { return c.Now },
+		sessionShard: func(c Grant) uint32 { return c.Shard },
+		touches:      func(c Grant) ([]string, []uint32) { return nil, []uint32{c.Shard} },
+		format: func(c Grant) string {
+			kind := "grant"
+			if c.Takeover {
+				kind = "takeover"
+			}
+			return fmt.Sprintf("%s s%d e%d -> %s inc=%d live=%d (%s)", kind, c.Shard, c.ExpectedEpoch+1, c.Owner, c.OwnerIncarnation, c.OwnerLiveness, c.Reason)
+		},
+	})
+}
+
 // Revoke asks the owner at Epoch to hand the shard over (to Target, or to
 // whoever the planner picks when Target is empty). Owned -> Revoking.
 type Revoke struct {
@@ -90,6 +228,34 @@ type Revoke struct {
 	Target string
 	Now    int64
 	Reason string
+}
+
+func (Revoke) kind() Kind { return KindRevoke }
+
+func init() {
+	register(kindSpec[Revoke]{
+		kind: KindRevoke, name: "Revoke",
+		strings: func(c Revoke) []string { return []string{"target", c.Target, "reason", c.Reason} },
+		encode: func(w *writer, c Revoke) error {
+			w.u(uint64(c.Shard))
+			w.u(c.Epoch)
+			w.str(c.Target)
+			w.i(c.Now)
+			w.str(c.Reason)
+			return nil
+		},
+		decode: func(r *reader) Revoke {
+			return Revoke{Shard: r.u32(), Epoch: r.u(), Target: r.str(), Now: r.i(), Reason: r.str()}
+		},
+		apply:        func(f *FSM, _ uint64, c Revoke) Result { return f.revoke(c) },
+		who:          whoLeader,
+		sessionNow:   func(c Revoke) int64 { return c.Now },
+		sessionShard: func(c Revoke) uint32 { return c.Shard },
+		touches:      func(c Revoke) ([]string, []uint32) { return nil, []uint32{c.Shard} },
+		format: func(c Revoke) string {
+			return fmt.Sprintf("revoke s%d e%d target=%s (%s)", c.Shard, c.Epoch, c.Target, c.Reason)
+		},
+	})
 }
 
 // Release is proposed by the owner at Epoch after it has stopped acting:
@@ -104,6 +270,45 @@ type Release struct {
 	Avoid bool
 }
 
+func (Release) kind() Kind { return KindRelease }
+
+func init() {
+	register(kindSpec[Release]{
+		kind: KindRelease, name: "Release",
+		version: func(c Release) byte {
+			if c.Avoid {
+				return 2
+			}
+			return minVersion
+		},
+		strings: func(c Release) []string { return []string{"owner", c.Owner} },
+		encode: func(w *writer, c Release) error {
+			w.u(uint64(c.Shard))
+			w.u(c.Epoch)
+			w.str(c.Owner)
+			w.i(c.Now)
+			if w.ver >= 2 {
+				w.bool(c.Avoid)
+			}
+			return nil
+		},
+		decode: func(r *reader) Release {
+			c := Release{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Now: r.i()}
+			if r.ver >= 2 {
+				c.Avoid = r.bool()
+			}
+			return c
+		},
+		apply:        func(f *FSM, _ uint64, c Release) Result { return f.release(c) },
+		who:          whoOwner,
+		authorize:    func(a authz, c Release) error { return a.self("Owner", c.Owner) },
+		sessionNow:   func(c Release) int64 { return c.Now },
+		sessionShard: func(c Release) uint32 { return c.Shard },
+		touches:      func(c Release) ([]string, []uint32) { return nil, []uint32{c.Shard} },
+		format:       func(c Release) string { return fmt.Sprintf("release s%d e%d by %s", c.Shard, c.Epoch, c.Owner) },
+	})
+}
+
 // Transfer is Release+Grant in one entry, proposed by the old owner after it
 // has drained: From at Epoch hands the shard to To at Epoch+1.
 type Transfer struct {
@@ -115,6 +320,39 @@ type Transfer struct {
 	ToLiveness    uint64
 	Now           int64
 	Reason        string
+}
+
+func (Transfer) kind() Kind { return KindTransfer }
+
+func init() {
+	register(kindSpec[Transfer]{
+		kind: KindTransfer, name: "Transfer",
+		strings: func(c Transfer) []string { return []string{"from", c.From, "to", c.To, "reason", c.Reason} },
+		encode: func(w *writer, c Transfer) error {
+			w.u(uint64(c.Shard))
+			w.u(c.Epoch)
+			w.str(c.From)
+			w.str(c.To)
+			w.u(c.ToIncarnation)
+			w.u(c.ToLiveness)
+			w.i(c.Now)
+			w.str(c.Reason)
+			return nil
+		},
+		decode: func(r *reader) Transfer {
+			return Transfer{Shard: r.u32(), Epoch: r.u(), From: r.str(), To: r.str(), ToIncarnation: r.u(),
+				ToLiveness: r.u(), Now: r.i(), Reason: r.str()}
+		},
+		apply:        func(f *FSM, _ uint64, c Transfer) Result { return f.transfer(c) },
+		who:          whoOwner,
+		authorize:    func(a authz, c Transfer) error { return a.self("From", c.From) },
+		sessionNow:   func(c Transfer) int64 { return c.Now },
+		sessionShard: func(c Transfer) uint32 { return c.Shard },
+		touches:      func(c Transfer) ([]string, []uint32) { return nil, []uint32{c.Shard} },
+		format: func(c Transfer) string {
+			return fmt.Sprintf("transfer s%d e%d %s -> %s", c.Shard, c.Epoch+1, c.From, c.To)
+		},
+	})
 }
 
 // JobEnqueue adds a job to a shard's queue. Anyone may enqueue. A non-empty
@@ -134,6 +372,59 @@ type JobEnqueue struct {
 	// with ErrQueueFull while the shard holds that many. A duplicate key is
 	// still answered.
 	MaxPending uint32
+}
+
+func (JobEnqueue) kind() Kind { return KindJobEnqueue }
+
+func init() {
+	register(kindSpec[JobEnqueue]{
+		kind: KindJobEnqueue, name: "JobEnqueue",
+		version: func(c JobEnqueue) byte {
+			if c.MaxPending != 0 {
+				return encodingJobsAPI
+			}
+			return minVersion
+		},
+		strings: func(c JobEnqueue) []string { return []string{"key", c.Key, "type", c.Type} },
+		encode: func(w *writer, c JobEnqueue) error {
+			w.u(uint64(c.Shard))
+			w.str(c.Key)
+			w.str(c.Type)
+			w.bytes(c.Payload)
+			w.u(uint64(c.MaxAttempts))
+			w.i(c.Now)
+			if w.ver >= encodingJobsAPI {
+				w.u(uint64(c.MaxPending))
+			}
+			return nil
+		},
+		decode: func(r *reader) JobEnqueue {
+			c := JobEnqueue{Shard: r.u32(), Key: r.str(), Type: r.str(), Payload: r.bytes(),
+				MaxAttempts: r.u32(), Now: r.i()}
+			if r.ver >= encodingJobsAPI {
+				c.MaxPending = r.u32()
+			}
+			return c
+		},
+		apply: func(f *FSM, _ uint64, c JobEnqueue) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobEnqueue(c)
+			f.prune(c.Now)
+			return r
+		},
+		// Members serve the API clients' enqueues.
+		who:          whoAnyone,
+		authorize:    func(authz, JobEnqueue) error { return nil },
+		sessionNow:   func(c JobEnqueue) int64 { return c.Now },
+		sessionShard: func(c JobEnqueue) uint32 { return c.Shard },
+		digest: func(w *writer, c JobEnqueue) {
+			w.u(uint64(c.Shard))
+			w.str(c.Key)
+			w.str(c.Type)
+			w.bytes(c.Payload)
+			w.u(uint64(c.MaxAttempts))
+		},
+	})
 }
 
 // JobStart starts the next attempt of a job. Accepted only from the shard's
@@ -157,6 +448,44 @@ type JobStart struct {
 	Now     int64
 }
 
+func (JobStart) kind() Kind { return KindJobStart }
+
+func init() {
+	register(kindSpec[JobStart]{
+		kind: KindJobStart, name: "JobStart",
+		strings: func(c JobStart) []string { return []string{"owner", c.Owner} },
+		encode: func(w *writer, c JobStart) error {
+			w.u(uint64(c.Shard))
+			w.u(c.Epoch)
+			w.str(c.Owner)
+			w.u(c.Job)
+			w.u(uint64(c.Attempt))
+			w.i(c.Timeout)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) JobStart {
+			return JobStart{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Job: r.u(), Attempt: r.u32(),
+				Timeout: r.i(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c JobStart) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobStart(c)
+			f.prune(c.Now)
+			return r
+		},
+		who: whoOwner,
+		authorize: func(a authz, c JobStart) error {
+			if err := a.self("Owner", c.Owner); err != nil {
+				return err
+			}
+			return a.fenced(c.Shard, c.Epoch)
+		},
+		sessionNow:   func(c JobStart) int64 { return c.Now },
+		sessionShard: func(c JobStart) uint32 { return c.Shard },
+	})
+}
+
 // JobComplete finishes a started job. Fenced: Epoch must be the shard's
 // current epoch and the epoch the attempt started at, Attempt the job's
 // current attempt, and the shard's ownership valid (Owned or Revoking: a
@@ -168,6 +497,36 @@ type JobComplete struct {
 	Attempt uint32
 	Result  []byte
 	Now     int64
+}
+
+func (JobComplete) kind() Kind { return KindJobComplete }
+
+func init() {
+	register(kindSpec[JobComplete]{
+		kind: KindJobComplete, name: "JobComplete",
+		encode: func(w *writer, c JobComplete) error {
+			w.u(uint64(c.Shard))
+			w.u(c.Epoch)
+			w.u(c.Job)
+			w.u(uint64(c.Attempt))
+			w.bytes(c.Result)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) JobComplete {
+			return JobComplete{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Result: r.bytes(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c JobComplete) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobComplete(c)
+			f.prune(c.Now)
+			return r
+		},
+		who:          whoOwner,
+		authorize:    func(a authz, c JobComplete) error { return a.fenced(c.Shard, c.Epoch) },
+		sessionNow:   func(c JobComplete) int64 { return c.Now },
+		sessionShard: func(c JobComplete) uint32 { return c.Shard },
+	})
 }
 
 // JobFail records a failed attempt, fenced like JobComplete. The job goes
@@ -183,6 +542,39 @@ type JobFail struct {
 	Now     int64
 }
 
+func (JobFail) kind() Kind { return KindJobFail }
+
+func init() {
+	register(kindSpec[JobFail]{
+		kind: KindJobFail, name: "JobFail",
+		strings: func(c JobFail) []string { return []string{"error", c.Error} },
+		encode: func(w *writer, c JobFail) error {
+			w.u(uint64(c.Shard))
+			w.u(c.Epoch)
+			w.u(c.Job)
+			w.u(uint64(c.Attempt))
+			w.str(c.Error)
+			w.i(c.Backoff)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) JobFail {
+			return JobFail{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Error: r.str(),
+				Backoff: r.i(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c JobFail) Result {
+			c.Now = f.jobNow(c.Now)
+			r := f.jobFail(c)
+			f.prune(c.Now)
+			return r
+		},
+		who:          whoOwner,
+		authorize:    func(a authz, c JobFail) error { return a.fenced(c.Shard, c.Epoch) },
+		sessionNow:   func(c JobFail) int64 { return c.Now },
+		sessionShard: func(c JobFail) uint32 { return c.Shard },
+	})
+}
+
 // App is an application command: the shard's owner at Epoch proposes a
 // typed payload that every replica applies, in log order, to the state
 // machine registered for Type. Accepted when Epoch is the shard's current
@@ -195,6 +587,36 @@ type App struct {
 	Now     int64
 }
 
+func (App) kind() Kind { return KindApp }
+
+func init() {
+	register(kindSpec[App]{
+		kind: KindApp, name: "App",
+		strings: func(c App) []string { return []string{"type", c.Type} },
+		encode: func(w *writer, c App) error {
+			w.u(uint64(c.Shard))
+			w.u(c.Epoch)
+			w.str(c.Type)
+			w.bytes(c.Payload)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) App {
+			return App{Shard: r.u32(), Epoch: r.u(), Type: r.str(), Payload: r.bytes(), Now: r.i()}
+		},
+		apply:        func(f *FSM, index uint64, c App) Result { return f.app(index, c) },
+		who:          whoOwner,
+		authorize:    func(a authz, c App) error { return a.fenced(c.Shard, c.Epoch) },
+		sessionNow:   func(c App) int64 { return c.Now },
+		sessionShard: func(c App) uint32 { return c.Shard },
+		digest: func(w *writer, c App) {
+			w.u(uint64(c.Shard))
+			w.str(c.Type)
+			w.bytes(c.Payload)
+		},
+	})
+}
+
 // Settings changes the ledger's replicated settings (job retention and
 // defaults). Zero fields keep their current value.
 type Settings struct {
@@ -204,6 +626,32 @@ type Settings struct {
 	Now                int64
 }
 
+func (Settings) kind() Kind { return KindSettings }
+
+func init() {
+	register(kindSpec[Settings]{
+		kind: KindSettings, name: "Settings",
+		encode: func(w *writer, c Settings) error {
+			w.i(c.JobRetention)
+			w.u(uint64(c.MaxFinishedJobs))
+			w.u(uint64(c.DefaultMaxAttempts))
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) Settings {
+			return Settings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c Settings) Result {
+			r := f.settings(c)
+			f.prune(f.jobNow(c.Now))
+			return r
+		},
+		who:        whoOperator,
+		authorize:  func(a authz, _ Settings) error { return a.operator() },
+		sessionNow: func(c Settings) int64 { return c.Now },
+	})
+}
+
 // Batch groups commands into one log entry (group commit). Each is applied
 // in order with its own result; a rejected command does not affect the
 // others. Batches do not nest.
@@ -211,86 +659,95 @@ type Batch struct {
 	Commands []Command
 }
 
-func (Heartbeat) kind() Kind   { return KindHeartbeat }
-func (ExpireNode) kind() Kind  { return KindExpireNode }
-func (SetDraining) kind() Kind { return KindSetDraining }
-func (Grant) kind() Kind       { return KindGrant }
-func (Revoke) kind() Kind      { return KindRevoke }
-func (Release) kind() Kind     { return KindRelease }
-func (Transfer) kind() Kind    { return KindTransfer }
-func (JobEnqueue) kind() Kind  { return KindJobEnqueue }
-func (JobStart) kind() Kind    { return KindJobStart }
-func (JobComplete) kind() Kind { return KindJobComplete }
-func (JobFail) kind() Kind     { return KindJobFail }
-func (App) kind() Kind         { return KindApp }
-func (Settings) kind() Kind    { return KindSettings }
-func (Batch) kind() Kind       { return KindBatch }
+func (Batch) kind() Kind { return KindBatch }
+
+func init() {
+	register(kindSpec[Batch]{
+		kind: KindBatch, name: "Batch",
+		version: func(c Batch) byte {
+			v := minVersion
+			for _, sc := range c.Commands {
+				if _, nested := sc.(Batch); !nested {
+					v = max(v, versionFor(sc))
+				}
+			}
+			return v
+		},
+		encode: func(w *writer, c Batch) error {
+			if w.nested {
+				return fmt.Errorf("%w: nested batch", ErrInvalid)
+			}
+			if len(c.Commands) > MaxBatchEntries {
+				return fmt.Errorf("%w: batch of %d commands exceeds %d", ErrTooLarge, len(c.Commands), MaxBatchEntries)
+			}
+			w.u(uint64(len(c.Commands)))
+			sub := &writer{ver: w.ver, nested: true}
+			for _, sc := range c.Commands {
+				sub.b = sub.b[:0]
+				if err := encodeBody(sub, sc); err != nil {
+					return err
+				}
+				w.bytes(sub.b)
+			}
+			return nil
+		},
+		decode: decodeBatch,
+		// Applied entry by entry (FSM.applyTop); never inside a Session.
+		who: whoWrapped,
+		authorize: func(a authz, c Batch) error {
+			for i, sub := range c.Commands {
+				if err := Authorize(a.st, a.p, sub); err != nil {
+					return fmt.Errorf("batch entry %d: %w", i, err)
+				}
+			}
+			return nil
+		},
+		touches: func(c Batch) (nodes []string, shards []uint32) {
+			for _, sc := range c.Commands {
+				n, s := Touched(sc)
+				nodes, shards = append(nodes, n...), append(shards, s...)
+			}
+			return nodes, shards
+		},
+	})
+}
+
+func decodeBatch(r *reader) Batch {
+	if r.nested {
+		r.fail(fmt.Errorf("%w: nested batch", ErrMalformed))
+		return Batch{}
+	}
+	n := r.u()
+	if r.err != nil {
+		return Batch{}
+	}
+	if n > MaxBatchEntries {
+		r.fail(fmt.Errorf("%w: batch of %d commands exceeds %d", ErrTooLarge, n, MaxBatchEntries))
+		return Batch{}
+	}
+	if n > uint64(len(r.b)) { // every entry takes at least one byte
+		r.fail(fmt.Errorf("%w: batch of %d commands in %d bytes", ErrMalformed, n, len(r.b)))
+		return Batch{}
+	}
+	cmds := make([]Command, 0, n)
+	for range n {
+		sub := &reader{b: r.raw(MaxCommandSize), ver: r.ver, nested: true}
+		if r.err != nil {
+			return Batch{}
+		}
+		c := decodeBody(sub)
+		if sub.err != nil {
+			r.fail(sub.err)
+			return Batch{}
+		}
+		if len(sub.b) != 0 {
+			r.fail(fmt.Errorf("%w: %d trailing bytes in batch entry", ErrMalformed, len(sub.b)))
+			return Batch{}
+		}
+		cmds = append(cmds, c)
+	}
+	return Batch{Commands: cmds}
+}
 
 // KindOf returns the wire kind of a command.
 func KindOf(c Command) Kind { return c.kind() }
-
-// String names the kind.
-func (k Kind) String() string {
-	switch k {
-	case KindHeartbeat:
-		return "Heartbeat"
-	case KindExpireNode:
-		return "ExpireNode"
-	case KindSetDraining:
-		return "SetDraining"
-	case KindGrant:
-		return "Grant"
-	case KindRevoke:
-		return "Revoke"
-	case KindRelease:
-		return "Release"
-	case KindTransfer:
-		return "Transfer"
-	case KindJobEnqueue:
-		return "JobEnqueue"
-	case KindJobStart:
-		return "JobStart"
-	case KindJobComplete:
-		return "JobComplete"
-	case KindJobFail:
-		return "JobFail"
-	case KindApp:
-		return "App"
-	case KindSettings:
-		return "Settings"
-	case KindBatch:
-		return "Batch"
-	case KindDeclareElection:
-		return "DeclareElection"
-	case KindClusterConfig:
-		return "ClusterConfig"
-	case KindSession:
-		return "Session"
-	case KindPinShard:
-		return "PinShard"
-	case KindExcludeNode:
-		return "ExcludeNode"
-	case KindClaimIncarnation:
-		return "ClaimIncarnation"
-	case KindForgetNode:
-		return "ForgetNode"
-	case KindSetTakeoverPolicy:
-		return "SetTakeoverPolicy"
-	case KindLogSettings:
-		return "LogSettings"
-	}
-	return "Kind(" + itoa(uint64(k)) + ")"
-}
-
-func itoa(v uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
-	}
-}

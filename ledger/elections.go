@@ -32,6 +32,28 @@ type DeclareElection struct {
 
 func (DeclareElection) kind() Kind { return KindDeclareElection }
 
+func init() {
+	register(kindSpec[DeclareElection]{
+		kind: KindDeclareElection, name: "DeclareElection", since: 2,
+		strings: func(c DeclareElection) []string { return []string{"group", c.Group, "name", c.Name} },
+		encode: func(w *writer, c DeclareElection) error {
+			w.str(c.Group)
+			w.str(c.Name)
+			w.u(uint64(c.Partitions))
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) DeclareElection {
+			return DeclareElection{Group: r.str(), Name: r.str(), Partitions: r.u32(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c DeclareElection) Result { return f.declareElection(c) },
+		// Members serve their applications' elections.
+		who:        whoAnyone,
+		authorize:  func(authz, DeclareElection) error { return nil },
+		sessionNow: func(c DeclareElection) int64 { return c.Now },
+	})
+}
+
 // ElectionRecord is one declared group-scoped election.
 type ElectionRecord struct {
 	Group string

@@ -28,47 +28,6 @@ const Version byte = 7
 // minVersion is the oldest version Decode reads.
 const minVersion byte = 1
 
-// versionFor is the oldest encoding version that can express c.
-func versionFor(c Command) byte {
-	switch c := c.(type) {
-	case Release:
-		if c.Avoid {
-			return 2
-		}
-	case DeclareElection:
-		return 2
-	case Heartbeat:
-		if c.MinVersion != 0 || c.MaxVersion != 0 {
-			return 3
-		}
-	case ClusterConfig:
-		return 3
-	case Session:
-		return max(4, versionFor(c.Command))
-	case PinShard, ExcludeNode, ClaimIncarnation:
-		return 5
-	case ForgetNode:
-		return 6
-	case JobEnqueue:
-		if c.MaxPending != 0 {
-			return encodingJobsAPI
-		}
-	case SetTakeoverPolicy:
-		return encodingFencedTakeover
-	case LogSettings:
-		return encodingLogSettings
-	case Batch:
-		v := minVersion
-		for _, sc := range c.Commands {
-			if _, nested := sc.(Batch); !nested {
-				v = max(v, versionFor(sc))
-			}
-		}
-		return v
-	}
-	return minVersion
-}
-
 // Encoding limits. Decode rejects anything larger with ErrTooLarge.
 const (
 	MaxCommandSize  = 16 << 20 // a whole encoded command, batch included
@@ -79,6 +38,8 @@ const (
 type writer struct {
 	b   []byte
 	ver byte // the version being written (fields added later are skipped below it)
+	// nested is set inside a Batch or Session (which do not nest).
+	nested bool
 }
 
 func (w *writer) u(v uint64)     { w.b = binary.AppendUvarint(w.b, v) }
@@ -101,6 +62,8 @@ type reader struct {
 	// ver is the version of the command, result or snapshot being read
 	// (each gained fields in its version 2).
 	ver byte
+	// nested is set inside a Batch or Session (which do not nest).
+	nested bool
 }
 
 func (r *reader) fail(err error) {
@@ -204,7 +167,7 @@ func (r *reader) bytes() []byte {
 func Encode(c Command) ([]byte, error) {
 	w := &writer{b: make([]byte, 0, 64), ver: versionFor(c)}
 	w.b = append(w.b, w.ver)
-	if err := encodeBody(w, c, false); err != nil {
+	if err := encodeBody(w, c); err != nil {
 		return nil, err
 	}
 	if len(w.b) > MaxCommandSize {
@@ -239,265 +202,25 @@ func checkStrs(kv ...string) error {
 	return nil
 }
 
-func encodeBody(w *writer, c Command, inBatch bool) error {
+// encodeBody writes c's kind byte and fields (its declaration's encode).
+func encodeBody(w *writer, c Command) error {
 	if c == nil {
 		return fmt.Errorf("%w: nil command", ErrInvalid)
 	}
-	switch c := c.(type) {
-	case Heartbeat:
-		if err := checkStrs("node", c.Node); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindHeartbeat))
-		w.str(c.Node)
-		w.u(c.Incarnation)
-		w.u(c.Liveness)
-		w.i(c.Now)
-		if w.ver >= 3 {
-			w.u(uint64(c.MinVersion))
-			w.u(uint64(c.MaxVersion))
-		}
-	case ExpireNode:
-		if err := checkStrs("node", c.Node); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindExpireNode))
-		w.str(c.Node)
-		w.u(c.Incarnation)
-		w.u(c.Liveness)
-		w.u(c.Seq)
-		w.i(c.Now)
-	case SetDraining:
-		if err := checkStrs("node", c.Node); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindSetDraining))
-		w.str(c.Node)
-		w.u(c.Incarnation)
-		w.bool(c.Draining)
-		w.i(c.Now)
-	case Grant:
-		if err := checkStrs("owner", c.Owner, "reason", c.Reason); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindGrant))
-		w.u(uint64(c.Shard))
-		w.u(c.ExpectedEpoch)
-		w.str(c.Owner)
-		w.u(c.OwnerIncarnation)
-		w.u(c.OwnerLiveness)
-		w.bool(c.Takeover)
-		w.i(c.Now)
-		w.str(c.Reason)
-	case Revoke:
-		if err := checkStrs("target", c.Target, "reason", c.Reason); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindRevoke))
-		w.u(uint64(c.Shard))
-		w.u(c.Epoch)
-		w.str(c.Target)
-		w.i(c.Now)
-		w.str(c.Reason)
-	case Release:
-		if err := checkStrs("owner", c.Owner); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindRelease))
-		w.u(uint64(c.Shard))
-		w.u(c.Epoch)
-		w.str(c.Owner)
-		w.i(c.Now)
-		if w.ver >= 2 {
-			w.bool(c.Avoid)
-		}
-	case Transfer:
-		if err := checkStrs("from", c.From, "to", c.To, "reason", c.Reason); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindTransfer))
-		w.u(uint64(c.Shard))
-		w.u(c.Epoch)
-		w.str(c.From)
-		w.str(c.To)
-		w.u(c.ToIncarnation)
-		w.u(c.ToLiveness)
-		w.i(c.Now)
-		w.str(c.Reason)
-	case JobEnqueue:
-		if err := checkStrs("key", c.Key, "type", c.Type); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindJobEnqueue))
-		w.u(uint64(c.Shard))
-		w.str(c.Key)
-		w.str(c.Type)
-		w.bytes(c.Payload)
-		w.u(uint64(c.MaxAttempts))
-		w.i(c.Now)
-		if w.ver >= encodingJobsAPI {
-			w.u(uint64(c.MaxPending))
-		}
-	case JobStart:
-		if err := checkStrs("owner", c.Owner); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindJobStart))
-		w.u(uint64(c.Shard))
-		w.u(c.Epoch)
-		w.str(c.Owner)
-		w.u(c.Job)
-		w.u(uint64(c.Attempt))
-		w.i(c.Timeout)
-		w.i(c.Now)
-	case JobComplete:
-		w.b = append(w.b, byte(KindJobComplete))
-		w.u(uint64(c.Shard))
-		w.u(c.Epoch)
-		w.u(c.Job)
-		w.u(uint64(c.Attempt))
-		w.bytes(c.Result)
-		w.i(c.Now)
-	case JobFail:
-		if err := checkStrs("error", c.Error); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindJobFail))
-		w.u(uint64(c.Shard))
-		w.u(c.Epoch)
-		w.u(c.Job)
-		w.u(uint64(c.Attempt))
-		w.str(c.Error)
-		w.i(c.Backoff)
-		w.i(c.Now)
-	case App:
-		if err := checkStrs("type", c.Type); err != nil {
-			return err
-		}
-		w.b = append(w.b, byte(KindApp))
-		w.u(uint64(c.Shard))
-		w.u(c.Epoch)
-		w.str(c.Type)
-		w.bytes(c.Payload)
-		w.i(c.Now)
-	case Settings:
-		w.b = append(w.b, byte(KindSettings))
-		w.i(c.JobRetention)
-		w.u(uint64(c.MaxFinishedJobs))
-		w.u(uint64(c.DefaultMaxAttempts))
-		w.i(c.Now)
-	case LogSettings:
-		return encodeLogSettings(w, c)
-	case ClusterConfig:
-		if err := checkStrs("name", c.Name); err != nil {
-			return err
-		}
-		if w.ver < 3 {
-			return fmt.Errorf("%w: ClusterConfig needs encoding version 3", ErrInvalid)
-		}
-		w.b = append(w.b, byte(KindClusterConfig))
-		w.str(c.Name)
-		w.u(uint64(c.Partitions))
-		w.u(uint64(c.Version))
-		w.i(c.Now)
-	case Session:
-		switch c.Command.(type) {
-		case nil, Batch, Session:
-			return fmt.Errorf("%w: a session wraps one command, not %T", ErrInvalid, c.Command)
-		}
-		if c.ID.IsZero() {
-			return fmt.Errorf("%w: session with the zero request id", ErrInvalid)
-		}
-		if w.ver < 4 {
-			return fmt.Errorf("%w: Session needs encoding version 4", ErrInvalid)
-		}
-		w.b = append(w.b, byte(KindSession))
-		w.b = append(w.b, c.ID[:]...)
-		return encodeBody(w, c.Command, true)
-	case PinShard:
-		if err := checkStrs("node", c.Node, "reason", c.Reason); err != nil {
-			return err
-		}
-		if w.ver < 5 {
-			return fmt.Errorf("%w: PinShard needs encoding version 5", ErrInvalid)
-		}
-		w.b = append(w.b, byte(KindPinShard))
-		w.u(uint64(c.Shard))
-		w.str(c.Node)
-		w.str(c.Reason)
-		w.i(c.Now)
-	case ExcludeNode:
-		if err := checkStrs("node", c.Node, "reason", c.Reason); err != nil {
-			return err
-		}
-		if w.ver < 5 {
-			return fmt.Errorf("%w: ExcludeNode needs encoding version 5", ErrInvalid)
-		}
-		w.b = append(w.b, byte(KindExcludeNode))
-		w.str(c.Node)
-		w.bool(c.Exclude)
-		w.str(c.Reason)
-		w.i(c.Now)
-	case ForgetNode:
-		if err := checkStrs("node", c.Node); err != nil {
-			return err
-		}
-		if w.ver < 6 {
-			return fmt.Errorf("%w: ForgetNode needs encoding version 6", ErrInvalid)
-		}
-		w.b = append(w.b, byte(KindForgetNode))
-		w.str(c.Node)
-		w.u(c.Incarnation)
-		w.u(c.Liveness)
-		w.u(c.Seq)
-		w.i(c.Now)
-	case ClaimIncarnation:
-		if err := checkStrs("node", c.Node); err != nil {
-			return err
-		}
-		if w.ver < 5 {
-			return fmt.Errorf("%w: ClaimIncarnation needs encoding version 5", ErrInvalid)
-		}
-		w.b = append(w.b, byte(KindClaimIncarnation))
-		w.str(c.Node)
-		w.i(c.Now)
-		w.u(uint64(c.MinVersion))
-		w.u(uint64(c.MaxVersion))
-	case SetTakeoverPolicy:
-		return encodeTakeoverPolicy(w, c)
-	case DeclareElection:
-		if err := checkStrs("group", c.Group, "name", c.Name); err != nil {
-			return err
-		}
-		if w.ver < 2 {
-			return fmt.Errorf("%w: DeclareElection needs encoding version 2", ErrInvalid)
-		}
-		w.b = append(w.b, byte(KindDeclareElection))
-		w.str(c.Group)
-		w.str(c.Name)
-		w.u(uint64(c.Partitions))
-		w.i(c.Now)
-	case Batch:
-		if inBatch {
-			return fmt.Errorf("%w: nested batch", ErrInvalid)
-		}
-		if len(c.Commands) > MaxBatchEntries {
-			return fmt.Errorf("%w: batch of %d commands exceeds %d", ErrTooLarge, len(c.Commands), MaxBatchEntries)
-		}
-		w.b = append(w.b, byte(KindBatch))
-		w.u(uint64(len(c.Commands)))
-		sub := &writer{ver: w.ver}
-		for _, sc := range c.Commands {
-			sub.b = sub.b[:0]
-			if err := encodeBody(sub, sc, true); err != nil {
-				return err
-			}
-			w.bytes(sub.b)
-		}
-	default:
+	e := specOf(c)
+	if e == nil {
 		return fmt.Errorf("%w: unknown command type %T", ErrInvalid, c)
 	}
-	return nil
+	if e.strings != nil {
+		if err := checkStrs(e.strings(c)...); err != nil {
+			return err
+		}
+	}
+	if w.ver < e.since {
+		return fmt.Errorf("%w: %s needs encoding version %d", ErrInvalid, e.name, e.since)
+	}
+	w.b = append(w.b, byte(e.kind))
+	return e.encode(w, c)
 }
 
 // Decode parses a command produced by Encode. It never panics; malformed
@@ -514,7 +237,7 @@ func Decode(b []byte) (Command, error) {
 		return nil, fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, b[0], minVersion, Version)
 	}
 	r := &reader{b: b[1:], ver: b[0]}
-	c := decodeBody(r, false)
+	c := decodeBody(r)
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -524,154 +247,23 @@ func Decode(b []byte) (Command, error) {
 	return c, nil
 }
 
-func decodeBody(r *reader, inBatch bool) Command {
+// decodeBody reads a kind byte and that kind's fields (its declaration's
+// decode).
+func decodeBody(r *reader) Command {
 	if len(r.b) < 1 {
 		r.fail(fmt.Errorf("%w: missing kind", ErrMalformed))
 		return nil
 	}
 	k := Kind(r.b[0])
 	r.b = r.b[1:]
-	switch k {
-	case KindHeartbeat:
-		c := Heartbeat{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Now: r.i()}
-		if r.ver >= 3 {
-			c.MinVersion, c.MaxVersion = r.u32(), r.u32()
-		}
-		return c
-	case KindExpireNode:
-		return ExpireNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
-	case KindSetDraining:
-		return SetDraining{Node: r.str(), Incarnation: r.u(), Draining: r.bool(), Now: r.i()}
-	case KindGrant:
-		return Grant{Shard: r.u32(), ExpectedEpoch: r.u(), Owner: r.str(), OwnerIncarnation: r.u(),
-			OwnerLiveness: r.u(), Takeover: r.bool(), Now: r.i(), Reason: r.str()}
-	case KindRevoke:
-		return Revoke{Shard: r.u32(), Epoch: r.u(), Target: r.str(), Now: r.i(), Reason: r.str()}
-	case KindRelease:
-		c := Release{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Now: r.i()}
-		if r.ver >= 2 {
-			c.Avoid = r.bool()
-		}
-		return c
-	case KindTransfer:
-		return Transfer{Shard: r.u32(), Epoch: r.u(), From: r.str(), To: r.str(), ToIncarnation: r.u(),
-			ToLiveness: r.u(), Now: r.i(), Reason: r.str()}
-	case KindJobEnqueue:
-		c := JobEnqueue{Shard: r.u32(), Key: r.str(), Type: r.str(), Payload: r.bytes(),
-			MaxAttempts: r.u32(), Now: r.i()}
-		if r.ver >= encodingJobsAPI {
-			c.MaxPending = r.u32()
-		}
-		return c
-	case KindJobStart:
-		return JobStart{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Job: r.u(), Attempt: r.u32(),
-			Timeout: r.i(), Now: r.i()}
-	case KindJobComplete:
-		return JobComplete{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Result: r.bytes(), Now: r.i()}
-	case KindJobFail:
-		return JobFail{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Error: r.str(),
-			Backoff: r.i(), Now: r.i()}
-	case KindApp:
-		return App{Shard: r.u32(), Epoch: r.u(), Type: r.str(), Payload: r.bytes(), Now: r.i()}
-	case KindSettings:
-		return Settings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(), Now: r.i()}
-	case KindLogSettings:
-		return decodeLogSettings(r)
-	case KindDeclareElection:
-		if r.ver < 2 {
-			r.fail(fmt.Errorf("%w: DeclareElection in a version %d entry", ErrMalformed, r.ver))
-			return nil
-		}
-		return DeclareElection{Group: r.str(), Name: r.str(), Partitions: r.u32(), Now: r.i()}
-	case KindPinShard:
-		if r.ver < 5 {
-			r.fail(fmt.Errorf("%w: PinShard in a version %d entry", ErrMalformed, r.ver))
-			return nil
-		}
-		return PinShard{Shard: r.u32(), Node: r.str(), Reason: r.str(), Now: r.i()}
-	case KindExcludeNode:
-		if r.ver < 5 {
-			r.fail(fmt.Errorf("%w: ExcludeNode in a version %d entry", ErrMalformed, r.ver))
-			return nil
-		}
-		return ExcludeNode{Node: r.str(), Exclude: r.bool(), Reason: r.str(), Now: r.i()}
-	case KindClusterConfig:
-		if r.ver < 3 {
-			r.fail(fmt.Errorf("%w: ClusterConfig in a version %d entry", ErrMalformed, r.ver))
-			return nil
-		}
-		return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
-	case KindForgetNode:
-		if r.ver < 6 {
-			r.fail(fmt.Errorf("%w: ForgetNode in a version %d entry", ErrMalformed, r.ver))
-			return nil
-		}
-		return ForgetNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
-	case KindClaimIncarnation:
-		if r.ver < 5 {
-			r.fail(fmt.Errorf("%w: ClaimIncarnation in a version %d entry", ErrMalformed, r.ver))
-			return nil
-		}
-		return ClaimIncarnation{Node: r.str(), Now: r.i(), MinVersion: r.u32(), MaxVersion: r.u32()}
-	case KindSetTakeoverPolicy:
-		return decodeTakeoverPolicy(r)
-	case KindSession:
-		if r.ver < 4 {
-			r.fail(fmt.Errorf("%w: Session in a version %d entry", ErrMalformed, r.ver))
-			return nil
-		}
-		id := r.requestID()
-		switch {
-		case r.err != nil:
-			return nil
-		case id.IsZero():
-			r.fail(fmt.Errorf("%w: session with the zero request id", ErrMalformed))
-			return nil
-		case len(r.b) > 0 && Kind(r.b[0]) == KindSession:
-			r.fail(fmt.Errorf("%w: nested session", ErrMalformed))
-			return nil
-		}
-		c := decodeBody(r, true) // inBatch: a session does not wrap a batch
-		if r.err != nil {
-			return nil
-		}
-		return Session{ID: id, Command: c}
-	case KindBatch:
-		if inBatch {
-			r.fail(fmt.Errorf("%w: nested batch", ErrMalformed))
-			return nil
-		}
-		n := r.u()
-		if r.err != nil {
-			return nil
-		}
-		if n > MaxBatchEntries {
-			r.fail(fmt.Errorf("%w: batch of %d commands exceeds %d", ErrTooLarge, n, MaxBatchEntries))
-			return nil
-		}
-		if n > uint64(len(r.b)) { // every entry takes at least one byte
-			r.fail(fmt.Errorf("%w: batch of %d commands in %d bytes", ErrMalformed, n, len(r.b)))
-			return nil
-		}
-		cmds := make([]Command, 0, n)
-		for range n {
-			sub := &reader{b: r.raw(MaxCommandSize), ver: r.ver}
-			if r.err != nil {
-				return nil
-			}
-			c := decodeBody(sub, true)
-			if sub.err != nil {
-				r.fail(sub.err)
-				return nil
-			}
-			if len(sub.b) != 0 {
-				r.fail(fmt.Errorf("%w: %d trailing bytes in batch entry", ErrMalformed, len(sub.b)))
-				return nil
-			}
-			cmds = append(cmds, c)
-		}
-		return Batch{Commands: cmds}
+	e := kinds[k]
+	if e == nil {
+		r.fail(fmt.Errorf("%w: unknown kind %d", ErrMalformed, k))
+		return nil
 	}
-	r.fail(fmt.Errorf("%w: unknown kind %d", ErrMalformed, k))
-	return nil
+	if r.ver < e.since {
+		r.fail(fmt.Errorf("%w: %s in a version %d entry", ErrMalformed, e.name, r.ver))
+		return nil
+	}
+	return e.decode(r)
 }

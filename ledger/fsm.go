@@ -366,67 +366,16 @@ func (f *FSM) applyTop(index uint64, c Command, done *[]applied) Result {
 	return r
 }
 
+// applyOne applies one command (not a Batch) by its kind's declaration.
 func (f *FSM) applyOne(index uint64, c Command) Result {
 	var r Result
-	switch c := c.(type) {
-	case Heartbeat:
-		r = f.heartbeat(c)
-	case ExpireNode:
-		r = f.expireNode(c)
-	case SetDraining:
-		r = f.setDraining(c)
-	case Grant:
-		r = f.grant(c)
-	case Revoke:
-		r = f.revoke(c)
-	case Release:
-		r = f.release(c)
-	case Transfer:
-		r = f.transfer(c)
-	case JobEnqueue:
-		c.Now = f.jobNow(c.Now)
-		r = f.jobEnqueue(c)
-		f.prune(c.Now)
-	case JobStart:
-		c.Now = f.jobNow(c.Now)
-		r = f.jobStart(c)
-		f.prune(c.Now)
-	case JobComplete:
-		c.Now = f.jobNow(c.Now)
-		r = f.jobComplete(c)
-		f.prune(c.Now)
-	case JobFail:
-		c.Now = f.jobNow(c.Now)
-		r = f.jobFail(c)
-		f.prune(c.Now)
-	case App:
-		r = f.app(index, c)
-	case Settings:
-		r = f.settings(c)
-		f.prune(f.jobNow(c.Now))
-	case LogSettings:
-		r = f.logSettings(c)
-		f.prune(f.jobNow(c.Now))
-	case ClusterConfig:
-		r = f.clusterConfig(c)
-	case ClaimIncarnation:
-		r = f.claimIncarnation(index, c)
-	case ForgetNode:
-		r = f.forgetNode(index, c)
-	case DeclareElection:
-		r = f.declareElection(c)
-	case PinShard:
-		r = f.pinShard(c)
-	case ExcludeNode:
-		r = f.excludeNode(c)
-	case SetTakeoverPolicy:
-		r = f.setTakeoverPolicy(c)
-	case Session:
-		r = f.session(index, c)
-	case nil:
+	switch e := specOf(c); {
+	case c == nil:
 		r.Err = fmt.Errorf("%w: nil command", ErrInvalid)
-	default:
+	case e == nil || e.apply == nil:
 		r.Err = fmt.Errorf("%w: unknown command type %T", ErrInvalid, c)
+	default:
+		r = e.apply(f, index, c)
 	}
 	r.Index = index
 	return r

@@ -14,8 +14,6 @@ package ledger
 //     ErrRequestIDReused instead of answering the first request's result.
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 )
 
@@ -46,39 +44,6 @@ var (
 
 // Digest is what a session entry remembers of its request's body.
 type Digest [16]byte
-
-// RequestDigest is the digest of what a request id stands for: the body of
-// a JobEnqueue or App (what clients send), without the proposer's clock
-// (Now), App's fencing epoch (a retry may carry a newer token) and
-// JobEnqueue.MaxPending (the proposing node's setting,
-// not the client's request); two tries of one request have the same digest
-// whichever node proposes them. Other commands have the zero digest: only
-// their kind and shard are compared, as before version 5.
-func RequestDigest(c Command) Digest {
-	var b []byte
-	str := func(s []byte) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
-	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
-	switch c := c.(type) {
-	case JobEnqueue:
-		u(uint64(KindJobEnqueue))
-		u(uint64(c.Shard))
-		str([]byte(c.Key))
-		str([]byte(c.Type))
-		str(c.Payload)
-		u(uint64(c.MaxAttempts))
-	case App:
-		u(uint64(KindApp))
-		u(uint64(c.Shard))
-		str([]byte(c.Type))
-		str(c.Payload)
-	default:
-		return Digest{}
-	}
-	sum := sha256.Sum256(b)
-	var d Digest
-	copy(d[:], sum[:])
-	return d
-}
 
 // queueFull reports whether shard already holds max pending jobs (max 0:
 // no cap).

@@ -44,6 +44,34 @@ type LogSettings struct {
 
 func (LogSettings) kind() Kind { return KindLogSettings }
 
+func init() {
+	register(kindSpec[LogSettings]{
+		kind: KindLogSettings, name: "LogSettings", since: encodingLogSettings,
+		encode: func(w *writer, c LogSettings) error {
+			w.u(uint64(c.MaxPayload))
+			w.i(c.JobRetention)
+			w.u(uint64(c.MaxFinishedJobs))
+			w.u(uint64(c.DefaultMaxAttempts))
+			w.i(c.SessionWindow)
+			w.u(uint64(c.MaxSessions))
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) LogSettings {
+			return LogSettings{MaxPayload: r.u32(), JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(),
+				SessionWindow: r.i(), MaxSessions: r.u32(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c LogSettings) Result {
+			r := f.logSettings(c)
+			f.prune(f.jobNow(c.Now))
+			return r
+		},
+		who:        whoOperator,
+		authorize:  func(a authz, _ LogSettings) error { return a.operator() },
+		sessionNow: func(c LogSettings) int64 { return c.Now },
+	})
+}
+
 // LogSettingsOf is the command that commits s, the settings a replica
 // applies with, at now (unix ns).
 func LogSettingsOf(s LedgerSettings, now int64) LogSettings {
@@ -83,30 +111,6 @@ func (s LedgerSettings) localLimits(c Config) LedgerSettings {
 		s.MaxPayload, s.SessionWindow, s.MaxSessions = l.MaxPayload, l.SessionWindow, l.MaxSessions
 	}
 	return s
-}
-
-func encodeLogSettings(w *writer, c LogSettings) error {
-	if w.ver < encodingLogSettings {
-		return fmt.Errorf("%w: LogSettings needs encoding version %d", ErrInvalid, encodingLogSettings)
-	}
-	w.b = append(w.b, byte(KindLogSettings))
-	w.u(uint64(c.MaxPayload))
-	w.i(c.JobRetention)
-	w.u(uint64(c.MaxFinishedJobs))
-	w.u(uint64(c.DefaultMaxAttempts))
-	w.i(c.SessionWindow)
-	w.u(uint64(c.MaxSessions))
-	w.i(c.Now)
-	return nil
-}
-
-func decodeLogSettings(r *reader) Command {
-	if r.ver < encodingLogSettings {
-		r.fail(fmt.Errorf("%w: LogSettings in a version %d entry", ErrMalformed, r.ver))
-		return nil
-	}
-	return LogSettings{MaxPayload: r.u32(), JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(),
-		SessionWindow: r.i(), MaxSessions: r.u32(), Now: r.i()}
 }
 
 // writeSnapshotSettings and readSnapshotSettings carry the logged values

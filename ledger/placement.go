@@ -54,6 +54,47 @@ type ExcludeNode struct {
 func (PinShard) kind() Kind    { return KindPinShard }
 func (ExcludeNode) kind() Kind { return KindExcludeNode }
 
+func init() {
+	register(kindSpec[PinShard]{
+		kind: KindPinShard, name: "PinShard", since: 5,
+		strings: func(c PinShard) []string { return []string{"node", c.Node, "reason", c.Reason} },
+		encode: func(w *writer, c PinShard) error {
+			w.u(uint64(c.Shard))
+			w.str(c.Node)
+			w.str(c.Reason)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) PinShard {
+			return PinShard{Shard: r.u32(), Node: r.str(), Reason: r.str(), Now: r.i()}
+		},
+		apply:      func(f *FSM, _ uint64, c PinShard) Result { return f.pinShard(c) },
+		who:        whoOperator,
+		authorize:  func(a authz, _ PinShard) error { return a.operator() },
+		sessionNow: func(c PinShard) int64 { return c.Now },
+		// No sessionShard: a session of a pin was always remembered at
+		// shard 0 (replicated state).
+	})
+	register(kindSpec[ExcludeNode]{
+		kind: KindExcludeNode, name: "ExcludeNode", since: 5,
+		strings: func(c ExcludeNode) []string { return []string{"node", c.Node, "reason", c.Reason} },
+		encode: func(w *writer, c ExcludeNode) error {
+			w.str(c.Node)
+			w.bool(c.Exclude)
+			w.str(c.Reason)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) ExcludeNode {
+			return ExcludeNode{Node: r.str(), Exclude: r.bool(), Reason: r.str(), Now: r.i()}
+		},
+		apply:      func(f *FSM, _ uint64, c ExcludeNode) Result { return f.excludeNode(c) },
+		who:        whoOperator,
+		authorize:  func(a authz, _ ExcludeNode) error { return a.operator() },
+		sessionNow: func(c ExcludeNode) int64 { return c.Now },
+	})
+}
+
 // PinRecord is one committed pin.
 type PinRecord struct {
 	Shard  uint32

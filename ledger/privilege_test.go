@@ -42,7 +42,7 @@ func privilegeState(t *testing.T, version uint32) (*FSM, map[string]uint32, map[
 // TestAuthorizeTable walks every command kind this build knows × who
 // proposes it: a member about itself, a member about another node, a
 // voter-capable node about another node, an operator. A kind without a
-// row here, without a rule in proposeRules or without a row in the table of
+// row here, without a rule in its declaration (registry.go) or without a row in the table of
 // docs/security.md fails the test.
 func TestAuthorizeTable(t *testing.T) {
 	f, shardOf, epochs := privilegeState(t, MaxClusterVersion)
@@ -100,7 +100,7 @@ func TestAuthorizeTable(t *testing.T) {
 		}
 		who, ok := WhoMayPropose(k)
 		if !ok {
-			t.Errorf("%s (%d): no rule in proposeRules", k, k)
+			t.Errorf("%s (%d): no rule in its declaration", k, k)
 		}
 		if !docsRow(string(docs), k, who) {
 			t.Errorf("%s (%d): docs/security.md has no table row `| %s | %s |`", k, k, k, who)

@@ -65,6 +65,58 @@ type Session struct {
 
 func (Session) kind() Kind { return KindSession }
 
+func init() {
+	register(kindSpec[Session]{
+		kind: KindSession, name: "Session", since: 4,
+		version: func(c Session) byte { return max(4, versionFor(c.Command)) },
+		encode: func(w *writer, c Session) error {
+			switch c.Command.(type) {
+			case nil, Batch, Session:
+				return fmt.Errorf("%w: a session wraps one command, not %T", ErrInvalid, c.Command)
+			}
+			if c.ID.IsZero() {
+				return fmt.Errorf("%w: session with the zero request id", ErrInvalid)
+			}
+			w.b = append(w.b, c.ID[:]...)
+			nested := w.nested
+			w.nested = true // a session does not wrap a batch
+			defer func() { w.nested = nested }()
+			return encodeBody(w, c.Command)
+		},
+		decode: func(r *reader) Session {
+			id := r.requestID()
+			switch {
+			case r.err != nil:
+				return Session{}
+			case id.IsZero():
+				r.fail(fmt.Errorf("%w: session with the zero request id", ErrMalformed))
+				return Session{}
+			case len(r.b) > 0 && Kind(r.b[0]) == KindSession:
+				r.fail(fmt.Errorf("%w: nested session", ErrMalformed))
+				return Session{}
+			}
+			nested := r.nested
+			r.nested = true // a session does not wrap a batch
+			c := decodeBody(r)
+			r.nested = nested
+			if r.err != nil {
+				return Session{}
+			}
+			return Session{ID: id, Command: c}
+		},
+		apply: func(f *FSM, index uint64, c Session) Result { return f.session(index, c) },
+		// A request id changes nothing about who may propose what.
+		who: whoWrapped,
+		authorize: func(a authz, c Session) error {
+			switch c.Command.(type) {
+			case Batch, Session, nil:
+				return a.deny("a session wraps one plain command")
+			}
+			return Authorize(a.st, a.p, c.Command)
+		},
+	})
+}
+
 // Unwrap returns the command inside a Session, and c itself otherwise.
 func Unwrap(c Command) Command {
 	if s, ok := c.(Session); ok {
@@ -127,74 +179,6 @@ func (s *State) Session(id RequestID) (SessionInfo, bool) {
 
 // NumSessions is the number of remembered requests.
 func (s *State) NumSessions() int { return s.sessions.Len() }
-
-// commandNow is the proposer clock a command carries (0 for none).
-func commandNow(c Command) int64 {
-	switch c := c.(type) {
-	case Heartbeat:
-		return c.Now
-	case ExpireNode:
-		return c.Now
-	case SetDraining:
-		return c.Now
-	case Grant:
-		return c.Now
-	case Revoke:
-		return c.Now
-	case Release:
-		return c.Now
-	case Transfer:
-		return c.Now
-	case JobEnqueue:
-		return c.Now
-	case JobStart:
-		return c.Now
-	case JobComplete:
-		return c.Now
-	case JobFail:
-		return c.Now
-	case App:
-		return c.Now
-	case Settings:
-		return c.Now
-	case LogSettings:
-		return c.Now
-	case ClusterConfig:
-		return c.Now
-	case DeclareElection:
-		return c.Now
-	case PinShard:
-		return c.Now
-	case ExcludeNode:
-		return c.Now
-	}
-	return 0
-}
-
-// commandShard is the shard a command concerns (0 for none).
-func commandShard(c Command) uint32 {
-	switch c := c.(type) {
-	case Grant:
-		return c.Shard
-	case Revoke:
-		return c.Shard
-	case Release:
-		return c.Shard
-	case Transfer:
-		return c.Shard
-	case JobEnqueue:
-		return c.Shard
-	case JobStart:
-		return c.Shard
-	case JobComplete:
-		return c.Shard
-	case JobFail:
-		return c.Shard
-	case App:
-		return c.Shard
-	}
-	return 0
-}
 
 func (f *FSM) session(index uint64, c Session) Result {
 	switch c.Command.(type) {

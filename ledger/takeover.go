@@ -53,6 +53,30 @@ type SetTakeoverPolicy struct {
 
 func (SetTakeoverPolicy) kind() Kind { return KindSetTakeoverPolicy }
 
+func init() {
+	register(kindSpec[SetTakeoverPolicy]{
+		kind: KindSetTakeoverPolicy, name: "SetTakeoverPolicy", since: encodingFencedTakeover,
+		encode: func(w *writer, c SetTakeoverPolicy) error {
+			w.u(uint64(c.First))
+			w.u(uint64(c.Last))
+			w.bool(c.Fenced)
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) SetTakeoverPolicy {
+			return SetTakeoverPolicy{First: r.u32(), Last: r.u32(), Fenced: r.bool(), Now: r.i()}
+		},
+		apply: func(f *FSM, _ uint64, c SetTakeoverPolicy) Result { return f.setTakeoverPolicy(c) },
+		// It waives S4, so an election's fenced option
+		// (node.Election.SetFencedTakeover) on a member is refused too: a
+		// member would otherwise fence every shard.
+		who:       whoOperator,
+		authorize: func(a authz, _ SetTakeoverPolicy) error { return a.operator() },
+		// No sessionNow: a session of a policy change was always
+		// remembered at time 0 (replicated state).
+	})
+}
+
 // ShardRange is the shards First..Last, inclusive.
 type ShardRange struct {
 	First, Last uint32
@@ -162,26 +186,6 @@ func (f *FSM) setTakeoverPolicy(c SetTakeoverPolicy) Result {
 // owner: a takeover of a shard under the fenced policy.
 func (f *FSM) fencedTakeover(c Grant, rec ShardRecord) bool {
 	return c.Takeover && rec.State == ShardOwned && (f.st.Fenced(c.Shard) || mutation.On(mutation.FencedTakeoverUnfenced))
-}
-
-func encodeTakeoverPolicy(w *writer, c SetTakeoverPolicy) error {
-	if w.ver < encodingFencedTakeover {
-		return fmt.Errorf("%w: SetTakeoverPolicy needs encoding version %d", ErrInvalid, encodingFencedTakeover)
-	}
-	w.b = append(w.b, byte(KindSetTakeoverPolicy))
-	w.u(uint64(c.First))
-	w.u(uint64(c.Last))
-	w.bool(c.Fenced)
-	w.i(c.Now)
-	return nil
-}
-
-func decodeTakeoverPolicy(r *reader) Command {
-	if r.ver < encodingFencedTakeover {
-		r.fail(fmt.Errorf("%w: SetTakeoverPolicy in a version %d entry", ErrMalformed, r.ver))
-		return nil
-	}
-	return SetTakeoverPolicy{First: r.u32(), Last: r.u32(), Fenced: r.bool(), Now: r.i()}
 }
 
 // encodeFencedSection writes the snapshot's policy table (snapshot

@@ -74,6 +74,27 @@ type ClusterConfig struct {
 
 func (ClusterConfig) kind() Kind { return KindClusterConfig }
 
+func init() {
+	register(kindSpec[ClusterConfig]{
+		kind: KindClusterConfig, name: "ClusterConfig", since: 3,
+		strings: func(c ClusterConfig) []string { return []string{"name", c.Name} },
+		encode: func(w *writer, c ClusterConfig) error {
+			w.str(c.Name)
+			w.u(uint64(c.Partitions))
+			w.u(uint64(c.Version))
+			w.i(c.Now)
+			return nil
+		},
+		decode: func(r *reader) ClusterConfig {
+			return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
+		},
+		apply:      func(f *FSM, _ uint64, c ClusterConfig) Result { return f.clusterConfig(c) },
+		who:        whoOperator,
+		authorize:  authorizeClusterConfig,
+		sessionNow: func(c ClusterConfig) int64 { return c.Now },
+	})
+}
+
 // ClusterInfo is the committed ClusterConfig (zero before any: a cluster
 // that runs at version 1 and has not recorded its name yet).
 type ClusterInfo struct {

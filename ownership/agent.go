@@ -424,30 +424,5 @@ func (a *Agent) Status() Status {
 
 // Touched returns the node ids and shards whose records a command can
 // change, so a shell that feeds the agent entry by entry (the simulator)
-// observes only those. Other commands touch no record the agent reads.
-func Touched(c ledger.Command) (nodes []string, shards []uint32) {
-	switch c := c.(type) {
-	case ledger.Heartbeat:
-		return []string{c.Node}, nil
-	case ledger.ExpireNode:
-		return []string{c.Node}, nil
-	case ledger.ForgetNode:
-		return []string{c.Node}, nil
-	case ledger.SetDraining:
-		return []string{c.Node}, nil
-	case ledger.Grant:
-		return nil, []uint32{c.Shard}
-	case ledger.Revoke:
-		return nil, []uint32{c.Shard}
-	case ledger.Release:
-		return nil, []uint32{c.Shard}
-	case ledger.Transfer:
-		return nil, []uint32{c.Shard}
-	case ledger.Batch:
-		for _, sc := range c.Commands {
-			n, s := Touched(sc)
-			nodes, shards = append(nodes, n...), append(shards, s...)
-		}
-	}
-	return nodes, shards
-}
+// observes only those: each kind declares them in ledger (ledger.Touched).
+func Touched(c ledger.Command) (nodes []string, shards []uint32) { return ledger.Touched(c) }
