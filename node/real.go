@@ -191,6 +191,9 @@ type netBackend struct {
 	// feeds it inputs and carries out its Ready (agentLoop, step).
 	mu    sync.Mutex
 	agent *ownership.Agent
+	// work is the acting set as the agent's Ready.Changes reported it
+	// (acting.go): what workers start and stop from.
+	work map[uint32]ownership.Change
 	// agentSaw is the replica state the agent last observed in full
 	// (stepLatest): the same state again is only a Tick.
 	agentSaw   *ledger.State
@@ -619,11 +622,12 @@ func (b *netBackend) stepLocked(now time.Time, in ownership.AgentInput, hold fun
 	return rd, held
 }
 
-// dispatch carries out a Ready: the heartbeat and the proposals run on
-// their own goroutines (a slow commit must not delay the next ask). The
-// acting changes need nothing here: Node re-reads the acting set on every
-// notification. b.mu held.
+// dispatch carries out a Ready: the acting changes update the work view
+// workers start and stop from (acting.go); the heartbeat and the
+// proposals run on their own goroutines (a slow commit must not delay the
+// next ask). b.mu held.
 func (b *netBackend) dispatch(rd ownership.Ready) {
+	b.applyChanges(rd.Changes)
 	if rd.Heartbeat != nil {
 		ask := *rd.Heartbeat
 		b.goLoop(func() { b.heartbeat(ask) })
@@ -797,14 +801,6 @@ func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
 		return actingState{}, false
 	}
 	return actingState{epoch: a.Epoch, until: a.Until, revoking: a.Revoking}, true
-}
-
-func (b *netBackend) token(s uint32, now time.Time) (uint64, time.Time, bool) {
-	if !b.lockFreshAgent(now) {
-		return 0, time.Time{}, false
-	}
-	defer b.mu.Unlock()
-	return b.agent.Token(now, s)
 }
 
 // lockFreshAgent locks b.mu with the agent up to date, and reports false
