@@ -105,7 +105,7 @@ func (p Peer) String() string {
 // Defaults of the RPC limits.
 const (
 	// DefaultMaxRPCMessage bounds one RPC message (request or reply). A
-	// forwarded command is at most a batch of ledger.DefaultBatchMaxBytes
+	// forwarded command is at most a batch of commit.DefaultBatchMaxBytes
 	// (1 MiB); the headroom is for a reply that carries job records.
 	DefaultMaxRPCMessage = 8 << 20
 	// DefaultRPCIdleTimeout closes an RPC connection on which no request

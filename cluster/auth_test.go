@@ -17,8 +17,8 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/certs"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
-	"github.com/tenurehq/tenure/internal/pki"
 )
 
 // testPKI is a cluster CA on disk with certificates issued on demand.
@@ -30,7 +30,7 @@ type testPKI struct {
 
 func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
-	cert, key, err := pki.NewCA("test", time.Hour)
+	cert, key, err := certs.NewCA("test", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +42,9 @@ func newTestPKI(t testing.TB) *testPKI {
 }
 
 // reloader issues a certificate for id and loads it.
-func (p *testPKI) reloader(id pki.Identity) *pki.Reloader {
+func (p *testPKI) reloader(id certs.Identity) *certs.Reloader {
 	p.t.Helper()
-	cert, key, err := pki.Issue(p.caCert, p.caKey, id, []string{"127.0.0.1"}, time.Hour)
+	cert, key, err := certs.Issue(p.caCert, p.caKey, id, []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func (p *testPKI) reloader(id pki.Identity) *pki.Reloader {
 	if err := os.WriteFile(kf, key, 0o600); err != nil {
 		p.t.Fatal(err)
 	}
-	r, err := pki.NewReloader(pki.Files{CA: filepath.Join(p.dir, "ca.pem"), Cert: cf, Key: kf}, nil)
+	r, err := certs.NewReloader(certs.Files{CA: filepath.Join(p.dir, "ca.pem"), Cert: cf, Key: kf}, nil)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -64,11 +64,11 @@ func (p *testPKI) reloader(id pki.Identity) *pki.Reloader {
 }
 
 func testPeerOf(cs tls.ConnectionState) (Peer, error) {
-	id, err := pki.PeerIdentity(cs)
+	id, err := certs.PeerIdentity(cs)
 	if err != nil {
 		return Peer{}, err
 	}
-	role := map[pki.Role]Role{pki.RoleNode: RoleNode, pki.RoleMember: RoleMember, pki.RoleOperator: RoleOperator}[id.Role]
+	role := map[certs.Role]Role{certs.RoleNode: RoleNode, certs.RoleMember: RoleMember, certs.RoleOperator: RoleOperator}[id.Role]
 	return Peer{ID: id.Name, Role: role}, nil
 }
 
@@ -85,7 +85,7 @@ func testAuthorize(p Peer, cmd []byte) error {
 func newSecureHarness(t *testing.T, p *testPKI) *harness {
 	h := newTCPHarness(t)
 	h.cfg = func(c *ControlConfig) {
-		r := p.reloader(pki.Identity{Name: c.NodeID, Role: pki.RoleNode})
+		r := p.reloader(certs.Identity{Name: c.NodeID, Role: certs.RoleNode})
 		inner, err := NewTCPStreamLayer("127.0.0.1:0", "")
 		if err != nil {
 			t.Fatal(err)
@@ -217,9 +217,9 @@ func TestOutsiderIsRefused(t *testing.T) {
 	}
 
 	other := newTestPKI(t) // another cluster's CA
-	mallory := p.reloader(pki.Identity{Name: "mallory", Role: pki.RoleNode}).ClientConfig()
-	asN2 := p.reloader(pki.Identity{Name: "n2", Role: pki.RoleNode}).ClientConfig()
-	foreign := other.reloader(pki.Identity{Name: "n2", Role: pki.RoleNode}).ClientConfig()
+	mallory := p.reloader(certs.Identity{Name: "mallory", Role: certs.RoleNode}).ClientConfig()
+	asN2 := p.reloader(certs.Identity{Name: "n2", Role: certs.RoleNode}).ClientConfig()
+	foreign := other.reloader(certs.Identity{Name: "n2", Role: certs.RoleNode}).ClientConfig()
 
 	t.Run("no certificate", func(t *testing.T) {
 		for _, tc := range []struct {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
@@ -134,12 +135,18 @@ type ControlGroup struct {
 	log   *slog.Logger
 	peers PeerSource
 	sub   EventStream
-	raft  *raft.Raft
-	trans raft.Transport
-	waitT *waitingTransport // under g.trans: replication waits for unreachable peers
-	mux   *mux
-	pool  *rpcPool
-	addr  string
+	// raftP is this node's Raft instance; nil on a member that follows
+	// the stream (raftless.go). raftMu orders its start and stop;
+	// raftStop ends the running instance's leader watch.
+	raftP    atomic.Pointer[raft.Raft]
+	raftMu   sync.Mutex
+	raftStop chan struct{}
+	hlog     hclog.Logger
+	trans    raft.Transport
+	waitT    *waitingTransport // under g.trans: replication waits for unreachable peers
+	mux      *mux
+	pool     *rpcPool
+	addr     string
 	// proofs: node ids proven at Raft addresses (proof.go).
 	proofs *proofLog
 
@@ -169,7 +176,6 @@ type ControlGroup struct {
 	// leader change; forwarded commands watch it (see applyRemote).
 	leaderMu     sync.Mutex
 	leaderChange chan struct{}
-	observer     *raft.Observer
 
 	// The committed-state stream (stream.go): rec wraps the FSM; follow
 	// is a member's subscriber (nil on voter-capable nodes).
@@ -248,15 +254,12 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		authenticate: cfg.Authenticate,
 		raft: raftView{
 			configuration: func() raft.Configuration {
-				f := g.raft.GetConfiguration()
-				if f.Error() != nil {
-					return raft.Configuration{}
-				}
-				return f.Configuration()
+				c, _ := g.latestConfiguration()
+				return c
 			},
-			term: func() uint64 { return g.raft.CurrentTerm() },
+			term: g.currentTerm,
 			leader: func() string {
-				_, id := g.raft.LeaderWithID()
+				_, id := g.leaderWithID()
 				return string(id)
 			},
 			self:          cfg.NodeID,
@@ -269,14 +272,14 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()
 
-	hlog := newRaftLogger(log)
+	g.hlog = newRaftLogger(log)
 	g.trans = cfg.Transport
 	if g.trans == nil {
 		g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 			Stream:  g.mux.raft,
 			MaxPool: 3,
 			Timeout: cfg.RPCTimeout,
-			Logger:  hlog,
+			Logger:  g.hlog,
 		})
 	}
 	// Log replication to an unreachable peer waits for it (raftwait.go), so
@@ -290,19 +293,6 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		g.mux.close()
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.NotifyCh = g.notifyCh
-	rc.Logger = hlog
-	rc.ShutdownOnRemove = false // a removed node stays up as a follower and can be re-added
-	var fsm raft.FSM = cfg.FSM
 	if cfg.AppliedIndex != nil {
 		ring := cfg.StreamBuffer
 		if cfg.Voter == VoterNever {
@@ -310,22 +300,25 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		}
 		g.rec = newStreamFSM(cfg.FSM, cfg.AppliedIndex, ring, cfg.StreamBufferBytes)
 		g.rec.snaps = cfg.SnapshotStore
-		fsm = g.rec
 	}
-	r, err := raft.NewRaft(rc, fsm, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, g.trans)
-	if err != nil {
-		g.mux.close()
-		if c, ok := g.trans.(raft.WithClose); ok {
-			_ = c.Close()
+	g.leaderChange = make(chan struct{})
+	// A member (VoterNever with the stream) starts without Raft
+	// (raftless.go); every other node starts it now.
+	if !cfg.lazyRaft() {
+		if err := g.startRaft(); err != nil {
+			g.mux.close()
+			if c, ok := g.trans.(raft.WithClose); ok {
+				_ = c.Close()
+			}
+			return nil, err
 		}
-		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	g.raft = r
 	if g.rec != nil && cfg.StreamActive != nil {
 		g.follow = newStreamFollower(g, stream) // started below, once the RPC server runs
 	}
 	wt.setWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
-		if r.State() != raft.Leader || r.CurrentTerm() != term {
+		r := g.rft()
+		if r == nil || r.State() != raft.Leader || r.CurrentTerm() != term {
 			return false
 		}
 		for _, s := range r.GetConfiguration().Configuration().Servers {
@@ -335,14 +328,6 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		}
 		return false
 	})
-	g.leaderChange = make(chan struct{})
-	obs := make(chan raft.Observation, 16)
-	g.observer = raft.NewObserver(obs, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	r.RegisterObserver(g.observer)
-	g.goLoop(func() { g.leaderWatchLoop(obs) })
 	g.mux.start()
 	if g.follow != nil {
 		g.goLoop(g.follow.run)
@@ -361,10 +346,10 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if g.sub != nil {
 		g.goLoop(g.membershipLoop)
 	}
-	if !hasState && cfg.BootstrapExpect > 0 && peers != nil {
+	if !hasState && cfg.BootstrapExpect > 0 && peers != nil && g.HasRaft() {
 		g.goLoop(g.bootstrapLoop)
 	}
-	log.Info("cluster: control group started", "addr", g.addr, "existing_state", hasState)
+	log.Info("cluster: control group started", "addr", g.addr, "existing_state", hasState, "raft", g.HasRaft())
 	return g, nil
 }
 
@@ -392,11 +377,11 @@ func (g *ControlGroup) ID() string { return g.cfg.NodeID }
 
 // IsLeader reports whether Raft considers this node the leader right now.
 // Consumers that act as leader should follow Leadership instead.
-func (g *ControlGroup) IsLeader() bool { return g.raft.State() == raft.Leader }
+func (g *ControlGroup) IsLeader() bool { return g.isRaftLeader() }
 
 // Leader returns the current leader's id and address, "" if none is known.
 func (g *ControlGroup) Leader() (id, addr string) {
-	a, i := g.raft.LeaderWithID()
+	a, i := g.leaderWithID()
 	if g.follow != nil && (i == "" || g.needStream()) {
 		// A node out of Raft learns the leader from the stream.
 		if id, addr, ok := g.follow.streamLeader(); ok {
@@ -411,38 +396,52 @@ func (g *ControlGroup) Leader() (id, addr string) {
 // planned stop of the leader then costs a hand-over instead of an
 // election timeout. It returns nil when this node is not the leader.
 func (g *ControlGroup) TransferLeadership(ctx context.Context) error {
-	if g.raft.State() != raft.Leader {
+	r := g.rft()
+	if r == nil || r.State() != raft.Leader {
 		return nil
 	}
-	if err := g.waitCtx(ctx, g.raft.LeadershipTransfer()); err != nil {
+	if err := g.waitCtx(ctx, r.LeadershipTransfer()); err != nil {
 		return g.mapRaftErr(err)
 	}
 	return nil
 }
 
-// LastIndex is the last index in this node's Raft log.
-func (g *ControlGroup) LastIndex() uint64 { return g.raft.LastIndex() }
+// LastIndex is the last index in this node's Raft log (a member without
+// Raft: its stream index).
+func (g *ControlGroup) LastIndex() uint64 { return g.raftLastIndex() }
 
 // AppliedIndex is the last index applied to this node's FSM.
-func (g *ControlGroup) AppliedIndex() uint64 { return g.raft.AppliedIndex() }
+func (g *ControlGroup) AppliedIndex() uint64 { return g.appliedIndex() }
 
 // EstablishedTerm is the term in which this node established leadership
 // (its Barrier succeeded), 0 if it is not an established leader.
 func (g *ControlGroup) EstablishedTerm() uint64 { return g.established.Load() }
 
 // CommitIndex is the latest index this node knows to be committed.
-func (g *ControlGroup) CommitIndex() uint64 { return g.raft.CommitIndex() }
+func (g *ControlGroup) CommitIndex() uint64 { return g.commitIndex() }
 
 // Stats returns Raft's diagnostic counters (for status pages).
-func (g *ControlGroup) Stats() map[string]string { return g.raft.Stats() }
+func (g *ControlGroup) Stats() map[string]string {
+	if r := g.rft(); r != nil {
+		return r.Stats()
+	}
+	return map[string]string{"state": "Stream", "applied_index": fmt.Sprint(g.streamIndex())}
+}
 
 // Term is this node's current Raft term.
-func (g *ControlGroup) Term() uint64 { return g.raft.CurrentTerm() }
+func (g *ControlGroup) Term() uint64 { return g.currentTerm() }
 
 // Servers returns the latest Raft configuration known to this node, sorted
-// by id.
+// by id (a member without Raft: the voters the stream named last).
 func (g *ControlGroup) Servers() ([]ServerInfo, error) {
-	f := g.raft.GetConfiguration()
+	r := g.rft()
+	if r == nil {
+		if g.follow == nil {
+			return nil, errNoRaft
+		}
+		return g.follow.streamVoters(), nil
+	}
+	f := r.GetConfiguration()
 	if err := g.wait(f); err != nil {
 		return nil, g.mapRaftErr(err)
 	}
@@ -533,7 +532,13 @@ func (g *ControlGroup) Close(ctx context.Context) error {
 		if g.sub != nil {
 			g.sub.Close()
 		}
-		f := g.raft.Shutdown()
+		g.raftMu.Lock() // no start or drop from here on (closing is closed)
+		r := g.rft()
+		g.raftMu.Unlock()
+		var f raft.Future
+		if r != nil {
+			f = r.Shutdown()
+		}
 		// Close the transport before waiting for raft's goroutines: a
 		// replication goroutine blocked sending to a peer that is gone
 		// would otherwise hold the shutdown until ctx ends.
@@ -541,7 +546,10 @@ func (g *ControlGroup) Close(ctx context.Context) error {
 		if c, ok := g.trans.(raft.WithClose); ok {
 			_ = c.Close()
 		}
-		err := g.waitCtx(ctx, f)
+		var err error
+		if f != nil {
+			err = g.waitCtx(ctx, f)
+		}
 		g.pool.close()
 		g.wg.Wait()
 		g.events.closeOut()

@@ -23,8 +23,8 @@ import (
 // leaderChange. The observer never blocks Raft: an observation dropped on
 // a full channel only delays a forwarded command's cancellation to its
 // own deadline.
-func (g *ControlGroup) leaderWatchLoop(obs <-chan raft.Observation) {
-	defer g.raft.DeregisterObserver(g.observer)
+func (g *ControlGroup) leaderWatchLoop(r *raft.Raft, observer *raft.Observer, obs <-chan raft.Observation, stop <-chan struct{}) {
+	defer r.DeregisterObserver(observer)
 	for {
 		select {
 		case <-obs:
@@ -33,6 +33,8 @@ func (g *ControlGroup) leaderWatchLoop(obs <-chan raft.Observation) {
 			close(g.leaderChange)
 			g.leaderChange = make(chan struct{})
 			g.leaderMu.Unlock()
+		case <-stop:
+			return
 		case <-g.closing:
 			return
 		}
@@ -43,9 +45,9 @@ func (g *ControlGroup) leaderWatchLoop(obs <-chan raft.Observation) {
 // go-metrics gauges (httpapi.BridgeGoMetrics exports them as
 // tenure_control_term and tenure_control_leader).
 func (g *ControlGroup) reportTerm() {
-	gometrics.SetGauge([]string{"control", "term"}, float32(g.raft.CurrentTerm()))
+	gometrics.SetGauge([]string{"control", "term"}, float32(g.currentTerm()))
 	leader := float32(0)
-	if g.raft.State() == raft.Leader {
+	if g.isRaftLeader() {
 		leader = 1
 	}
 	gometrics.SetGauge([]string{"control", "leader"}, leader)
@@ -87,7 +89,11 @@ func (g *ControlGroup) whileLeader(ctx context.Context, addr string) (context.Co
 // Barrier waits until every entry committed before the call is applied to
 // the local FSM. Leader only (ErrNotLeader otherwise).
 func (g *ControlGroup) Barrier(ctx context.Context) error {
-	f := g.raft.Barrier(timeoutFrom(ctx))
+	r := g.rft()
+	if r == nil {
+		return ErrNotLeader
+	}
+	f := r.Barrier(timeoutFrom(ctx))
 	if err := g.waitCtx(ctx, f); err != nil {
 		return g.mapRaftErr(err)
 	}
@@ -158,7 +164,7 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 			res Applied
 			err error
 		)
-		if g.raft.State() == raft.Leader {
+		if g.isRaftLeader() {
 			g.leaderSeen.Store(true)
 			res, err = g.applyLocal(ctx, cmd)
 		} else if _, addr := g.Leader(); addr != "" && addr != g.addr {
@@ -238,7 +244,11 @@ func (g *ControlGroup) applyLocal(ctx context.Context, cmd []byte) (Applied, err
 			return Applied{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	}
-	f := g.raft.Apply(cmd, timeoutFrom(ctx))
+	r := g.rft()
+	if r == nil {
+		return Applied{}, ErrNotLeader
+	}
+	f := r.Apply(cmd, timeoutFrom(ctx))
 	if err := g.waitCtx(ctx, f); err != nil {
 		return Applied{}, g.mapRaftErr(err)
 	}
@@ -319,7 +329,7 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 	var noLeaderSince time.Time
 	for {
 		var err error
-		if g.raft.State() == raft.Leader {
+		if g.isRaftLeader() {
 			err = g.removeServer(ctx, args)
 		} else if _, addr := g.Leader(); addr != "" && addr != g.addr {
 			var reply wire.RemoveReply

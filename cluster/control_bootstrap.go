@@ -117,7 +117,7 @@ func (g *ControlGroup) bootstrapLoop() {
 	t := time.NewTicker(g.cfg.BootstrapInterval)
 	defer t.Stop()
 	for {
-		if g.raft.LastIndex() > 0 {
+		if g.raftLastIndex() > 0 {
 			return // bootstrapped, or joined by a leader
 		}
 		if g.tryBootstrap() {
@@ -173,7 +173,11 @@ func (g *ControlGroup) tryBootstrap() (done bool) {
 	for _, m := range chosen {
 		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr)})
 	}
-	err := g.raft.BootstrapCluster(conf).Error()
+	r := g.rft()
+	if r == nil {
+		return false
+	}
+	err := r.BootstrapCluster(conf).Error()
 	switch {
 	case err == nil:
 		g.log.Info("cluster: bootstrapped control group", "voters", choice)

@@ -176,12 +176,12 @@ func (g *ControlGroup) confirmTimeout() time.Duration {
 
 // voters returns the voters of the latest configuration (id → address).
 func (g *ControlGroup) voterAddrs() map[string]string {
-	f := g.raft.GetConfiguration()
-	if f.Error() != nil {
+	conf, err := g.latestConfiguration()
+	if err != nil {
 		return nil
 	}
 	out := map[string]string{}
-	for _, s := range f.Configuration().Servers {
+	for _, s := range conf.Servers {
 		if s.Suffrage == raft.Voter {
 			out[string(s.ID)] = string(s.Address)
 		}
@@ -196,10 +196,10 @@ func (g *ControlGroup) confirmOnce() error {
 		return ErrControlClosed
 	default:
 	}
-	term := g.raft.CurrentTerm()
+	term := g.currentTerm()
 	// This node's own yes: record first, then check (as every voter does).
 	g.confirms.record(term, time.Now())
-	if g.raft.State() != raft.Leader || g.raft.CurrentTerm() != term {
+	if !g.isRaftLeader() || g.currentTerm() != term {
 		return ErrNotLeader
 	}
 	voters := g.voterAddrs()
@@ -295,8 +295,8 @@ func (s *controlRPC) Confirm(args *wire.ConfirmArgs, reply *wire.ConfirmReply) e
 		return nil
 	}
 	g.confirms.record(args.Term, time.Now())
-	_, leader := g.raft.LeaderWithID()
-	reply.Yes = g.raft.CurrentTerm() == args.Term && string(leader) == args.Leader
+	_, leader := g.leaderWithID()
+	reply.Yes = g.currentTerm() == args.Term && string(leader) == args.Leader
 	return nil
 }
 
@@ -318,7 +318,7 @@ func (s *controlRPC) ConfirmAge(args *wire.ConfirmAgeArgs, reply *wire.ConfirmAg
 	defer cancel()
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for g.raft.CurrentTerm() < args.Term {
+	for g.currentTerm() < args.Term {
 		select {
 		case <-ctx.Done():
 			reply.Code, reply.Msg = wire.CodeTimeout, fmt.Sprintf("term %d not reached", args.Term)
@@ -346,7 +346,7 @@ func (s *controlRPC) isVoter(id string) bool {
 // never later than now. Without a quorum of answers within about an
 // election timeout (old binaries, partitions) it returns now.
 func (g *ControlGroup) EstablishBound(ctx context.Context, now time.Time) time.Time {
-	term := g.raft.CurrentTerm()
+	term := g.currentTerm()
 	voters := g.voterAddrs()
 	if _, ok := voters[g.cfg.NodeID]; !ok || term == 0 {
 		return now

@@ -24,14 +24,18 @@ import (
 // Raft refuses new commands while a transfer runs: call it after the
 // node's last proposal (its drain), never in the middle of work.
 func (g *ControlGroup) HandOverLeadership(ctx context.Context) (string, error) {
-	if g.raft.State() != raft.Leader || g.peers == nil {
+	if !g.isRaftLeader() || g.peers == nil {
 		return "", nil
 	}
 	target, addr := g.handOverTarget()
 	if target == "" {
 		return "", nil
 	}
-	f := g.raft.LeadershipTransferToServer(raft.ServerID(target), raft.ServerAddress(addr))
+	r := g.rft()
+	if r == nil {
+		return "", nil
+	}
+	f := r.LeadershipTransferToServer(raft.ServerID(target), raft.ServerAddress(addr))
 	if err := g.waitCtx(ctx, f); err != nil {
 		return target, g.mapRaftErr(err)
 	}

@@ -8,8 +8,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // notifyLoop reads Raft's NotifyCh promptly, so Raft never blocks on it, and
@@ -50,8 +48,8 @@ func (g *ControlGroup) leaderLoop() {
 		case <-g.closing:
 			return
 		}
-		leader := g.notifyLatest.Load() && g.raft.State() == raft.Leader
-		if term != 0 && (!leader || g.raft.CurrentTerm() != term) {
+		leader := g.notifyLatest.Load() && g.isRaftLeader()
+		if term != 0 && (!leader || g.currentTerm() != term) {
 			revoke()
 		}
 		if !leader || term != 0 {
@@ -92,15 +90,19 @@ func (g *ControlGroup) startReconcile() (stop func()) {
 // a leadership change never counts for the newer term).
 func (g *ControlGroup) establish() (uint64, bool) {
 	for {
-		term := g.raft.CurrentTerm()
-		err := g.wait(g.raft.Barrier(g.cfg.RPCTimeout))
-		if err == nil && g.raft.CurrentTerm() == term && g.raft.State() == raft.Leader {
+		r := g.rft()
+		if r == nil {
+			return 0, false
+		}
+		term := r.CurrentTerm()
+		err := g.wait(r.Barrier(g.cfg.RPCTimeout))
+		if err == nil && g.currentTerm() == term && g.isRaftLeader() {
 			return term, true
 		}
 		if err != nil {
 			g.log.Warn("cluster: barrier failed", "err", err)
 		}
-		if g.raft.State() != raft.Leader {
+		if !g.isRaftLeader() {
 			return 0, false
 		}
 		select {

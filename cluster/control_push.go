@@ -66,7 +66,8 @@ func (g *ControlGroup) pushLoop() {
 		case <-g.closing:
 			return
 		}
-		if g.raft.State() != raft.Leader {
+		r := g.rft()
+		if r == nil || r.State() != raft.Leader {
 			continue
 		}
 		if !entry && g.pushCommitIndex() {
@@ -75,8 +76,8 @@ func (g *ControlGroup) pushLoop() {
 		// The entry is appended after every entry committed so far, so
 		// its replication carries their commit. Waiting for it keeps one
 		// entry push in flight; pushes asked for meanwhile run next, once.
-		err := g.wait(g.raft.Apply(g.cfg.PushCommand, g.cfg.HeartbeatTimeout+g.cfg.ElectionTimeout))
-		if err != nil && g.raft.State() == raft.Leader {
+		err := g.wait(r.Apply(g.cfg.PushCommand, g.cfg.HeartbeatTimeout+g.cfg.ElectionTimeout))
+		if err != nil && g.isRaftLeader() {
 			g.log.Debug("cluster: commit push failed", "err", err)
 		}
 	}
@@ -88,23 +89,27 @@ func (g *ControlGroup) pushLoop() {
 // current term, or the entry is no longer in its log. Answers arrive
 // later; a follower that lacked the entry asks for an entry push.
 func (g *ControlGroup) pushCommitIndex() bool {
-	term := g.raft.CurrentTerm()
-	if g.established.Load() != term || g.raft.State() != raft.Leader {
+	term := g.currentTerm()
+	if g.established.Load() != term || !g.isRaftLeader() {
 		return false
 	}
-	index := g.raft.CommitIndex()
+	index := g.commitIndex()
 	var prev raft.Log
 	if index == 0 || g.cfg.LogStore.GetLog(index, &prev) != nil {
 		return false
 	}
 	// Still the leader of that term: the request speaks for it.
-	if g.raft.CurrentTerm() != term || g.raft.State() != raft.Leader {
+	if g.currentTerm() != term || !g.isRaftLeader() {
 		return false
 	}
 	self := raft.ServerID(g.cfg.NodeID)
 	trans := g.pushTrans
 	addr := trans.EncodePeer(self, trans.LocalAddr())
-	for _, s := range g.raft.GetConfiguration().Configuration().Servers {
+	conf, err := g.latestConfiguration()
+	if err != nil {
+		return false
+	}
+	for _, s := range conf.Servers {
 		if s.ID == self {
 			continue
 		}

@@ -127,15 +127,15 @@ func TestControlPushCommitOnlyCommitted(t *testing.T) {
 		h.mem.Cut(leader.addr, cut.addr)
 		h.mem.Cut(cut.addr, leader.addr)
 		h.mem.Cut(holder.addr, leader.addr)
-		before := holder.g.raft.LastIndex()
-		leader.g.raft.Apply([]byte("x"), 0) // never commits while the cuts last
+		before := holder.g.rft().LastIndex()
+		leader.g.rft().Apply([]byte("x"), 0) // never commits while the cuts last
 		waitFor(t, time.Second, holder.id+" stores the uncommitted entry", func() bool {
-			return holder.g.raft.LastIndex() > before
+			return holder.g.rft().LastIndex() > before
 		})
 		leader.g.PushCommit()
 		time.Sleep(20 * time.Millisecond)
 		synctest.Wait()
-		if leader.g.raft.State() != raft.Leader {
+		if leader.g.rft().State() != raft.Leader {
 			t.Fatalf("%s is no longer leader: the check ran too late (its leader lease is %v)", leader.id, TestControlConfig().LeaderLeaseTimeout)
 		}
 		if slices.Contains(holder.fsm.entries(), "x") {

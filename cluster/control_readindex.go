@@ -13,8 +13,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hashicorp/raft"
-
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -71,7 +69,7 @@ func (g *ControlGroup) ReadIndex(ctx context.Context) (uint64, error) {
 // (no-ops, barriers, configuration changes): they change nothing a read
 // observes.
 func (g *ControlGroup) readIndexLocal(ctx context.Context) (uint64, error) {
-	if g.raft.State() != raft.Leader {
+	if !g.isRaftLeader() {
 		return 0, ErrNotLeader
 	}
 	idx := g.renewIndex()

@@ -466,7 +466,7 @@ func (g *ControlGroup) probeCaughtUp(ctx context.Context, servers []ServerInfo, 
 			alive[m.ID] = true
 		}
 	}
-	commit := g.raft.CommitIndex()
+	commit := g.commitIndex()
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -498,21 +498,25 @@ func (g *ControlGroup) probeCaughtUp(ctx context.Context, servers []ServerInfo, 
 
 func (g *ControlGroup) applyChange(c raftChange) error {
 	id, addr, to := raft.ServerID(c.ID), raft.ServerAddress(c.Addr), g.cfg.RPCTimeout
+	r := g.rft()
+	if r == nil {
+		return ErrNotLeader
+	}
 	var f raft.IndexFuture
 	switch c.Kind {
 	case changeAddNonvoter:
-		f = g.raft.AddNonvoter(id, addr, 0, to)
+		f = r.AddNonvoter(id, addr, 0, to)
 	case changePromote:
-		f = g.raft.AddVoter(id, addr, 0, to)
+		f = r.AddVoter(id, addr, 0, to)
 	case changeDemote:
-		f = g.raft.DemoteVoter(id, 0, to)
+		f = r.DemoteVoter(id, 0, to)
 	case changeRemove:
-		f = g.raft.RemoveServer(id, 0, to)
+		f = r.RemoveServer(id, 0, to)
 	case changeUpdateAddr:
 		if c.Voter {
-			f = g.raft.AddVoter(id, addr, 0, to)
+			f = r.AddVoter(id, addr, 0, to)
 		} else {
-			f = g.raft.AddNonvoter(id, addr, 0, to)
+			f = r.AddNonvoter(id, addr, 0, to)
 		}
 	default:
 		return fmt.Errorf("cluster: unknown change kind %d", c.Kind)

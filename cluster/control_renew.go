@@ -106,7 +106,7 @@ func (g *ControlGroup) renewLocal(ctx context.Context, req RenewRequest) (RenewR
 	if g.cfg.Renew == nil {
 		return RenewResult{}, ErrRenewUnsupported
 	}
-	if g.raft.State() != raft.Leader {
+	if !g.isRaftLeader() {
 		return RenewResult{}, ErrNotLeader
 	}
 	commit := g.renewIndex()
@@ -183,7 +183,7 @@ func (s *controlRPC) Renew(args *wire.RenewArgs, reply *wire.RenewReply) error {
 // finds no command there (or cannot read the log) it answers LastIndex, the
 // conservative index.
 func (g *ControlGroup) renewIndex() uint64 {
-	last := g.raft.LastIndex()
+	last := g.raftLastIndex()
 	var l raft.Log
 	for i := last; i > 0 && last-i < renewScan; i-- {
 		if err := g.cfg.LogStore.GetLog(i, &l); err != nil {

@@ -61,9 +61,9 @@ func (p *proofLog) provenAt(id, addr string) bool {
 // idsAt returns the ids the Raft configuration and gossip place at addr.
 func (g *ControlGroup) idsAt(addr string) map[string]bool {
 	ids := map[string]bool{}
-	if g.raft != nil {
-		if f := g.raft.GetConfiguration(); f.Error() == nil {
-			for _, s := range f.Configuration().Servers {
+	if conf, err := g.latestConfiguration(); err == nil {
+		{
+			for _, s := range conf.Servers {
 				if string(s.Address) == addr {
 					ids[string(s.ID)] = true
 				}
@@ -182,7 +182,7 @@ func (g *ControlGroup) checkDialed(ctx context.Context, addr string, c net.Conn)
 	if p.IsOperator() {
 		return Peer{}, fmt.Errorf("cluster: server at %s presented an operator certificate (%s), not a node's", addr, p.ID)
 	}
-	if g.peers == nil && g.raft == nil {
+	if g.peers == nil && g.rft() == nil && !g.cfg.lazyRaft() {
 		g.proofs.record(p.ID, addr)
 		return p, nil
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/certs"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
-	"github.com/tenurehq/tenure/internal/pki"
 )
 
 // encodeConfig encodes servers given as "id:V|N|S@addr" (addr defaults to
@@ -249,7 +249,7 @@ type raftStats struct {
 }
 
 func statsOf(n *testNode) raftStats {
-	return raftStats{term: n.g.raft.CurrentTerm(), lastIndex: n.g.raft.LastIndex(), entries: strings.Join(n.fsm.entries(), ",")}
+	return raftStats{term: n.g.rft().CurrentTerm(), lastIndex: n.g.rft().LastIndex(), entries: strings.Join(n.fsm.entries(), ",")}
 }
 
 // The issue 24 attack: against a voter follower of a real TLS control
@@ -291,14 +291,14 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 		attacker
 		id string
 	}{
-		{attacker{"member certificate n4", p.reloader(pki.Identity{Name: "n4", Role: pki.RoleMember}).ClientConfig()}, "n4"},
-		{attacker{"non-voter node certificate n5", p.reloader(pki.Identity{Name: "n5", Role: pki.RoleNode}).ClientConfig()}, "n5"},
+		{attacker{"member certificate n4", p.reloader(certs.Identity{Name: "n4", Role: certs.RoleMember}).ClientConfig()}, "n4"},
+		{attacker{"non-voter node certificate n5", p.reloader(certs.Identity{Name: "n5", Role: certs.RoleNode}).ClientConfig()}, "n5"},
 	}
 	// forgedAppend is the issue's attack: an entry right after the voter's
 	// log at a higher term, committed at once.
 	forgedAppend := func(id string, term uint64, typ raft.LogType, data []byte) *raft.AppendEntriesRequest {
-		last := voter.g.raft.LastIndex()
-		lastTerm, _ := strconv.ParseUint(voter.g.raft.Stats()["last_log_term"], 10, 64)
+		last := voter.g.rft().LastIndex()
+		lastTerm, _ := strconv.ParseUint(voter.g.rft().Stats()["last_log_term"], 10, 64)
 		return &raft.AppendEntriesRequest{
 			RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte("127.0.0.1:1")},
 			Term:         term,
@@ -370,7 +370,7 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 	waitFor(t, 30*time.Second, "the forged entry applied on the unguarded voter", func() bool {
 		return bytes.Contains([]byte(strings.Join(voter.fsm.entries(), ",")), []byte("forged"))
 	})
-	if term := voter.g.raft.CurrentTerm(); term < ctl {
+	if term := voter.g.rft().CurrentTerm(); term < ctl {
 		t.Errorf("unguarded voter's term %d, want the attacker's %d", term, ctl)
 	}
 }

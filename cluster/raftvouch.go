@@ -89,8 +89,8 @@ func (g *ControlGroup) vouchLoop() {
 // since-demoted server as a voter and follow it, and one such word must
 // not carry an up-to-date voter along.
 func (g *ControlGroup) askVoters(req vouchRequest) (by []string, ok bool) {
-	f := g.raft.GetConfiguration()
-	if f.Error() != nil {
+	conf, err := g.latestConfiguration()
+	if err != nil {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), vouchTimeout)
@@ -107,7 +107,7 @@ func (g *ControlGroup) askVoters(req vouchRequest) (by []string, ok bool) {
 		wg      sync.WaitGroup
 		answers []wire.StatusReply
 	)
-	for _, s := range f.Configuration().Servers {
+	for _, s := range conf.Servers {
 		if s.Suffrage != raft.Voter || string(s.ID) == g.cfg.NodeID || string(s.ID) == req.id {
 			continue
 		}

@@ -275,7 +275,7 @@ func TestControlWaitIsNoContact(t *testing.T) {
 		waitFor(t, 100*time.Millisecond, "replication waiting for both followers", func() bool {
 			return leader.g.waitT.waiting.Load() == 2
 		})
-		if err := leader.g.raft.VerifyLeader().Error(); err == nil {
+		if err := leader.g.rft().VerifyLeader().Error(); err == nil {
 			t.Fatal("VerifyLeader succeeded with both followers down")
 		}
 		waitFor(t, 5*time.Second, "the leader to step down", func() bool {

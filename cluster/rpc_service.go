@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -114,7 +112,7 @@ func (s *controlRPC) authorize(ctx context.Context, cmd []byte) error {
 	if !s.authenticated || g.cfg.Authorize == nil {
 		return nil
 	}
-	if err := g.waitApplied(ctx, g.raft.CommitIndex()); err != nil {
+	if err := g.waitApplied(ctx, g.commitIndex()); err != nil {
 		return err
 	}
 	if err := g.cfg.Authorize(s.peer, cmd); err != nil {
@@ -146,7 +144,7 @@ func (s *controlRPC) Apply(args *wire.ApplyArgs, reply *wire.ApplyReply) error {
 		return nil
 	default:
 	}
-	if g.raft.State() != raft.Leader {
+	if !g.isRaftLeader() {
 		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
 		return nil
 	}
@@ -193,7 +191,7 @@ func (s *controlRPC) Remove(args *wire.RemoveArgs, reply *wire.RemoveReply) erro
 		g.log.Warn("cluster: refused a removal", "peer", s.peer.String(), "server", args.ID)
 		return nil
 	}
-	if g.raft.State() != raft.Leader {
+	if !g.isRaftLeader() {
 		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
 		return nil
 	}
@@ -209,12 +207,12 @@ func (s *controlRPC) Remove(args *wire.RemoveArgs, reply *wire.RemoveReply) erro
 
 // waitApplied waits until the FSM has applied index (or ctx ends).
 func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
-	if g.raft.AppliedIndex() >= index {
+	if g.appliedIndex() >= index {
 		return nil
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for g.raft.AppliedIndex() < index {
+	for g.appliedIndex() < index {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: waiting to apply index %d: %w", ErrTimeout, index, ctx.Err())
@@ -227,15 +225,15 @@ func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
 }
 
 func (g *ControlGroup) status() wire.StatusReply {
-	_, leader := g.raft.LeaderWithID()
+	_, leader := g.leaderWithID()
 	return wire.StatusReply{
 		Leader:       string(leader),
 		ID:           g.cfg.NodeID,
 		Addr:         g.addr,
-		HasState:     g.raft.LastIndex() > 0,
-		LastIndex:    g.raft.LastIndex(),
-		AppliedIndex: g.raft.AppliedIndex(),
-		Term:         g.raft.CurrentTerm(),
+		HasState:     g.raftLastIndex() > 0,
+		LastIndex:    g.raftLastIndex(),
+		AppliedIndex: g.appliedIndex(),
+		Term:         g.currentTerm(),
 		Bootstrap:    g.bootstrapChoice(),
 	}
 }

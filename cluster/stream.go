@@ -104,12 +104,23 @@ type StreamStatus struct {
 // streamServerStats are the server side's counters.
 type streamServerStats struct {
 	subs                        atomic.Int64
+	calls                       atomic.Uint64 // Subscribe calls received
 	bytesSent, refused, snapped atomic.Uint64
 }
 
 // streamServing reports why this node does not serve the stream now, ""
 // when it does.
-func (g *ControlGroup) streamServing() string {
+func (g *ControlGroup) streamServing() (wire.ReplyCode, string) {
+	if why := g.streamServingWhy(); why != "" {
+		if g.rec != nil && g.cfg.AppliedIndex != nil && (g.cfg.StreamActive == nil || !g.cfg.StreamActive()) {
+			return wire.CodeStreamNotActive, why
+		}
+		return wire.CodeUnsupported, why
+	}
+	return wire.CodeOK, ""
+}
+
+func (g *ControlGroup) streamServingWhy() string {
 	switch {
 	case g.rec == nil || g.cfg.AppliedIndex == nil:
 		return "no stream on this node"
@@ -123,10 +134,11 @@ func (g *ControlGroup) streamServing() string {
 		return "closing"
 	default:
 	}
-	if _, id := g.raft.LeaderWithID(); id == "" {
+	if _, id := g.leaderWithID(); id == "" {
 		return "no leader known"
 	}
-	for _, s := range g.raft.GetConfiguration().Configuration().Servers {
+	conf, _ := g.latestConfiguration()
+	for _, s := range conf.Servers {
 		if string(s.ID) == g.cfg.NodeID {
 			return ""
 		}
@@ -137,9 +149,9 @@ func (g *ControlGroup) streamServing() string {
 // streamHeader fills the server's view into r.
 func (g *ControlGroup) streamHeader(r *wire.SubscribeReply) {
 	r.Applied = g.rec.lastIndex()
-	r.Commit = g.raft.CommitIndex()
-	r.Term = g.raft.CurrentTerm()
-	addr, id := g.raft.LeaderWithID()
+	r.Commit = g.commitIndex()
+	r.Term = g.currentTerm()
+	addr, id := g.leaderWithID()
 	r.Leader, r.LeaderAddr = string(id), string(addr)
 	voters := g.voterAddrs()
 	r.Voters, r.VoterAddrs = nil, nil
@@ -163,14 +175,15 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 // FSM applied after args.From, or a snapshot chunk (see stream.go).
 func (s *controlRPC) Subscribe(args *wire.SubscribeArgs, reply *wire.SubscribeReply) error {
 	g := s.g
+	g.streamStats.calls.Add(1)
 	if args == nil || args.Offset < 0 || args.MaxBytes < 0 || args.Wait < 0 {
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad subscribe arguments"
 		return nil
 	}
-	if why := g.streamServing(); why != "" {
+	if code, why := g.streamServing(); why != "" {
 		g.streamStats.refused.Add(1)
 		gometrics.IncrCounter([]string{"stream", "drops"}, 1)
-		reply.Code, reply.Msg = wire.CodeUnsupported, why
+		reply.Code, reply.Msg = code, why
 		return nil
 	}
 	if g.streamStats.subs.Add(1) > int64(g.cfg.StreamMaxSubscribers) {
@@ -206,7 +219,7 @@ func (s *controlRPC) Subscribe(args *wire.SubscribeArgs, reply *wire.SubscribeRe
 		// leader from the reply (their renewals and proposals go there).
 		leaderChange := g.leaderChanged()
 		entries, pos, wake := g.rec.read(args.From, maxBytes)
-		if _, id := g.raft.LeaderWithID(); string(id) != args.Leader && pos == posEntries && len(entries) == 0 {
+		if _, id := g.leaderWithID(); string(id) != args.Leader && pos == posEntries && len(entries) == 0 {
 			g.streamHeader(reply) // the subscriber's leader is out of date
 			return nil
 		}
@@ -293,15 +306,16 @@ func (g *ControlGroup) needStream() bool {
 	if g.cfg.Voter == VoterNever {
 		return true
 	}
-	if g.raft.State() == raft.Leader {
+	if g.isRaftLeader() {
 		return false
 	}
-	for _, s := range g.raft.GetConfiguration().Configuration().Servers {
+	conf, _ := g.latestConfiguration()
+	for _, s := range conf.Servers {
 		if string(s.ID) == g.cfg.NodeID {
 			if s.Suffrage == raft.Voter {
 				return false
 			}
-			return time.Since(g.raft.LastContact()) > 3*g.cfg.ElectionTimeout
+			return time.Since(g.lastContact()) > 3*g.cfg.ElectionTimeout
 		}
 	}
 	return true
@@ -481,6 +495,8 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 		cancel()
 		if err != nil {
 			if isNoMethod(err) {
+				// An older binary: the cluster is below version 5.
+				f.belowStream()
 				return progressed, fmt.Errorf("%w: %s: %v", ErrStreamUnavailable, addr, err)
 			}
 			return progressed, fmt.Errorf("cluster: stream from %s: %w", addr, err)
@@ -490,6 +506,9 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 		case wire.CodeStreamReset:
 			snap, snapID = nil, 0
 			continue
+		case wire.CodeStreamNotActive:
+			f.belowStream()
+			return progressed, fmt.Errorf("%w: %s: %s", ErrStreamUnavailable, addr, reply.Msg)
 		case wire.CodeUnsupported, wire.CodeClosed:
 			return progressed, fmt.Errorf("%w: %s: %s", ErrStreamUnavailable, addr, reply.Msg)
 		default:
@@ -539,9 +558,25 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 			return progressed, err
 		}
 		f.note(addr, &reply)
+		if g.rft() != nil {
+			g.dropRaft()
+		}
 		if snapID == 0 && !g.needStream() {
 			return progressed, errNotNeeded
 		}
+	}
+}
+
+// belowStream is told that a voter does not serve the stream because the
+// cluster is below version 5: a member without Raft starts it, to be a
+// Raft non-voter as before (raftless.go).
+func (f *streamFollower) belowStream() {
+	g := f.g
+	if g.rft() != nil || !g.cfg.lazyRaft() || g.cfg.StreamActive() {
+		return
+	}
+	if err := g.startRaft(); err != nil && !errors.Is(err, ErrControlClosed) {
+		g.log.Warn("cluster: start raft below the stream's version", "err", err)
 	}
 }
 

@@ -114,7 +114,7 @@ type streamHarness struct {
 	tune    func(*ControlConfig)
 }
 
-func newStreamHarness(t *testing.T, members ...string) *streamHarness {
+func newStreamHarness(t testing.TB, members ...string) *streamHarness {
 	sh := &streamHarness{harness: newMemHarness(t, 1), fsms: map[string]*seqFSM{}, members: map[string]bool{}}
 	for _, m := range members {
 		sh.members[m] = true
@@ -202,6 +202,9 @@ func TestStreamMemberFollowsOutsideRaft(t *testing.T) {
 		st := sh.nodes["m1"].g.StreamStatus()
 		if !st.Following || st.Entries == 0 || st.Server == "" {
 			t.Fatalf("member stream status %+v", st)
+		}
+		if sh.nodes["m1"].g.HasRaft() {
+			t.Fatal("a member on the stream runs a raft instance")
 		}
 		if id, _ := sh.nodes["m1"].g.Leader(); id != l.id {
 			t.Fatalf("member's leader %q, want %q", id, l.id)
@@ -330,6 +333,9 @@ func TestStreamSwitchFromRaft(t *testing.T) {
 		if st := sh.nodes["m1"].g.StreamStatus(); st.Entries != 0 {
 			t.Fatalf("member used the stream before it was active: %+v", st)
 		}
+		if !sh.nodes["m1"].g.HasRaft() {
+			t.Fatal("below the stream's version a member runs no raft: it cannot be a non-voter")
+		}
 		sh.active.Store(true)
 		sh.waitConfig(30*time.Second, "n1:V n2:V n3:V")
 		sh.applyN(l, "b", 10)
@@ -338,6 +344,11 @@ func TestStreamSwitchFromRaft(t *testing.T) {
 		if st := sh.nodes["m1"].g.StreamStatus(); st.Entries == 0 {
 			t.Fatalf("member not on the stream: %+v", st)
 		}
+		// Out of the configuration and on the stream, it drops its Raft.
+		waitFor(t, 30*time.Second, "m1 drops raft", func() bool { return !sh.nodes["m1"].g.HasRaft() })
+		sh.applyN(l, "c", 5)
+		sh.waitSame("m1", l.id)
+		sh.checkSeq("m1", l.id)
 	})
 }
 
@@ -428,7 +439,7 @@ func TestStreamServerCapAndRefusal(t *testing.T) {
 		if l.id != "n1" {
 			sh.apply(l, "x", 30*time.Second)
 		}
-		waitFor(t, 30*time.Second, "n1 serves", func() bool { return g.streamServing() == "" })
+		waitFor(t, 30*time.Second, "n1 serves", func() bool { return g.streamServingWhy() == "" })
 		rpcs := &controlRPC{g: g}
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -447,7 +458,7 @@ func TestStreamServerCapAndRefusal(t *testing.T) {
 		sh.active.Store(false)
 		r = wire.SubscribeReply{}
 		_ = rpcs.Subscribe(&wire.SubscribeArgs{}, &r)
-		if r.Code != wire.CodeUnsupported {
+		if r.Code != wire.CodeStreamNotActive {
 			t.Fatalf("stream not active: code %d", r.Code)
 		}
 		r = wire.SubscribeReply{}

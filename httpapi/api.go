@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -28,7 +27,7 @@ import (
 const (
 	// maxBodyBytes bounds every request body: the ledger's largest job
 	// payload plus room for the other fields.
-	maxBodyBytes = ledger.DefaultMaxPayload + 4*ledger.MaxStringLen + 1024
+	maxBodyBytes = node.DefaultMaxPayload + 4*node.MaxStringLen + 1024
 	// maxMoves is how many recent ownership moves /v1/moves keeps.
 	maxMoves = 256
 	// defaultJobsLimit and maxJobsLimit bound a page of GET /v1/jobs.
@@ -379,8 +378,8 @@ func pageParams(w http.ResponseWriter, r *http.Request, def, max int) (limit int
 		limit = n
 	}
 	after = q.Get("after")
-	if len(after) > ledger.MaxStringLen {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("after: %d bytes, want at most %d", len(after), ledger.MaxStringLen))
+	if len(after) > node.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("after: %d bytes, want at most %d", len(after), node.MaxStringLen))
 		return 0, "", false
 	}
 	return limit, after, true
@@ -419,8 +418,8 @@ func pageAfter[T any](items []T, after string, key func(T) string) []T {
 // owner answers the shard ?key= hashes to and its committed owner.
 func (h *Handler) owner(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
-	if key == "" || len(key) > ledger.MaxStringLen {
-		writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("key: want 1..%d bytes", ledger.MaxStringLen))
+	if key == "" || len(key) > node.MaxStringLen {
+		writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("key: want 1..%d bytes", node.MaxStringLen))
 		return
 	}
 	id := h.node.ShardFor(key)
@@ -456,25 +455,23 @@ func (h *Handler) shard(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) members(w http.ResponseWriter, r *http.Request) {
-	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
-	if !ok {
-		return
-	}
-	id := func(m apitypes.Member) string { return m.ID }
-	ms := h.node.Members()
-	slices.SortStableFunc(ms, func(x, y apitypes.Member) int { return strings.Compare(x.ID, y.ID) })
-	writeList(w, r, pageAfter(ms, after, id), limit, id)
+	listByKey(w, r, h.node.Members, func(m apitypes.Member) string { return m.ID })
 }
 
 func (h *Handler) elections(w http.ResponseWriter, r *http.Request) {
+	listByKey(w, r, h.node.Elections, func(e apitypes.Election) string { return e.Name })
+}
+
+// listByKey answers the items get returns, sorted by key and paged with
+// ?limit= and ?after= (a key).
+func listByKey[T any](w http.ResponseWriter, r *http.Request, get func() []T, key func(T) string) {
 	limit, after, ok := pageParams(w, r, maxListLimit, maxListLimit)
 	if !ok {
 		return
 	}
-	name := func(e apitypes.Election) string { return e.Name }
-	es := h.node.Elections()
-	slices.SortStableFunc(es, func(x, y apitypes.Election) int { return strings.Compare(x.Name, y.Name) })
-	writeList(w, r, pageAfter(es, after, name), limit, name)
+	items := get()
+	slices.SortStableFunc(items, func(x, y T) int { return strings.Compare(key(x), key(y)) })
+	writeList(w, r, pageAfter(items, after, key), limit, key)
 }
 
 // listMoves answers the recent moves, newest first; ?limit= bounds them
@@ -507,13 +504,13 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	// The ledger's limits, checked before anything is proposed.
 	for _, f := range []struct{ name, v string }{{"key", req.Key}, {"type", req.Type}, {"shard_key", req.ShardKey}} {
-		if len(f.v) > ledger.MaxStringLen {
-			writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%q is %d bytes long: at most %d", f.name, len(f.v), ledger.MaxStringLen))
+		if len(f.v) > node.MaxStringLen {
+			writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%q is %d bytes long: at most %d", f.name, len(f.v), node.MaxStringLen))
 			return
 		}
 	}
-	if len(req.Payload) > ledger.DefaultMaxPayload {
-		writeErrorCode(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(`"payload" is %d bytes: at most %d`, len(req.Payload), ledger.DefaultMaxPayload))
+	if len(req.Payload) > node.DefaultMaxPayload {
+		writeErrorCode(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(`"payload" is %d bytes: at most %d`, len(req.Payload), node.DefaultMaxPayload))
 		return
 	}
 	id, keyed, ok := idempotencyKey(w, r)

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,9 +16,9 @@ import (
 )
 
 // serveFake starts the API over a fakeNode, with Run feeding /v1/moves.
-func serveFake(t *testing.T, token string) (*apifake.Node, *httptest.Server) {
+func serveFake(t *testing.T, token string) (*httpapitest.Node, *httptest.Server) {
 	t.Helper()
-	return apifake.Serve(t, token)
+	return httpapitest.Serve(t, token)
 }
 
 // TestAPIErrorsAreJSON runs every bad request and checks the status code
@@ -272,9 +272,9 @@ func TestAPIRecoversFromPanic(t *testing.T) {
 	}
 }
 
-func serveFakeWithDashboard(t *testing.T) (*apifake.Node, *httptest.Server) {
+func serveFakeWithDashboard(t *testing.T) (*httpapitest.Node, *httptest.Server) {
 	t.Helper()
-	return apifake.ServeWith(t, httpapi.Options{})
+	return httpapitest.ServeWith(t, httpapi.Options{})
 }
 
 func TestDashboardServed(t *testing.T) {
@@ -319,7 +319,7 @@ func TestAPIRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	mine := prometheus.NewCounter(prometheus.CounterOpts{Name: "service_requests_total", Help: "x"})
 	reg.MustRegister(mine)
-	h, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Registry: reg})
+	h, err := httpapi.NewWithBackend(httpapitest.NewNode(), httpapi.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,10 +330,10 @@ func TestAPIRegistry(t *testing.T) {
 	if r.code != 200 || !strings.Contains(r.body, "service_requests_total") || !strings.Contains(r.body, "tenure_shards_owned") {
 		t.Fatalf("/metrics: %d %.300s", r.code, r.body)
 	}
-	if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Registry: reg}); err == nil {
+	if _, err := httpapi.NewWithBackend(httpapitest.NewNode(), httpapi.Options{Registry: reg}); err == nil {
 		t.Fatal("a second handler registered on the same registry")
 	}
-	if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{ReadToken: "r"}); err == nil {
+	if _, err := httpapi.NewWithBackend(httpapitest.NewNode(), httpapi.Options{ReadToken: "r"}); err == nil {
 		t.Fatal("a read token without a write token accepted")
 	}
 }

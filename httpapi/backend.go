@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
@@ -145,4 +146,14 @@ type JobQuery struct {
 	Shard *uint32
 	State string // "" = any
 	Limit int
+}
+
+// optional returns the handler's node as B, the interface of an optional
+// capability, or answers 501 with why and false when the node lacks it.
+func optional[B any](h *Handler, w http.ResponseWriter, why string) (B, bool) {
+	b, ok := h.node.(B)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, why)
+	}
+	return b, ok
 }

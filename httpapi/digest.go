@@ -31,9 +31,8 @@ type digestJSON struct {
 }
 
 func (h *Handler) digest(w http.ResponseWriter, r *http.Request) {
-	db, ok := h.node.(DigestBackend)
+	db, ok := optional[DigestBackend](h, w, "this node cannot hash its replica")
 	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node cannot hash its replica")
 		return
 	}
 	index, err := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)

@@ -37,16 +37,8 @@ func (a *nodeAdapter) SetFenced(ctx context.Context, req apitypes.FencedRequest)
 	return classifyPlacement(a.n.SetFencedTakeover(ctx, req.First, req.Last, req.Fenced))
 }
 
-func (h *Handler) fencedNode(w http.ResponseWriter) (FencedBackend, bool) {
-	fb, ok := h.node.(FencedBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node keeps no fenced-takeover policy")
-	}
-	return fb, ok
-}
-
 func (h *Handler) fencedPolicy(w http.ResponseWriter, r *http.Request) {
-	fb, ok := h.fencedNode(w)
+	fb, ok := optional[FencedBackend](h, w, "this node keeps no fenced-takeover policy")
 	if !ok {
 		return
 	}
@@ -67,7 +59,7 @@ func (h *Handler) setFenced(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "first after last")
 		return
 	}
-	fb, ok := h.fencedNode(w)
+	fb, ok := optional[FencedBackend](h, w, "this node keeps no fenced-takeover policy")
 	if !ok {
 		return
 	}

@@ -10,11 +10,11 @@ import (
 
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 )
 
 type fencedFake struct {
-	*apifake.Node
+	*httpapitest.Node
 	policy   apitypes.FencedPolicy
 	inactive bool
 }
@@ -37,7 +37,7 @@ func (f *fencedFake) SetFenced(_ context.Context, r apitypes.FencedRequest) erro
 // version 4 and 400 for a bad range; GET lists the policy; a node without
 // the policy answers 501.
 func TestAPIFenced(t *testing.T) {
-	f := &fencedFake{Node: apifake.NewNode(), policy: apitypes.FencedPolicy{Ranges: []apitypes.FencedRange{}}, inactive: true}
+	f := &fencedFake{Node: httpapitest.NewNode(), policy: apitypes.FencedPolicy{Ranges: []apitypes.FencedRange{}}, inactive: true}
 	h, err := httpapi.NewWithBackend(f, httpapi.Options{Token: "w", ReadToken: "r"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestAPIFenced(t *testing.T) {
 		t.Fatalf("GET: %d %s", rp.code, rp.body)
 	}
 
-	plain, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Token: "w"})
+	plain, err := httpapi.NewWithBackend(httpapitest.NewNode(), httpapi.Options{Token: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 )
 
 type reply struct {
@@ -17,13 +17,13 @@ type reply struct {
 
 func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr ...string) reply {
 	t.Helper()
-	r := apifake.Do(t, srv, method, path, body, hdr...)
+	r := httpapitest.Do(t, srv, method, path, body, hdr...)
 	return reply{r.Code, r.Body, r.Hdr}
 }
 
 func decodeAs[T any](t *testing.T, r reply) T {
 	t.Helper()
-	return apifake.DecodeAs[T](t, apifake.Reply{Code: r.code, Body: r.body, Hdr: r.hdr})
+	return httpapitest.DecodeAs[T](t, httpapitest.Reply{Code: r.code, Body: r.body, Hdr: r.hdr})
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

@@ -13,15 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
 )
 
 // serveScoped serves the API over a fakeNode with a write and a read token.
-func serveScoped(t *testing.T, metricsAuth bool) (*apifake.Node, *httptest.Server) {
+func serveScoped(t *testing.T, metricsAuth bool) (*httpapitest.Node, *httptest.Server) {
 	t.Helper()
-	f := apifake.NewNode()
+	f := httpapitest.NewNode()
 	a, err := httpapi.NewWithBackend(f, httpapi.Options{Token: "w-token", ReadToken: "r-token", MetricsAuth: metricsAuth,
 		DrainWait: 200 * time.Millisecond})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/node"
 )
@@ -52,16 +51,8 @@ func classifyUnsupported(err error) error {
 	return classify(err)
 }
 
-func (h *Handler) keyringNode(w http.ResponseWriter) (KeyringBackend, bool) {
-	kn, ok := h.node.(KeyringBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node has no gossip keyring")
-	}
-	return kn, ok
-}
-
 func (h *Handler) keyring(w http.ResponseWriter, r *http.Request) {
-	kn, ok := h.keyringNode(w)
+	kn, ok := optional[KeyringBackend](h, w, "this node has no gossip keyring")
 	if !ok {
 		return
 	}
@@ -74,7 +65,7 @@ func (h *Handler) keyring(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) keyringOp(w http.ResponseWriter, r *http.Request) {
-	kn, ok := h.keyringNode(w)
+	kn, ok := optional[KeyringBackend](h, w, "this node has no gossip keyring")
 	if !ok {
 		return
 	}
@@ -87,7 +78,7 @@ func (h *Handler) keyringOp(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	key, err := cluster.ParseGossipKey(req.Key)
+	key, err := node.ParseGossipKey(req.Key)
 	if err != nil {
 		writeErrorCode(w, http.StatusBadRequest, "invalid", `"key": `+err.Error())
 		return

@@ -7,7 +7,6 @@ import (
 	"net/http"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -49,16 +48,8 @@ func classifyPlacement(err error) error {
 	return classifyUnsupported(err)
 }
 
-func (h *Handler) placementNode(w http.ResponseWriter) (PlacementBackend, bool) {
-	pn, ok := h.node.(PlacementBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node keeps no placement rules")
-	}
-	return pn, ok
-}
-
 func (h *Handler) placementRules(w http.ResponseWriter, r *http.Request) {
-	pn, ok := h.placementNode(w)
+	pn, ok := optional[PlacementBackend](h, w, "this node keeps no placement rules")
 	if !ok {
 		return
 	}
@@ -75,8 +66,8 @@ func (h *Handler) pin(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if len(req.Node) > ledger.MaxStringLen || len(req.Reason) > ledger.MaxStringLen {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node and reason: at most %d bytes each", ledger.MaxStringLen))
+	if len(req.Node) > node.MaxStringLen || len(req.Reason) > node.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node and reason: at most %d bytes each", node.MaxStringLen))
 		return
 	}
 	h.placementChange(w, r, func(ctx context.Context, pn PlacementBackend) error { return pn.Pin(ctx, req) },
@@ -88,8 +79,8 @@ func (h *Handler) exclude(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if req.Node == "" || len(req.Node) > ledger.MaxStringLen || len(req.Reason) > ledger.MaxStringLen {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: 1..%d bytes; reason: at most %d", ledger.MaxStringLen, ledger.MaxStringLen))
+	if req.Node == "" || len(req.Node) > node.MaxStringLen || len(req.Reason) > node.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: 1..%d bytes; reason: at most %d", node.MaxStringLen, node.MaxStringLen))
 		return
 	}
 	h.placementChange(w, r, func(ctx context.Context, pn PlacementBackend) error { return pn.Exclude(ctx, req) },
@@ -97,7 +88,7 @@ func (h *Handler) exclude(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) placementChange(w http.ResponseWriter, r *http.Request, change func(context.Context, PlacementBackend) error, msg string, args ...any) {
-	pn, ok := h.placementNode(w)
+	pn, ok := optional[PlacementBackend](h, w, "this node keeps no placement rules")
 	if !ok {
 		return
 	}

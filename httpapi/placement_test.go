@@ -9,13 +9,13 @@ import (
 
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 )
 
 // placementFake adds the placement rules to the fake node, one Func field
 // per method.
 type placementFake struct {
-	*apifake.Node
+	*httpapitest.Node
 	RulesFunc   func() (apitypes.PlacementRules, error)
 	PinFunc     func(apitypes.PinRequest) error
 	ExcludeFunc func(apitypes.ExcludeRequest) error
@@ -34,7 +34,7 @@ func (f *placementFake) Exclude(_ context.Context, r apitypes.ExcludeRequest) er
 func TestAPIPlacementRules(t *testing.T) {
 	var rules apitypes.PlacementRules
 	inactive := true
-	f := &placementFake{Node: apifake.NewNode()}
+	f := &placementFake{Node: httpapitest.NewNode()}
 	f.RulesFunc = func() (apitypes.PlacementRules, error) { return rules, nil }
 	f.PinFunc = func(r apitypes.PinRequest) error {
 		switch {
@@ -88,7 +88,7 @@ func TestAPIPlacementRules(t *testing.T) {
 		t.Fatalf("rules %+v", got)
 	}
 	// Without the optional backend: 501.
-	_, plain := apifake.Serve(t, "")
+	_, plain := httpapitest.Serve(t, "")
 	if rp := do(t, plain, "GET", "/v1/placement", ""); rp.code != http.StatusNotImplemented {
 		t.Fatalf("GET /v1/placement on a backend without rules: %d", rp.code)
 	}

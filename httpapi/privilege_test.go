@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/httpapi"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -21,7 +21,7 @@ import (
 // everything; each state-changing endpoint needs the scope docs/security.md
 // names.
 func TestAPIThreeScopes(t *testing.T) {
-	_, srv := apifake.ServeWith(t, httpapi.Options{Token: "a-token", JobsToken: "j-token", ReadToken: "r-token", DrainWait: 200 * time.Millisecond})
+	_, srv := httpapitest.ServeWith(t, httpapi.Options{Token: "a-token", JobsToken: "j-token", ReadToken: "r-token", DrainWait: 200 * time.Millisecond})
 	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
 	type call struct{ method, path, body string }
 	enqueue := call{"POST", "/v1/jobs", `{"type":"x","key":"k"}`}
@@ -79,11 +79,11 @@ func TestAPITokensFile(t *testing.T) {
 	for _, bad := range []string{"bogus r1\n", "read\n", "read r1\njobs r1\n", "read bad\x01tok\n"} {
 		p := filepath.Join(t.TempDir(), "bad")
 		_ = os.WriteFile(p, []byte(bad), 0o600)
-		if _, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{TokensFile: p, NoMetrics: true}); err == nil {
+		if _, err := httpapi.NewWithBackend(httpapitest.NewNode(), httpapi.Options{TokensFile: p, NoMetrics: true}); err == nil {
 			t.Errorf("tokens file %q accepted", bad)
 		}
 	}
-	h, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{Token: "admin-flag", TokensFile: path, NoMetrics: true})
+	h, err := httpapi.NewWithBackend(httpapitest.NewNode(), httpapi.Options{Token: "admin-flag", TokensFile: path, NoMetrics: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestAPITokensFile(t *testing.T) {
 // a Host the agent does not answer to (DNS rebinding) is refused for reads
 // too.
 func TestAPIBrowserSafety(t *testing.T) {
-	f, srv := apifake.ServeWith(t, httpapi.Options{AllowedHosts: []string{"tenure.internal"}, DrainWait: 200 * time.Millisecond})
+	f, srv := httpapitest.ServeWith(t, httpapi.Options{AllowedHosts: []string{"tenure.internal"}, DrainWait: 200 * time.Millisecond})
 	for _, c := range []struct {
 		name string
 		hdr  []string
@@ -146,7 +146,7 @@ func TestAPIBrowserSafety(t *testing.T) {
 	if r := do(t, srv, "POST", "/v1/drain?wait=1ms", "", "Origin", srv.URL, "Sec-Fetch-Site", "same-origin"); r.code >= 400 {
 		t.Errorf("same-origin drain: %d %s", r.code, r.body)
 	}
-	h, err := httpapi.NewWithBackend(apifake.NewNode(), httpapi.Options{AllowedHosts: []string{"tenure.internal"}, NoMetrics: true})
+	h, err := httpapi.NewWithBackend(httpapitest.NewNode(), httpapi.Options{AllowedHosts: []string{"tenure.internal"}, NoMetrics: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,38 +14,21 @@ import (
 // version, what each node speaks and what blocks finalizing; POST
 // /v1/upgrade/finalize raises it (irreversible).
 
-func upgradeFrom(us node.UpgradeStatus) apitypes.UpgradeStatus {
-	out := apitypes.UpgradeStatus{Active: us.Active, BinaryMin: us.BinaryMin, BinaryMax: us.BinaryMax, Target: us.Target,
-		Blockers: nonNil(us.Blockers), Nodes: make([]apitypes.NodeVersions, len(us.Nodes)), ManualFinalize: us.ManualFinalize, FinalizedAt: us.FinalizedAt}
-	for i, n := range us.Nodes {
-		out.Nodes[i] = apitypes.NodeVersions{ID: n.ID, Min: n.Min, Max: n.Max, Live: n.Live, Blocking: n.Blocking}
-	}
-	return out
-}
-
 func (a *nodeAdapter) UpgradeStatus() (apitypes.UpgradeStatus, error) {
 	us, err := a.n.UpgradeStatus()
-	return upgradeFrom(us), classifyUnsupported(err)
+	return us, classifyUnsupported(err)
 }
 
 func (a *nodeAdapter) FinalizeUpgrade(ctx context.Context) (apitypes.UpgradeStatus, error) {
 	us, err := a.n.FinalizeUpgrade(ctx)
 	if errors.Is(err, node.ErrNothingToFinalize) {
-		return upgradeFrom(us), fmt.Errorf("%w: %w", ErrConflict, err)
+		return us, fmt.Errorf("%w: %w", ErrConflict, err)
 	}
-	return upgradeFrom(us), classifyUnsupported(err)
-}
-
-func (h *Handler) upgradeNode(w http.ResponseWriter) (UpgradeBackend, bool) {
-	un, ok := h.node.(UpgradeBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node has no cluster version")
-	}
-	return un, ok
+	return us, classifyUnsupported(err)
 }
 
 func (h *Handler) upgradeStatus(w http.ResponseWriter, r *http.Request) {
-	un, ok := h.upgradeNode(w)
+	un, ok := optional[UpgradeBackend](h, w, "this node has no cluster version")
 	if !ok {
 		return
 	}
@@ -61,7 +44,7 @@ func (h *Handler) upgradeFinalize(w http.ResponseWriter, r *http.Request) {
 	if !emptyBody(w, r) {
 		return
 	}
-	un, ok := h.upgradeNode(w)
+	un, ok := optional[UpgradeBackend](h, w, "this node has no cluster version")
 	if !ok {
 		return
 	}

@@ -18,11 +18,11 @@ type Proposer struct {
 	ID string
 	// Operator is set for holders of an operator certificate.
 	Operator bool
-	// Voter is set for a voter-capable node certificate (pki.RoleNode):
+	// Voter is set for a voter-capable node certificate (certs.RoleNode):
 	// such a node may propose operator actions, which its HTTP API sends
 	// for an admin-scope request (a voter can lead Raft anyway, so this
 	// grants it nothing it could not take). A member certificate
-	// (pki.RoleMember, `--voter=never`) leaves it unset: a member
+	// (certs.RoleMember, `--voter=never`) leaves it unset: a member
 	// proposes only commands about itself, and its API refuses admin
 	// requests with the leader's ErrUnauthorized, naming a voter's API or
 	// an operator certificate as the way.
@@ -96,6 +96,13 @@ func (a authz) fenced(shard uint32, epoch uint64) error {
 	}
 	return nil
 }
+
+// operatorOnly allows operators and voter-capable nodes (an operator
+// action's check).
+func operatorOnly[C Command](a authz, _ C) error { return a.operator() }
+
+// anyone allows every proposer.
+func anyone[C Command](authz, C) error { return nil }
 
 // authorizeClusterConfig: an operator action, and never a version the
 // cluster cannot run. The leader records the first configuration itself

@@ -105,26 +105,35 @@ func (ExpireNode) kind() Kind { return KindExpireNode }
 func init() {
 	register(kindSpec[ExpireNode]{
 		kind: KindExpireNode, name: "ExpireNode",
-		strings: func(c ExpireNode) []string { return []string{"node", c.Node} },
-		encode: func(w *writer, c ExpireNode) error {
-			w.str(c.Node)
-			w.u(c.Incarnation)
-			w.u(c.Liveness)
-			w.u(c.Seq)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) ExpireNode {
-			return ExpireNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
-		},
+		strings:    func(c ExpireNode) []string { return []string{"node", c.Node} },
+		encode:     encodeNodeCAS,
+		decode:     decodeNodeCAS,
 		apply:      func(f *FSM, _ uint64, c ExpireNode) Result { return f.expireNode(c) },
 		who:        whoLeader,
 		sessionNow: func(c ExpireNode) int64 { return c.Now },
 		touches:    func(c ExpireNode) ([]string, []uint32) { return []string{c.Node}, nil },
-		format: func(c ExpireNode) string {
-			return fmt.Sprintf("expire %s inc=%d live=%d seq=%d", c.Node, c.Incarnation, c.Liveness, c.Seq)
-		},
+		format:     func(c ExpireNode) string { return formatNodeCAS("expire", c) },
 	})
+}
+
+// encodeNodeCAS, decodeNodeCAS and formatNodeCAS serve the commands that
+// compare-and-set a node record at (Incarnation, Liveness, Seq): ExpireNode
+// and ForgetNode (which converts to ExpireNode: same fields).
+func encodeNodeCAS(w *writer, c ExpireNode) error {
+	w.str(c.Node)
+	w.u(c.Incarnation)
+	w.u(c.Liveness)
+	w.u(c.Seq)
+	w.i(c.Now)
+	return nil
+}
+
+func decodeNodeCAS(r *reader) ExpireNode {
+	return ExpireNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
+}
+
+func formatNodeCAS(verb string, c ExpireNode) string {
+	return fmt.Sprintf("%s %s inc=%d live=%d seq=%d", verb, c.Node, c.Incarnation, c.Liveness, c.Seq)
 }
 
 // SetDraining marks a node (at an incarnation) as draining or not.
@@ -414,7 +423,7 @@ func init() {
 		},
 		// Members serve the API clients' enqueues.
 		who:          whoAnyone,
-		authorize:    func(authz, JobEnqueue) error { return nil },
+		authorize:    anyone[JobEnqueue],
 		sessionNow:   func(c JobEnqueue) int64 { return c.Now },
 		sessionShard: func(c JobEnqueue) uint32 { return c.Shard },
 		digest: func(w *writer, c JobEnqueue) {
@@ -647,7 +656,7 @@ func init() {
 			return r
 		},
 		who:        whoOperator,
-		authorize:  func(a authz, _ Settings) error { return a.operator() },
+		authorize:  operatorOnly[Settings],
 		sessionNow: func(c Settings) int64 { return c.Now },
 	})
 }

@@ -49,7 +49,7 @@ func init() {
 		apply: func(f *FSM, _ uint64, c DeclareElection) Result { return f.declareElection(c) },
 		// Members serve their applications' elections.
 		who:        whoAnyone,
-		authorize:  func(authz, DeclareElection) error { return nil },
+		authorize:  anyone[DeclareElection],
 		sessionNow: func(c DeclareElection) int64 { return c.Now },
 	})
 }

@@ -72,49 +72,39 @@ func (r *reader) fail(err error) {
 	}
 }
 
-func (r *reader) u() uint64 {
+// varint reads one varint with read (binary.Uvarint or binary.Varint,
+// named what in the error).
+func varint[T uint64 | int64](r *reader, read func([]byte) (T, int), what string) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
-		r.fail(fmt.Errorf("%w: bad uvarint", ErrMalformed))
+		r.fail(fmt.Errorf("%w: bad %s", ErrMalformed, what))
 		return 0
 	}
 	r.b = r.b[n:]
 	return v
 }
 
-func (r *reader) u32() uint32 {
-	v := r.u()
-	if v > 1<<32-1 {
-		r.fail(fmt.Errorf("%w: value %d overflows uint32", ErrMalformed, v))
-		return 0
-	}
-	return uint32(v)
-}
+func (r *reader) u() uint64 { return varint(r, binary.Uvarint, "uvarint") }
 
-func (r *reader) u8() uint8 {
+// bounded reads a uvarint no larger than limit (the max of the Go type
+// named what).
+func (r *reader) bounded(limit uint64, what string) uint64 {
 	v := r.u()
-	if v > 255 {
-		r.fail(fmt.Errorf("%w: value %d overflows uint8", ErrMalformed, v))
+	if v > limit {
+		r.fail(fmt.Errorf("%w: value %d overflows %s", ErrMalformed, v, what))
 		return 0
 	}
-	return uint8(v)
-}
-
-func (r *reader) i() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail(fmt.Errorf("%w: bad varint", ErrMalformed))
-		return 0
-	}
-	r.b = r.b[n:]
 	return v
 }
+
+func (r *reader) u32() uint32 { return uint32(r.bounded(1<<32-1, "uint32")) }
+
+func (r *reader) u8() uint8 { return uint8(r.bounded(255, "uint8")) }
+
+func (r *reader) i() int64 { return varint(r, binary.Varint, "varint") }
 
 func (r *reader) bool() bool {
 	if r.err != nil {
@@ -266,4 +256,40 @@ func decodeBody(r *reader) Command {
 		return nil
 	}
 	return e.decode(r)
+}
+
+// EncodeEntry encodes c (not a Batch) as one command of a log entry: its
+// kind and fields without the version byte, at encoding version ver or the
+// oldest that can express c, whichever is newer; it returns the version
+// used. A group-commit batcher encodes each command once with ver 0, then
+// re-encodes the few that need the entry's newer version, and frames them
+// with JoinEntry.
+func EncodeEntry(c Command, ver byte) (body []byte, used byte, err error) {
+	w := &writer{ver: max(ver, versionFor(c)), nested: true}
+	if err := encodeBody(w, c); err != nil {
+		return nil, 0, err
+	}
+	return w.b, w.ver, nil
+}
+
+// JoinEntry frames command bodies from EncodeEntry, all at version ver,
+// as one log entry: the command itself when there is one, else a Batch of
+// them in order.
+func JoinEntry(ver byte, bodies [][]byte) []byte {
+	n := 16
+	for _, b := range bodies {
+		n += len(b) + 4
+	}
+	w := &writer{b: make([]byte, 0, n)}
+	w.b = append(w.b, ver)
+	if len(bodies) == 1 {
+		w.b = append(w.b, bodies[0]...)
+		return w.b
+	}
+	w.b = append(w.b, byte(KindBatch))
+	w.u(uint64(len(bodies)))
+	for _, b := range bodies {
+		w.bytes(b)
+	}
+	return w.b
 }

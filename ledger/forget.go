@@ -1,10 +1,6 @@
 package ledger
 
-import (
-	"fmt"
-
-	"github.com/tenurehq/tenure/internal/mutation"
-)
+import "github.com/tenurehq/tenure/internal/mutation"
 
 // VersionForgetNodes is the cluster version from which the control-group
 // leader removes the records of nodes gone for good (ForgetNode, encoding
@@ -43,27 +39,16 @@ func (ForgetNode) kind() Kind { return KindForgetNode }
 func init() {
 	register(kindSpec[ForgetNode]{
 		kind: KindForgetNode, name: "ForgetNode", since: 6,
-		strings: func(c ForgetNode) []string { return []string{"node", c.Node} },
-		encode: func(w *writer, c ForgetNode) error {
-			w.str(c.Node)
-			w.u(c.Incarnation)
-			w.u(c.Liveness)
-			w.u(c.Seq)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) ForgetNode {
-			return ForgetNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
-		},
+		strings:   func(c ForgetNode) []string { return []string{"node", c.Node} },
+		encode:    func(w *writer, c ForgetNode) error { return encodeNodeCAS(w, ExpireNode(c)) },
+		decode:    func(r *reader) ForgetNode { return ForgetNode(decodeNodeCAS(r)) },
 		apply:     func(f *FSM, index uint64, c ForgetNode) Result { return f.forgetNode(index, c) },
 		who:       whoOperator,
-		authorize: func(a authz, _ ForgetNode) error { return a.operator() },
+		authorize: operatorOnly[ForgetNode],
 		// No sessionNow: a session of a forget was always remembered at
 		// time 0 (replicated state).
 		touches: func(c ForgetNode) ([]string, []uint32) { return []string{c.Node}, nil },
-		format: func(c ForgetNode) string {
-			return fmt.Sprintf("forget %s inc=%d live=%d seq=%d", c.Node, c.Incarnation, c.Liveness, c.Seq)
-		},
+		format:  func(c ForgetNode) string { return formatNodeCAS("forget", ExpireNode(c)) },
 	})
 }
 

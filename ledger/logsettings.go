@@ -67,7 +67,7 @@ func init() {
 			return r
 		},
 		who:        whoOperator,
-		authorize:  func(a authz, _ LogSettings) error { return a.operator() },
+		authorize:  operatorOnly[LogSettings],
 		sessionNow: func(c LogSettings) int64 { return c.Now },
 	})
 }

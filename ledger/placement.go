@@ -70,7 +70,7 @@ func init() {
 		},
 		apply:      func(f *FSM, _ uint64, c PinShard) Result { return f.pinShard(c) },
 		who:        whoOperator,
-		authorize:  func(a authz, _ PinShard) error { return a.operator() },
+		authorize:  operatorOnly[PinShard],
 		sessionNow: func(c PinShard) int64 { return c.Now },
 		// No sessionShard: a session of a pin was always remembered at
 		// shard 0 (replicated state).
@@ -90,7 +90,7 @@ func init() {
 		},
 		apply:      func(f *FSM, _ uint64, c ExcludeNode) Result { return f.excludeNode(c) },
 		who:        whoOperator,
-		authorize:  func(a authz, _ ExcludeNode) error { return a.operator() },
+		authorize:  operatorOnly[ExcludeNode],
 		sessionNow: func(c ExcludeNode) int64 { return c.Now },
 	})
 }

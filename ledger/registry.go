@@ -60,25 +60,9 @@ type kindSpec[C Command] struct {
 	format func(c C) string
 }
 
-// kindEntry is a kindSpec with the command type erased: what the
+// kindEntry is a declaration with the command type erased: what the
 // dispatchers read.
-type kindEntry struct {
-	kind         Kind
-	name         string
-	since        byte
-	version      func(c Command) byte
-	strings      func(c Command) []string
-	encode       func(w *writer, c Command) error
-	decode       func(r *reader) Command
-	apply        func(f *FSM, index uint64, c Command) Result
-	who          string
-	authorize    func(a authz, c Command) error
-	sessionNow   func(c Command) int64
-	sessionShard func(c Command) uint32
-	digest       func(w *writer, c Command)
-	touches      func(c Command) ([]string, []uint32)
-	format       func(c Command) string
-}
+type kindEntry = kindSpec[Command]
 
 // kinds is the registry, indexed by Kind. It is filled by init funcs and
 // read-only afterwards.
@@ -98,16 +82,13 @@ func register[C Command](s kindSpec[C]) {
 	}
 	e := &kindEntry{
 		kind: s.kind, name: s.name, since: max(s.since, minVersion), who: s.who,
-		encode: func(w *writer, c Command) error { return s.encode(w, c.(C)) },
-		decode: func(r *reader) Command { return s.decode(r) },
-	}
-	since := e.since
-	e.version = func(Command) byte { return since }
-	if s.version != nil {
-		e.version = func(c Command) byte { return max(since, s.version(c.(C))) }
-	}
-	if s.strings != nil {
-		e.strings = func(c Command) []string { return s.strings(c.(C)) }
+		encode:       func(w *writer, c Command) error { return s.encode(w, c.(C)) },
+		decode:       func(r *reader) Command { return s.decode(r) },
+		version:      erase(s.version),
+		strings:      erase(s.strings),
+		sessionNow:   erase(s.sessionNow),
+		sessionShard: erase(s.sessionShard),
+		format:       erase(s.format),
 	}
 	if s.apply != nil {
 		e.apply = func(f *FSM, index uint64, c Command) Result { return s.apply(f, index, c.(C)) }
@@ -115,22 +96,22 @@ func register[C Command](s kindSpec[C]) {
 	if s.authorize != nil {
 		e.authorize = func(a authz, c Command) error { return s.authorize(a, c.(C)) }
 	}
-	if s.sessionNow != nil {
-		e.sessionNow = func(c Command) int64 { return s.sessionNow(c.(C)) }
-	}
-	if s.sessionShard != nil {
-		e.sessionShard = func(c Command) uint32 { return s.sessionShard(c.(C)) }
-	}
 	if s.digest != nil {
 		e.digest = func(w *writer, c Command) { s.digest(w, c.(C)) }
 	}
 	if s.touches != nil {
 		e.touches = func(c Command) ([]string, []uint32) { return s.touches(c.(C)) }
 	}
-	if s.format != nil {
-		e.format = func(c Command) string { return s.format(c.(C)) }
-	}
 	kinds[s.kind] = e
+}
+
+// erase turns a function of one command type into one of any Command
+// (nil stays nil).
+func erase[C Command, R any](fn func(C) R) func(Command) R {
+	if fn == nil {
+		return nil
+	}
+	return func(c Command) R { return fn(c.(C)) }
 }
 
 // specOf returns the declaration of c's kind, or nil for a nil command.
@@ -162,10 +143,14 @@ func (k Kind) String() string {
 
 // versionFor is the oldest encoding version that can express c.
 func versionFor(c Command) byte {
-	if e := specOf(c); e != nil {
-		return e.version(c)
+	e := specOf(c)
+	switch {
+	case e == nil:
+		return minVersion
+	case e.version == nil:
+		return e.since
 	}
-	return minVersion
+	return max(e.since, e.version(c))
 }
 
 // commandNow is the proposer clock a Session wrapping c is remembered

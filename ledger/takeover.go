@@ -71,7 +71,7 @@ func init() {
 		// (node.Election.SetFencedTakeover) on a member is refused too: a
 		// member would otherwise fence every shard.
 		who:       whoOperator,
-		authorize: func(a authz, _ SetTakeoverPolicy) error { return a.operator() },
+		authorize: operatorOnly[SetTakeoverPolicy],
 		// No sessionNow: a session of a policy change was always
 		// remembered at time 0 (replicated state).
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ledger/raftstore"
 )
 
 // TestStartDamagedDataDir: a data dir whose store or identity is damaged
@@ -27,7 +28,7 @@ func TestStartDamagedDataDir(t *testing.T) {
 	}
 	store := func(t *testing.T, dir string) {
 		t.Helper()
-		st, err := ledger.OpenStore(filepath.Join(dir, "raft"), ledger.StoreOptions{})
+		st, err := raftstore.OpenStore(filepath.Join(dir, "raft"), raftstore.StoreOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

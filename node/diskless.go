@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ledger/raftstore"
 )
 
 // A disk-less member (docs/operations.md, "Disk-less members") is a node
@@ -50,9 +51,9 @@ func (c Config) validateDiskless(bad func(string, ...any)) {
 
 // disklessStore is a disk-less member's Raft storage: memory, empty at
 // every start.
-func disklessStore() *ledger.Store {
+func disklessStore() *raftstore.Store {
 	log := raft.NewInmemStore()
-	return &ledger.Store{Log: log, Stable: log, Snapshots: raft.NewInmemSnapshotStore()}
+	return &raftstore.Store{Log: log, Stable: log, Snapshots: raft.NewInmemSnapshotStore()}
 }
 
 // incarnationClaimer is what claiming an incarnation takes from the

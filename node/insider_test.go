@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/certs"
 	"github.com/tenurehq/tenure/ledger"
 )
 
 // tlsFiles writes a CA and a node certificate for each of ids into dir.
 func tlsFiles(t *testing.T, dir string, ids ...string) (ca string, cert, key map[string]string) {
 	t.Helper()
-	caCert, caKey, err := pki.NewCA("test", time.Hour)
+	caCert, caKey, err := certs.NewCA("test", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func tlsFiles(t *testing.T, dir string, ids ...string) (ca string, cert, key map
 	}
 	cert, key = map[string]string{}, map[string]string{}
 	for _, id := range ids {
-		c, k, err := pki.Issue(caCert, caKey, pki.Identity{Name: id, Role: pki.RoleNode}, []string{"127.0.0.1"}, time.Hour)
+		c, k, err := certs.Issue(caCert, caKey, certs.Identity{Name: id, Role: certs.RoleNode}, []string{"127.0.0.1"}, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

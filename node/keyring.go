@@ -23,6 +23,10 @@ func KeyFingerprint(key []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// ParseGossipKey decodes a base64 gossip key of 16, 24 or 32 bytes (what
+// GossipKeyOp takes).
+func ParseGossipKey(s string) ([]byte, error) { return cluster.ParseGossipKey(s) }
+
 // keyringBackend is the part of a backend that owns a gossip keyring.
 type keyringBackend interface {
 	gossipKeyring() (*cluster.Membership, error)

@@ -16,13 +16,6 @@ import (
 // (Barrier, proposals through the batcher), gossip and this replica (the
 // planner's input), and serves lease renewals through it.
 
-// ctlApplier adapts the control plane to the ledger's Batcher.
-type ctlApplier struct{ ctl controlPlane }
-
-func (a ctlApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
-	return a.ctl.Apply(ctx, data)
-}
-
 // loopProposer adapts the backend to the ownership leader loop.
 type loopProposer struct{ b *netBackend }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ledger/raftstore"
 )
 
 // MemNetwork is an in-process cluster for tests and examples: nodes started
@@ -205,7 +206,7 @@ func (t *MemNetwork) validate(c Config) []error {
 }
 
 // open takes node id's storage (creating it) and bumps its incarnation.
-func (t *MemNetwork) open(id string) (*ledger.Store, uint64, error) {
+func (t *MemNetwork) open(id string) (*raftstore.Store, uint64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stores == nil {
@@ -221,7 +222,7 @@ func (t *MemNetwork) open(id string) (*ledger.Store, uint64, error) {
 	}
 	s.running = true
 	s.inc++
-	return &ledger.Store{Log: s.log, Stable: s.log, Snapshots: s.snaps}, s.inc, nil
+	return &raftstore.Store{Log: s.log, Stable: s.log, Snapshots: s.snaps}, s.inc, nil
 }
 
 func (t *MemNetwork) release(id string) {
@@ -233,7 +234,7 @@ func (t *MemNetwork) release(id string) {
 }
 
 // openStore opens the Raft stores: the data dir, or the MemNetwork' memory.
-func (b *netBackend) openStore() (*ledger.Store, error) {
+func (b *netBackend) openStore() (*raftstore.Store, error) {
 	if b.cfg.diskless() {
 		// Nothing shared with earlier processes of the id, on MemNetwork
 		// too; the incarnation is claimed from the control group.
@@ -247,7 +248,7 @@ func (b *netBackend) openStore() (*ledger.Store, error) {
 	if err := checkStoreBesideIdentity(b.cfg.DataDir); err != nil {
 		return nil, err
 	}
-	st, err := ledger.OpenStore(filepath.Join(b.cfg.DataDir, "raft"), ledger.StoreOptions{})
+	st, err := raftstore.OpenStore(filepath.Join(b.cfg.DataDir, "raft"), raftstore.StoreOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("node: open data dir: %w", err)
 	}

@@ -20,7 +20,9 @@ import (
 	gometrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/cluster/commit"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ledger/raftstore"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -28,7 +30,8 @@ import (
 // (cluster.ControlGroup): commit commands (forwarded to the leader), a
 // Barrier for the ownership leader loop, and leadership events.
 type controlPlane interface {
-	// Apply commits an encoded ledger command and returns the ledger's
+	// Apply (a commit.Applier: the Batcher commits through it) commits an
+	// encoded ledger command and returns the ledger's
 	// Result. Errors wrap ErrNoQuorum when nothing could be committed, or
 	// ownership.ErrLeadershipLost when the outcome is unknown.
 	Apply(ctx context.Context, cmd []byte) (ledger.Result, error)
@@ -68,7 +71,7 @@ type controlDeps struct {
 	id          string
 	incarnation uint64
 	fsm         *ledger.FSM
-	store       *ledger.Store
+	store       *raftstore.Store
 	members     *cluster.Membership
 	timing      Timing
 	// renew judges a renewal this node received as leader
@@ -162,11 +165,11 @@ type netBackend struct {
 	inc    uint64
 	notify func()
 
-	store   *ledger.Store
+	store   *raftstore.Store
 	fsm     *ledger.FSM
 	gossip  *cluster.Membership
 	ctl     controlPlane
-	batcher *ledger.Batcher
+	batcher *commit.Batcher
 	loop    *ownership.LeaderLoop
 	// loopReady is loop once it exists: renewals can reach the control
 	// group before realBackend built the loop.
@@ -446,7 +449,7 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		return nil, err
 	}
 
-	b.batcher, err = ledger.NewBatcher(ctlApplier{b.ctl}, ledger.BatcherConfig{})
+	b.batcher, err = commit.NewBatcher(b.ctl, commit.BatcherConfig{})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/cluster/commit"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
@@ -83,7 +84,7 @@ func newSoloControl(d controlDeps) (controlPlane, error) {
 }
 
 func (c *soloControl) Apply(ctx context.Context, cmd []byte) (ledger.Result, error) {
-	return ledger.RaftApplier{Raft: c.r, Timeout: time.Second}.Apply(ctx, cmd)
+	return commit.RaftApplier{Raft: c.r, Timeout: time.Second}.Apply(ctx, cmd)
 }
 
 func (c *soloControl) Barrier(context.Context) error {

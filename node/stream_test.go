@@ -124,6 +124,12 @@ func TestMembersFollowTheStream(t *testing.T) {
 				t.Fatalf("%s: stream %+v, health %+v", m.ID(), m.Status().Stream, m.Health())
 			}
 			sameReplica(t, ctx, m, nodes[0])
+			// A member holds no Raft state once it is on the stream: the
+			// instance it ran below version 5 is shut down.
+			g := m.be.(*netBackend).ctl.(*clusterControl).g
+			if !waitTrue(ctx, func() bool { return !g.HasRaft() }) {
+				t.Fatalf("%s on the stream still runs raft", m.ID())
+			}
 		}
 		owned := func(id string) int {
 			c := 0

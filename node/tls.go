@@ -7,8 +7,8 @@ import (
 	"net"
 	"strings"
 
+	"github.com/tenurehq/tenure/certs"
 	"github.com/tenurehq/tenure/cluster"
-	"github.com/tenurehq/tenure/internal/pki"
 	"github.com/tenurehq/tenure/ledger"
 )
 
@@ -88,7 +88,7 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 		}
 		return nil
 	}
-	rl, err := pki.NewReloader(pki.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}, log)
+	rl, err := certs.NewReloader(certs.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile}, log)
 	if err != nil {
 		return fmt.Errorf("node: TLS: %w", err)
 	}
@@ -120,12 +120,12 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 // port of every voter refuses it. A node certificate fits every
 // preference (VoterNever nodes of a cluster below version 5 keep theirs;
 // docs/upgrades.md).
-func checkOwnCertificate(id pki.Identity, cfg Config) error {
-	if (id.Role != pki.RoleNode && id.Role != pki.RoleMember) || id.Name != cfg.NodeID {
+func checkOwnCertificate(id certs.Identity, cfg Config) error {
+	if (id.Role != certs.RoleNode && id.Role != certs.RoleMember) || id.Name != cfg.NodeID {
 		return fmt.Errorf("node: TLS: certificate %s is for %s %q, but this node is %q: issue one with `tenure tls cert --node %s` "+
 			"(add --member for a --voter=never member)", cfg.TLSCertFile, id.Role, id.Name, cfg.NodeID, cfg.NodeID)
 	}
-	if id.Role == pki.RoleMember && cfg.Voter != VoterNever {
+	if id.Role == certs.RoleMember && cfg.Voter != VoterNever {
 		voter := cfg.Voter
 		if voter == "" {
 			voter = VoterAuto
@@ -138,15 +138,15 @@ func checkOwnCertificate(id pki.Identity, cfg Config) error {
 }
 
 // peerRoles maps certificate roles to the control group's.
-var peerRoles = map[pki.Role]cluster.Role{
-	pki.RoleNode:     cluster.RoleNode,
-	pki.RoleMember:   cluster.RoleMember,
-	pki.RoleOperator: cluster.RoleOperator,
+var peerRoles = map[certs.Role]cluster.Role{
+	certs.RoleNode:     cluster.RoleNode,
+	certs.RoleMember:   cluster.RoleMember,
+	certs.RoleOperator: cluster.RoleOperator,
 }
 
 // peerFromTLS names a verified peer and its role from its certificate.
 func peerFromTLS(cs tls.ConnectionState) (cluster.Peer, error) {
-	id, err := pki.PeerIdentity(cs)
+	id, err := certs.PeerIdentity(cs)
 	if err != nil {
 		return cluster.Peer{}, err
 	}

@@ -6,38 +6,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tenurehq/tenure/httpapi/apitypes"
 	"github.com/tenurehq/tenure/ledger"
 )
 
-// NodeVersions is the cluster versions one registered node's binary speaks.
-type NodeVersions struct {
-	ID       string `json:"id"`
-	Min      uint32 `json:"min"`
-	Max      uint32 `json:"max"`
-	Live     bool   `json:"live"`
-	Blocking bool   `json:"blocking"` // holds the cluster below this binary's newest version
-}
-
 // UpgradeStatus is the cluster version as this node's replica sees it
-// (docs/upgrades.md).
-type UpgradeStatus struct {
-	// Active is the cluster's active version: every node runs in its mode.
-	Active uint32 `json:"active"`
-	// BinaryMin and BinaryMax are the versions this node's binary speaks.
-	BinaryMin uint32 `json:"binary_min"`
-	BinaryMax uint32 `json:"binary_max"`
-	// Target is the newest version every live node speaks (capped at
-	// BinaryMax): finalizing moves Active to it.
-	Target uint32 `json:"target"`
-	// Blockers are the live nodes that keep Target below BinaryMax.
-	Blockers []string `json:"blockers"`
-	// Nodes are the registered nodes and their ranges.
-	Nodes []NodeVersions `json:"nodes"`
-	// ManualFinalize: the leader waits for FinalizeUpgrade.
-	ManualFinalize bool `json:"manual_finalize"`
-	// FinalizedAt is when the active version was set (zero before).
-	FinalizedAt time.Time `json:"finalized_at"`
-}
+// (docs/upgrades.md); NodeVersions is one registered node's supported
+// versions. They are the HTTP API's types (GET /v1/upgrade), declared once
+// in apitypes.
+type (
+	UpgradeStatus = apitypes.UpgradeStatus
+	NodeVersions  = apitypes.NodeVersions
+)
 
 // upgradeBackend is the part of a backend that has a ledger replica.
 type upgradeBackend interface {
@@ -68,7 +48,7 @@ func (n *Node) upgradeStatus(st *ledger.State) UpgradeStatus {
 	}
 	ci := st.Cluster()
 	us := UpgradeStatus{Active: st.ActiveVersion(), BinaryMin: ledger.MinClusterVersion, BinaryMax: ledger.MaxClusterVersion,
-		ManualFinalize: n.cfg.ManualFinalize}
+		ManualFinalize: n.cfg.ManualFinalize, Nodes: []NodeVersions{}}
 	if ci.FinalizedAt != 0 {
 		us.FinalizedAt = time.Unix(0, ci.FinalizedAt)
 	}
@@ -81,6 +61,9 @@ func (n *Node) upgradeStatus(st *ledger.State) UpgradeStatus {
 		}
 	}
 	us.Target, us.Blockers = ledger.VersionTarget(liveRecs)
+	if us.Blockers == nil {
+		us.Blockers = []string{} // JSON: [], not null
+	}
 	blocking := map[string]bool{}
 	for _, id := range us.Blockers {
 		blocking[id] = true

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/tenurehq/tenure/httpapi"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +16,7 @@ import (
 
 // fakeRunning is a runningNode over fakeNode for the agent's lifecycle.
 type fakeRunning struct {
-	*apifake.Node
+	*httpapitest.Node
 	closed atomic.Bool
 	jobs   atomic.Int64
 }
@@ -48,7 +48,7 @@ func (f *fakeRunning) Close(ctx context.Context) error {
 // HTTP comes up, the workload ticks to the witness, and cancelling the
 // context (SIGTERM) closes the node and returns cleanly.
 func TestAgentLifecycle(t *testing.T) {
-	fr := &fakeRunning{Node: apifake.NewNode()}
+	fr := &fakeRunning{Node: httpapitest.NewNode()}
 	old := startNode
 	startNode = func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error) {
 		if c.NodeID != "n1" || c.Profile != "fast" {

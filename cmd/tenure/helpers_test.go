@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/tenurehq/tenure/httpapi"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 )
 
 // newFakeAPI is the API over f; it closes with the test.
-func newFakeAPI(t *testing.T, f *apifake.Node, o httpapi.Options) *httpapi.Handler {
+func newFakeAPI(t *testing.T, f *httpapitest.Node, o httpapi.Options) *httpapi.Handler {
 	t.Helper()
 	h, err := httpapi.NewWithBackend(f, o)
 	if err != nil {
@@ -44,11 +44,11 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// serveFake serves the API over apifake's node with the write token (none
+// serveFake serves the API over httpapitest's node with the write token (none
 // when empty).
-func serveFake(t *testing.T, token string) (*apifake.Node, *httptest.Server) {
+func serveFake(t *testing.T, token string) (*httpapitest.Node, *httptest.Server) {
 	t.Helper()
-	return apifake.Serve(t, token)
+	return httpapitest.Serve(t, token)
 }
 
 type reply struct {
@@ -59,7 +59,7 @@ type reply struct {
 
 func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr ...string) reply {
 	t.Helper()
-	r := apifake.Do(t, srv, method, path, body, hdr...)
+	r := httpapitest.Do(t, srv, method, path, body, hdr...)
 	return reply{r.Code, r.Body, r.Hdr}
 }
 

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurehq/tenure/certs"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/internal/pki"
 )
 
 // The agent's HTTP server: timeouts, header and connection limits, HTTPS.
@@ -79,9 +79,9 @@ func serveHTTP(srv *http.Server, ln net.Listener) error {
 }
 
 // httpTLSConfig is the API's HTTPS config: TLS 1.2 or newer, the key pair
-// re-read from disk when it changes (pki.Reloader, like the Raft port's).
+// re-read from disk when it changes (certs.Reloader, like the Raft port's).
 func httpTLSConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) {
-	r, err := pki.NewKeyPairReloader(certFile, keyFile, log)
+	r, err := certs.NewKeyPairReloader(certFile, keyFile, log)
 	if err != nil {
 		return nil, fmt.Errorf("http-tls-cert/http-tls-key: %w", err)
 	}

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/certs"
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/internal/apifake"
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -94,7 +94,7 @@ func TestHTTPExposure(t *testing.T) {
 // starts anything, and runs open with --http-insecure, saying so.
 func TestAgentRefusesOpenHTTP(t *testing.T) {
 	var started atomic.Bool
-	fr := &fakeRunning{Node: apifake.NewNode()}
+	fr := &fakeRunning{Node: httpapitest.NewNode()}
 	old := startNode
 	startNode = func(ctx context.Context, c agentConfig, log *slog.Logger) (runningNode, error) {
 		started.Store(true)
@@ -127,11 +127,11 @@ func TestAgentRefusesOpenHTTP(t *testing.T) {
 // into dir and returns the CA file.
 func writeKeyPair(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
-	caPEM, caKey, err := pki.NewCA("http-test", time.Hour)
+	caPEM, caKey, err := certs.NewCA("http-test", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err := pki.Issue(caPEM, caKey, pki.Identity{Name: "api", Role: pki.RoleNode}, []string{"127.0.0.1"}, time.Hour)
+	certPEM, keyPEM, err := certs.Issue(caPEM, caKey, certs.Identity{Name: "api", Role: certs.RoleNode}, []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestHTTPSAndCertReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := apifake.NewNode()
+	f := httpapitest.NewNode()
 	a := newFakeAPI(t, f, httpapi.Options{Token: "w-token"})
 	addr, _ := serveReal(t, a, defaultHTTPLimits, tlsCfg, 0)
 
@@ -219,7 +219,7 @@ func TestHTTPSAndCertReload(t *testing.T) {
 // A drain waits longer than the server's read and write timeouts: the
 // handler moves its own deadlines, so the answer still arrives.
 func TestDrainOutlivesServerTimeouts(t *testing.T) {
-	f := apifake.NewNode()
+	f := httpapitest.NewNode()
 	f.DrainBlocks = true
 	a := newFakeAPI(t, f, httpapi.Options{})
 	lim := httpLimits{ReadHeaderTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
@@ -250,7 +250,7 @@ func TestDrainOutlivesServerTimeouts(t *testing.T) {
 }
 
 func TestPerClientConnectionCap(t *testing.T) {
-	a := newFakeAPI(t, apifake.NewNode(), httpapi.Options{})
+	a := newFakeAPI(t, httpapitest.NewNode(), httpapi.Options{})
 	addr, ln := serveReal(t, a, defaultHTTPLimits, nil, 2)
 	pl := ln.(*perClientListener)
 	get := func(c net.Conn) (int, error) {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/certs"
 )
 
 // `tenure tls` writes the certificates mutual TLS on the Raft/RPC port
@@ -78,15 +78,15 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 		cad = *caDir
 	}
 	caCert, caKey := filepath.Join(cad, "ca.pem"), filepath.Join(cad, "ca-key.pem")
-	var ids []pki.Identity
+	var ids []certs.Identity
 	if sub == "init" {
 		if len(nodes) == 0 {
 			return errors.New("tls init: --nodes is required (e.g. --nodes n1,n2,n3)")
 		}
 		for _, n := range nodes {
-			ids = append(ids, pki.Identity{Name: n, Role: pki.RoleNode})
+			ids = append(ids, certs.Identity{Name: n, Role: certs.RoleNode})
 		}
-		ids = append(ids, pki.Identity{Name: "operator", Role: pki.RoleOperator})
+		ids = append(ids, certs.Identity{Name: "operator", Role: certs.RoleOperator})
 		var files []string
 		for _, id := range ids {
 			files = append(files, certPath(*dir, id), keyPath(*dir, id))
@@ -115,7 +115,7 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 			return fmt.Errorf("tls init: %w", err)
 		}
 		if newCA {
-			c, k, err := pki.NewCA(cluster, tlsCADays*24*time.Hour)
+			c, k, err := certs.NewCA(cluster, tlsCADays*24*time.Hour)
 			if err != nil {
 				return err
 			}
@@ -124,16 +124,16 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 			}
 		}
 	} else {
-		role := pki.RoleNode
+		role := certs.RoleNode
 		switch {
 		case *operator && *member:
 			return errors.New("tls cert: --member and --operator exclude each other")
 		case *operator:
-			role = pki.RoleOperator
+			role = certs.RoleOperator
 		case *member:
-			role = pki.RoleMember
+			role = certs.RoleMember
 		}
-		ids = []pki.Identity{{Name: *node, Role: role}}
+		ids = []certs.Identity{{Name: *node, Role: role}}
 		if err := refuseOverwrite([]string{certPath(*dir, ids[0]), keyPath(*dir, ids[0])}, *force); err != nil {
 			return err
 		}
@@ -151,10 +151,10 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 	}
 	for _, id := range ids {
 		h := append([]string{"localhost", "127.0.0.1", "::1"}, hosts...)
-		if id.Role == pki.RoleNode || id.Role == pki.RoleMember {
+		if id.Role == certs.RoleNode || id.Role == certs.RoleMember {
 			h = append(h, id.Name)
 		}
-		c, k, err := pki.Issue(cb, kb, id, h, validFor)
+		c, k, err := certs.Issue(cb, kb, id, h, validFor)
 		if err != nil {
 			return fmt.Errorf("tls %s: %s: %w", sub, id.Name, err)
 		}
@@ -162,9 +162,9 @@ func runTLS(_ context.Context, m *Main, args []string) error {
 			return err
 		}
 		switch id.Role {
-		case pki.RoleNode:
+		case certs.RoleNode:
 			fmt.Fprintf(m.Stdout, "  %s: --tls-ca %s --tls-cert %s --tls-key %s\n", id.Name, caCert, certPath(*dir, id), keyPath(*dir, id))
-		case pki.RoleMember:
+		case certs.RoleMember:
 			fmt.Fprintf(m.Stdout, "  %s (member): --voter=never --tls-ca %s --tls-cert %s --tls-key %s\n", id.Name, caCert, certPath(*dir, id), keyPath(*dir, id))
 		}
 	}
@@ -176,8 +176,8 @@ func exists(path string) bool {
 	return err == nil
 }
 
-func certPath(dir string, id pki.Identity) string { return filepath.Join(dir, id.Name+".pem") }
-func keyPath(dir string, id pki.Identity) string  { return filepath.Join(dir, id.Name+"-key.pem") }
+func certPath(dir string, id certs.Identity) string { return filepath.Join(dir, id.Name+".pem") }
+func keyPath(dir string, id certs.Identity) string  { return filepath.Join(dir, id.Name+"-key.pem") }
 
 func refuseOverwrite(files []string, force bool) error {
 	if force {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenurehq/tenure/internal/pki"
+	"github.com/tenurehq/tenure/certs"
 )
 
 // tls init writes a CA and certificates that load with the right
@@ -21,12 +21,12 @@ func TestTLSCommand(t *testing.T) {
 	if err := m.Run(ctx, []string{"tls", "init", "--dir", dir, "--nodes", "n1,n2"}); err != nil {
 		t.Fatalf("init: %v\n%s", err, errb.String())
 	}
-	for _, id := range []pki.Identity{{Name: "n1", Role: pki.RoleNode}, {Name: "n2", Role: pki.RoleNode}, {Name: "operator", Role: pki.RoleOperator}} {
+	for _, id := range []certs.Identity{{Name: "n1", Role: certs.RoleNode}, {Name: "n2", Role: certs.RoleNode}, {Name: "operator", Role: certs.RoleOperator}} {
 		st, err := os.Stat(filepath.Join(dir, id.Name+"-key.pem"))
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("%s key: %v %v", id.Name, st, err)
 		}
-		r, err := pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, id.Name+".pem"), Key: filepath.Join(dir, id.Name+"-key.pem")}, nil)
+		r, err := certs.NewReloader(certs.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, id.Name+".pem"), Key: filepath.Join(dir, id.Name+"-key.pem")}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestTLSCommand(t *testing.T) {
 	if !bytes.Equal(caBefore, caAfter) || !bytes.Equal(n1Before, n1After) {
 		t.Error("init --keep rewrote the CA or an existing certificate")
 	}
-	if _, err := pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "n4.pem"), Key: filepath.Join(dir, "n4-key.pem")}, nil); err != nil {
+	if _, err := certs.NewReloader(certs.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "n4.pem"), Key: filepath.Join(dir, "n4-key.pem")}, nil); err != nil {
 		t.Errorf("n4 issued by init --keep does not load against the existing CA: %v", err)
 	}
 	// --ca-dir: the CA read from another (read-only) directory, the
@@ -67,16 +67,16 @@ func TestTLSCommand(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(podDir, "ca-key.pem")); err == nil {
 		t.Error("cert --ca-dir copied the CA key into --dir")
 	}
-	r, err := pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(podDir, "member-x.pem"), Key: filepath.Join(podDir, "member-x-key.pem")}, nil)
-	if err != nil || r.Identity() != (pki.Identity{Name: "member-x", Role: pki.RoleNode}) {
+	r, err := certs.NewReloader(certs.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(podDir, "member-x.pem"), Key: filepath.Join(podDir, "member-x-key.pem")}, nil)
+	if err != nil || r.Identity() != (certs.Identity{Name: "member-x", Role: certs.RoleNode}) {
 		t.Fatalf("member-x from --ca-dir: %v", err)
 	}
 	// --member: a member certificate, the role in its URI SAN.
 	if err := m.Run(ctx, []string{"tls", "cert", "--dir", podDir, "--ca-dir", dir, "--node", "m7", "--member"}); err != nil {
 		t.Fatalf("cert --member: %v", err)
 	}
-	r, err = pki.NewReloader(pki.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(podDir, "m7.pem"), Key: filepath.Join(podDir, "m7-key.pem")}, nil)
-	if err != nil || r.Identity() != (pki.Identity{Name: "m7", Role: pki.RoleMember}) {
+	r, err = certs.NewReloader(certs.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(podDir, "m7.pem"), Key: filepath.Join(podDir, "m7-key.pem")}, nil)
+	if err != nil || r.Identity() != (certs.Identity{Name: "m7", Role: certs.RoleMember}) {
 		t.Fatalf("m7 --member: %+v %v", r, err)
 	}
 	if !strings.Contains(out.String(), "m7 (member): --voter=never") {

@@ -268,26 +268,36 @@ type KeyringRequest struct {
 // KeyringOps are the operations of POST /v1/keyring/{op}.
 var KeyringOps = []string{"install", "use", "remove"}
 
-// NodeVersions is one node's supported cluster versions (GET /v1/upgrade).
+// NodeVersions is the cluster versions one registered node's binary
+// speaks (GET /v1/upgrade).
 type NodeVersions struct {
 	ID       string `json:"id"`
 	Min      uint32 `json:"min"`
 	Max      uint32 `json:"max"`
 	Live     bool   `json:"live"`
-	Blocking bool   `json:"blocking"`
+	Blocking bool   `json:"blocking"` // holds the cluster below this binary's newest version
 }
 
-// UpgradeStatus is GET /v1/upgrade and the answer of POST
-// /v1/upgrade/finalize (docs/upgrades.md).
+// UpgradeStatus is the cluster version as the answering node's replica
+// sees it: GET /v1/upgrade and the answer of POST /v1/upgrade/finalize
+// (docs/upgrades.md). node.UpgradeStatus is this type.
 type UpgradeStatus struct {
-	Active         uint32         `json:"active"`
-	BinaryMin      uint32         `json:"binary_min"`
-	BinaryMax      uint32         `json:"binary_max"`
-	Target         uint32         `json:"target"`
-	Blockers       []string       `json:"blockers"`
-	Nodes          []NodeVersions `json:"nodes"`
-	ManualFinalize bool           `json:"manual_finalize"`
-	FinalizedAt    time.Time      `json:"finalized_at"`
+	// Active is the cluster's active version: every node runs in its mode.
+	Active uint32 `json:"active"`
+	// BinaryMin and BinaryMax are the versions the node's binary speaks.
+	BinaryMin uint32 `json:"binary_min"`
+	BinaryMax uint32 `json:"binary_max"`
+	// Target is the newest version every live node speaks (capped at
+	// BinaryMax): finalizing moves Active to it.
+	Target uint32 `json:"target"`
+	// Blockers are the live nodes that keep Target below BinaryMax.
+	Blockers []string `json:"blockers"`
+	// Nodes are the registered nodes and their ranges.
+	Nodes []NodeVersions `json:"nodes"`
+	// ManualFinalize: the leader waits for FinalizeUpgrade.
+	ManualFinalize bool `json:"manual_finalize"`
+	// FinalizedAt is when the active version was set (zero before).
+	FinalizedAt time.Time `json:"finalized_at"`
 }
 
 // ErrorBody is every error answer's body.

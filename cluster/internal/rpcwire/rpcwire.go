@@ -11,21 +11,22 @@ type ReplyCode uint8
 
 // Reply codes.
 const (
-	CodeOK             ReplyCode = iota
-	CodeNotLeader                // not submitted: the callee is not the leader
-	CodeLeadershipLost           // submitted, outcome unknown
-	CodeTimeout                  // outcome unknown
-	CodeFSMError                 // committed; the FSM returned an error
-	CodeClosed                   // the callee is shutting down; not submitted
-	CodeBadRequest               // malformed request; not submitted
-	CodeError                    // other error (Msg)
-	CodeQuorumRisk               // removal refused
-	CodeUnknownServer            // removal of an id not in the configuration
-	CodeBadResponse              // committed; the FSM response could not be marshalled
-	CodeUnauthorized             // the caller may not do this; not submitted
-	CodeUnsupported              // the callee does not offer this call (now)
-	CodeRefused                  // a renewal refused by the planner (Refusal names why)
-	CodeStreamReset              // the snapshot being read is gone: subscribe again from the applied index
+	CodeOK              ReplyCode = iota
+	CodeNotLeader                 // not submitted: the callee is not the leader
+	CodeLeadershipLost            // submitted, outcome unknown
+	CodeTimeout                   // outcome unknown
+	CodeFSMError                  // committed; the FSM returned an error
+	CodeClosed                    // the callee is shutting down; not submitted
+	CodeBadRequest                // malformed request; not submitted
+	CodeError                     // other error (Msg)
+	CodeQuorumRisk                // removal refused
+	CodeUnknownServer             // removal of an id not in the configuration
+	CodeBadResponse               // committed; the FSM response could not be marshalled
+	CodeUnauthorized              // the caller may not do this; not submitted
+	CodeUnsupported               // the callee does not offer this call (now)
+	CodeRefused                   // a renewal refused by the planner (Refusal names why)
+	CodeStreamReset               // the snapshot being read is gone: subscribe again from the applied index
+	CodeStreamNotActive           // the cluster version does not have members on the stream yet: be a Raft non-voter
 )
 
 // ApplyArgs is the request of Control.Apply.

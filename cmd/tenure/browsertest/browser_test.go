@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/tenurehq/tenure/httpapi"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 	"github.com/tenurehq/tenure/node"
 	"net/http/httptest"
 )
@@ -131,7 +131,7 @@ func checkDashboard(t *testing.T, ctx context.Context, url string, partitions in
 // fake node: the grid renders and follows a drain.
 func TestDashboardBrowserFake(t *testing.T) {
 	ctx := browser(t, 90*time.Second)
-	f := apifake.NewNode()
+	f := httpapitest.NewNode()
 	hs := httptest.NewServer(newFakeAPI(t, f, httpapi.Options{}))
 	t.Cleanup(hs.Close)
 	srv := hs.URL

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/httpapi"
-	"github.com/tenurehq/tenure/internal/apifake"
+	"github.com/tenurehq/tenure/httpapi/httpapitest"
 )
 
 // newFakeAPI is the API over f; it closes with the test.
-func newFakeAPI(t *testing.T, f *apifake.Node, o httpapi.Options) *httpapi.Handler {
+func newFakeAPI(t *testing.T, f *httpapitest.Node, o httpapi.Options) *httpapi.Handler {
 	t.Helper()
 	h, err := httpapi.NewWithBackend(f, o)
 	if err != nil {

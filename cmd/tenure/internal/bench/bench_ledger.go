@@ -20,8 +20,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/cluster/commit"
 	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ledger/raftstore"
 )
 
 func init() {
@@ -95,7 +97,7 @@ func runBenchLedger(ctx context.Context, m *Env, args []string) error {
 	}
 	base := uint32(0)
 	for _, n := range counts {
-		row, err := c.run(ctx, n, base, *dur, *noBatch, ledger.BatcherConfig{MaxInFlight: *inflight, Linger: *linger})
+		row, err := c.run(ctx, n, base, *dur, *noBatch, commit.BatcherConfig{MaxInFlight: *inflight, Linger: *linger})
 		if err != nil {
 			return err
 		}
@@ -113,7 +115,7 @@ func runBenchLedger(ctx context.Context, m *Env, args []string) error {
 type benchCluster struct {
 	rafts  []*raft.Raft
 	fsms   []*ledger.FSM
-	stores []*ledger.Store
+	stores []*raftstore.Store
 	trans  []*raft.NetworkTransport
 	leader *raft.Raft
 	lfsm   *ledger.FSM
@@ -132,7 +134,7 @@ func startBenchCluster(ctx context.Context, parent string) (*benchCluster, error
 		servers = append(servers, raft.Server{ID: raft.ServerID("n" + strconv.Itoa(i)), Address: tr.LocalAddr()})
 	}
 	for i := range 3 {
-		st, err := ledger.OpenStore(filepath.Join(parent, "n"+strconv.Itoa(i)), ledger.StoreOptions{})
+		st, err := raftstore.OpenStore(filepath.Join(parent, "n"+strconv.Itoa(i)), raftstore.StoreOptions{})
 		if err != nil {
 			c.close()
 			return nil, err
@@ -198,8 +200,8 @@ func (c *benchCluster) close() {
 
 // run measures n proposers, each cycling enqueue → start → complete on its
 // own shard (base+i); every committed, accepted command is one transition.
-func (c *benchCluster) run(ctx context.Context, n int, base uint32, dur time.Duration, noBatch bool, bcfg ledger.BatcherConfig) (ledgerBenchRow, error) {
-	applier := ledger.RaftApplier{Raft: c.leader, Timeout: 10 * time.Second}
+func (c *benchCluster) run(ctx context.Context, n int, base uint32, dur time.Duration, noBatch bool, bcfg commit.BatcherConfig) (ledgerBenchRow, error) {
+	applier := commit.RaftApplier{Raft: c.leader, Timeout: 10 * time.Second}
 	var apply func(context.Context, ledger.Command) (ledger.Result, error)
 	if noBatch {
 		apply = func(ctx context.Context, cmd ledger.Command) (ledger.Result, error) {
@@ -210,7 +212,7 @@ func (c *benchCluster) run(ctx context.Context, n int, base uint32, dur time.Dur
 			return applier.Apply(ctx, b)
 		}
 	} else {
-		b, err := ledger.NewBatcher(applier, bcfg)
+		b, err := commit.NewBatcher(applier, bcfg)
 		if err != nil {
 			return ledgerBenchRow{}, err
 		}

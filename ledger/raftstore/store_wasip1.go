@@ -1,6 +1,6 @@
 //go:build wasip1
 
-package ledger
+package raftstore
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
-// Package apifake is an in-memory httpapi.Backend and HTTP helpers for
+// Package httpapitest is an in-memory httpapi.Backend and HTTP helpers for
 // the tests of httpapi and the tenure CLI.
-package apifake
+package httpapitest
 
 import (
 	"context"

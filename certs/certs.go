@@ -1,10 +1,10 @@
-// Package pki issues and loads the certificates that prove who a cluster
+// Package certs issues and loads the certificates that prove who a cluster
 // member is: a cluster CA, one certificate per node carrying its node id,
 // and operator certificates. Identities live in a URI SAN
 // (tenure://node/<id>, tenure://member/<id>, tenure://operator/<name>).
 // Reloader re-reads the files when they change, so certificates rotate
 // without a restart.
-package pki
+package certs
 
 import (
 	"bytes"

@@ -1,8 +1,10 @@
 //go:build !wasip1
 
-package ledger
+package raftstore
 
 import (
+	"github.com/tenurehq/tenure/ledger"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -23,8 +25,8 @@ import (
 // OpenStore opens (creating if needed) the raft stores in dir:
 // <dir>/raft.db (raft-boltdb/v2, fsync on, bbolt with a hashmap freelist
 // that is not synced to disk) and <dir>/snapshots. A data dir held by
-// another process fails with ErrStoreLocked, unreadable files with
-// ErrStoreCorrupt.
+// another process fails with ledger.ErrStoreLocked, unreadable files with
+// ledger.ErrStoreCorrupt.
 func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = DefaultLockTimeout
@@ -53,7 +55,7 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	}
 	if err := checkLog(bolt); err != nil {
 		bolt.Close()
-		return nil, fmt.Errorf("%w: %s: %v; %s", ErrStoreCorrupt, path, err, damagedAdvice)
+		return nil, fmt.Errorf("%w: %s: %v; %s", ledger.ErrStoreCorrupt, path, err, damagedAdvice)
 	}
 	cache, err := raft.NewLogCache(opts.LogCacheSize, bolt)
 	if err != nil {
@@ -63,7 +65,7 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	snaps, err := raft.NewFileSnapshotStore(dir, opts.SnapshotRetain, opts.SnapshotLog)
 	if err != nil {
 		bolt.Close()
-		return nil, fmt.Errorf("%w: snapshot store in %s: %v", ErrStoreCorrupt, dir, err)
+		return nil, fmt.Errorf("%w: snapshot store in %s: %v", ledger.ErrStoreCorrupt, dir, err)
 	}
 	if err := checkSnapshots(filepath.Join(dir, "snapshots"), bolt); err != nil {
 		bolt.Close()
@@ -73,12 +75,12 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 }
 
 // openBolt opens the checked bolt file. A panic or memory fault inside
-// bbolt (a corruption checkBoltFile missed) becomes ErrStoreCorrupt.
+// bbolt (a corruption checkBoltFile missed) becomes ledger.ErrStoreCorrupt.
 func openBolt(path string, opts StoreOptions) (st *raftboltdb.BoltStore, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			st, err = nil, fmt.Errorf("%w: %s: bbolt failed reading it: %v; %s", ErrStoreCorrupt, path, p, damagedAdvice)
+			st, err = nil, fmt.Errorf("%w: %s: bbolt failed reading it: %v; %s", ledger.ErrStoreCorrupt, path, p, damagedAdvice)
 		}
 	}()
 	st, err = raftboltdb.New(raftboltdb.Options{
@@ -93,10 +95,10 @@ func openBolt(path string, opts StoreOptions) (st *raftboltdb.BoltStore, err err
 	if err != nil {
 		switch {
 		case errors.Is(err, bolterrors.ErrTimeout):
-			return nil, fmt.Errorf("%w: %s is held by another process (waited %v)", ErrStoreLocked, path, opts.LockTimeout)
+			return nil, fmt.Errorf("%w: %s is held by another process (waited %v)", ledger.ErrStoreLocked, path, opts.LockTimeout)
 		case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch),
 			errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrInvalidMapping):
-			return nil, fmt.Errorf("%w: %s: %v; %s", ErrStoreCorrupt, path, err, damagedAdvice)
+			return nil, fmt.Errorf("%w: %s: %v; %s", ledger.ErrStoreCorrupt, path, err, damagedAdvice)
 		}
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
@@ -159,7 +161,7 @@ type snapshotMeta struct {
 // for the entries in between).
 func checkSnapshots(dir string, log raft.LogStore) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: snapshot %s; %s", ErrStoreCorrupt, fmt.Sprintf(format, a...), damagedAdvice)
+		return fmt.Errorf("%w: snapshot %s; %s", ledger.ErrStoreCorrupt, fmt.Sprintf(format, a...), damagedAdvice)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -206,9 +208,9 @@ func checkSnapshots(dir string, log raft.LogStore) error {
 	}
 	if first > 1 && newest+1 < first {
 		if newest == 0 {
-			return fmt.Errorf("%w: %s: the log starts at entry %d and there is no snapshot of the entries before it (snapshots lost?); %s", ErrStoreCorrupt, dir, first, damagedAdvice)
+			return fmt.Errorf("%w: %s: the log starts at entry %d and there is no snapshot of the entries before it (snapshots lost?); %s", ledger.ErrStoreCorrupt, dir, first, damagedAdvice)
 		}
-		return fmt.Errorf("%w: %s: the log starts at entry %d but the newest snapshot ends at %d; %s", ErrStoreCorrupt, dir, first, newest, damagedAdvice)
+		return fmt.Errorf("%w: %s: the log starts at entry %d but the newest snapshot ends at %d; %s", ledger.ErrStoreCorrupt, dir, first, newest, damagedAdvice)
 	}
 	return nil
 }

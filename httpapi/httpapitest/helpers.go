@@ -1,4 +1,4 @@
-package apifake
+package httpapitest
 
 import (
 	"encoding/json"

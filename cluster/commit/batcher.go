@@ -1,4 +1,4 @@
-package ledger
+package commit
 
 import (
 	"context"
@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/ledger"
 )
 
-// Applier commits one encoded command (possibly a Batch) and returns its
-// Result. An error means the outcome is unknown or the command was not
+// Applier commits one encoded command (possibly a ledger.Batch) and returns its
+// ledger.Result. An error means the outcome is unknown or the command was not
 // proposed (e.g. raft.ErrNotLeader, raft.ErrLeadershipLost); every ledger
 // command is a compare-and-set, so retrying it is safe.
 type Applier interface {
-	Apply(ctx context.Context, data []byte) (Result, error)
+	Apply(ctx context.Context, data []byte) (ledger.Result, error)
 }
 
 // RaftApplier applies through a local raft instance (the leader).
@@ -28,18 +30,18 @@ type RaftApplier struct {
 
 // Apply implements Applier. The wait for the commit is not interrupted by
 // ctx (raft has no cancel); ctx's deadline bounds the enqueue.
-func (a RaftApplier) Apply(ctx context.Context, data []byte) (Result, error) {
+func (a RaftApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
 	timeout := a.Timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
 	f := a.Raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
-		return Result{}, err
+		return ledger.Result{}, err
 	}
-	r, ok := f.Response().(Result)
+	r, ok := f.Response().(ledger.Result)
 	if !ok {
-		return Result{}, fmt.Errorf("ledger: raft returned %T, not a Result (is the FSM a *ledger.FSM?)", f.Response())
+		return ledger.Result{}, fmt.Errorf("commit: raft returned %T, not a ledger.Result (is the FSM a *ledger.FSM?)", f.Response())
 	}
 	return r, nil
 }
@@ -84,35 +86,35 @@ func (c *BatcherConfig) fill() error {
 		c.QueueSize = DefaultBatchQueueSize
 	}
 	switch {
-	case c.MaxCommands < 1 || c.MaxCommands > MaxBatchEntries:
-		return fmt.Errorf("ledger: batcher MaxCommands %d must be in [1, %d]", c.MaxCommands, MaxBatchEntries)
-	case c.MaxBytes < 1 || c.MaxBytes > MaxCommandSize:
-		return fmt.Errorf("ledger: batcher MaxBytes %d must be in [1, %d]", c.MaxBytes, MaxCommandSize)
+	case c.MaxCommands < 1 || c.MaxCommands > ledger.MaxBatchEntries:
+		return fmt.Errorf("commit: batcher MaxCommands %d must be in [1, %d]", c.MaxCommands, ledger.MaxBatchEntries)
+	case c.MaxBytes < 1 || c.MaxBytes > ledger.MaxCommandSize:
+		return fmt.Errorf("commit: batcher MaxBytes %d must be in [1, %d]", c.MaxBytes, ledger.MaxCommandSize)
 	case c.MaxInFlight < 1:
-		return fmt.Errorf("ledger: batcher MaxInFlight %d must be positive", c.MaxInFlight)
+		return fmt.Errorf("commit: batcher MaxInFlight %d must be positive", c.MaxInFlight)
 	case c.Linger < 0:
-		return fmt.Errorf("ledger: batcher Linger %v must not be negative", c.Linger)
+		return fmt.Errorf("commit: batcher Linger %v must not be negative", c.Linger)
 	case c.QueueSize < 1:
-		return fmt.Errorf("ledger: batcher QueueSize %d must be positive", c.QueueSize)
+		return fmt.Errorf("commit: batcher QueueSize %d must be positive", c.QueueSize)
 	}
 	return nil
 }
 
 type batchReq struct {
 	ctx  context.Context
-	cmd  Command
+	cmd  ledger.Command
 	ver  byte   // the encoding version of body
 	body []byte // encoded command without the version byte
 	done chan batchResp
 }
 
 type batchResp struct {
-	r   Result
+	r   ledger.Result
 	err error
 }
 
-// Batcher groups concurrent commands into Batch log entries (group commit)
-// and hands each caller its own Result. Safe for concurrent use.
+// Batcher groups concurrent commands into ledger.Batch log entries (group commit)
+// and hands each caller its own ledger.Result. Safe for concurrent use.
 type Batcher struct {
 	a       Applier
 	cfg     BatcherConfig
@@ -128,7 +130,7 @@ type Batcher struct {
 // NewBatcher starts a batcher over a. Close it to stop its goroutine.
 func NewBatcher(a Applier, cfg BatcherConfig) (*Batcher, error) {
 	if a == nil {
-		return nil, fmt.Errorf("ledger: NewBatcher with nil Applier")
+		return nil, fmt.Errorf("commit: NewBatcher with nil Applier")
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -142,13 +144,13 @@ func NewBatcher(a Applier, cfg BatcherConfig) (*Batcher, error) {
 }
 
 // Apply commits c, possibly together with other commands, and returns its
-// Result. On error (including ctx ending first) the outcome is unknown:
+// ledger.Result. On error (including ctx ending first) the outcome is unknown:
 // the command may still be committed. Batches cannot be nested: c must not
-// be a Batch.
-func (b *Batcher) Apply(ctx context.Context, c Command) (Result, error) {
+// be a ledger.Batch.
+func (b *Batcher) Apply(ctx context.Context, c ledger.Command) (ledger.Result, error) {
 	req, err := b.enqueue(ctx, c)
 	if err != nil {
-		return Result{}, err
+		return ledger.Result{}, err
 	}
 	return req.wait(ctx)
 }
@@ -159,9 +161,9 @@ func (b *Batcher) Apply(ctx context.Context, c Command) (Result, error) {
 // order, so they go out in as few entries as MaxCommands and MaxBytes
 // allow — one, usually — with no other caller's command between them;
 // entries commit in order while MaxInFlight is 1 (the default). Each
-// command gets its own Result and error, with Apply's meaning.
-func (b *Batcher) ApplyAll(ctx context.Context, cmds []Command) ([]Result, []error) {
-	res, errs := make([]Result, len(cmds)), make([]error, len(cmds))
+// command gets its own ledger.Result and error, with Apply's meaning.
+func (b *Batcher) ApplyAll(ctx context.Context, cmds []ledger.Command) ([]ledger.Result, []error) {
+	res, errs := make([]ledger.Result, len(cmds)), make([]error, len(cmds))
 	group := make([]batchReq, 0, len(cmds))
 	idx := make([]int, 0, len(cmds)) // group[k] is cmds[idx[k]]
 	for i, c := range cmds {
@@ -188,7 +190,7 @@ func (b *Batcher) ApplyAll(ctx context.Context, cmds []Command) ([]Result, []err
 }
 
 // enqueue encodes c and queues it for the next entry.
-func (b *Batcher) enqueue(ctx context.Context, c Command) (*batchReq, error) {
+func (b *Batcher) enqueue(ctx context.Context, c ledger.Command) (*batchReq, error) {
 	req, err := b.encodeReq(ctx, c)
 	if err != nil {
 		return nil, err
@@ -200,15 +202,15 @@ func (b *Batcher) enqueue(ctx context.Context, c Command) (*batchReq, error) {
 }
 
 // encodeReq encodes c as a request, not yet queued.
-func (b *Batcher) encodeReq(ctx context.Context, c Command) (batchReq, error) {
-	w := &writer{ver: versionFor(c), nested: true}
-	if err := encodeBody(w, c); err != nil {
+func (b *Batcher) encodeReq(ctx context.Context, c ledger.Command) (batchReq, error) {
+	body, ver, err := ledger.EncodeEntry(c, 0)
+	if err != nil {
 		return batchReq{}, err
 	}
-	if len(w.b)+16 > b.cfg.MaxBytes {
-		return batchReq{}, fmt.Errorf("%w: command of %d bytes exceeds batch MaxBytes %d", ErrTooLarge, len(w.b), b.cfg.MaxBytes)
+	if len(body)+16 > b.cfg.MaxBytes {
+		return batchReq{}, fmt.Errorf("%w: command of %d bytes exceeds batch MaxBytes %d", ledger.ErrTooLarge, len(body), b.cfg.MaxBytes)
 	}
-	return batchReq{ctx: ctx, cmd: c, ver: w.ver, body: w.b, done: make(chan batchResp, 1)}, nil
+	return batchReq{ctx: ctx, cmd: c, ver: ver, body: body, done: make(chan batchResp, 1)}, nil
 }
 
 // send queues a group of requests (in order, together).
@@ -216,7 +218,7 @@ func (b *Batcher) send(ctx context.Context, group []batchReq) error {
 	b.closeMu.RLock()
 	defer b.closeMu.RUnlock()
 	if b.closed {
-		return ErrClosed
+		return ledger.ErrClosed
 	}
 	select {
 	case b.reqs <- group:
@@ -227,45 +229,45 @@ func (b *Batcher) send(ctx context.Context, group []batchReq) error {
 }
 
 // wait returns the outcome of a queued request.
-func (r *batchReq) wait(ctx context.Context) (Result, error) {
+func (r *batchReq) wait(ctx context.Context) (ledger.Result, error) {
 	select {
 	case resp := <-r.done:
 		return resp.r, resp.err
 	case <-ctx.Done():
-		return Result{}, ctx.Err()
+		return ledger.Result{}, ctx.Err()
 	}
 }
 
 // ApplyEncoded is Apply for a command already in wire form (e.g. forwarded
-// from a follower over RPC). A Batch is unpacked and its commands applied
+// from a follower over RPC). A ledger.Batch is unpacked and its commands applied
 // (and grouped with others) individually, in the batch's order, as
 // ApplyAll does: a follower's batch carries a planner round (an expiry
 // before the grants it makes possible), which must commit in the order it
 // was sent. The result then has one entry per command; any command's
 // error is returned instead.
-func (b *Batcher) ApplyEncoded(ctx context.Context, data []byte) (Result, error) {
-	c, err := Decode(data)
+func (b *Batcher) ApplyEncoded(ctx context.Context, data []byte) (ledger.Result, error) {
+	c, err := ledger.Decode(data)
 	if err != nil {
-		return Result{}, err
+		return ledger.Result{}, err
 	}
-	batch, ok := c.(Batch)
+	batch, ok := c.(ledger.Batch)
 	if !ok {
 		return b.Apply(ctx, c)
 	}
 	res, errs := b.ApplyAll(ctx, batch.Commands)
 	for _, err := range errs {
 		if err != nil {
-			return Result{}, err
+			return ledger.Result{}, err
 		}
 	}
-	out := Result{Results: res}
+	out := ledger.Result{Results: res}
 	for _, r := range res {
 		out.Index = max(out.Index, r.Index)
 	}
 	return out, nil
 }
 
-// Close stops the batcher: later Apply calls fail with ErrClosed; commands
+// Close stops the batcher: later Apply calls fail with ledger.ErrClosed; commands
 // already queued are still proposed. It waits for in-flight entries.
 func (b *Batcher) Close() error {
 	b.closeMu.Lock()
@@ -368,30 +370,19 @@ func (b *Batcher) dispatch(batch []batchReq) {
 	}
 	// One version for the entry: the newest any command needs (rare; the
 	// others are re-encoded at it).
-	ver := minVersion
+	var ver byte
 	for _, r := range live {
 		ver = max(ver, r.ver)
 	}
+	bodies := make([][]byte, len(live))
 	for i, r := range live {
 		if r.ver != ver {
-			sub := &writer{ver: ver, nested: true}
-			_ = encodeBody(sub, r.cmd) // encoded once already: cannot fail
-			live[i].body, live[i].ver = sub.b, ver
+			live[i].body, _, _ = ledger.EncodeEntry(r.cmd, ver) // encoded once already: cannot fail
 		}
-	}
-	w := &writer{b: make([]byte, 0, 16+len(live)*32)}
-	w.b = append(w.b, ver)
-	if len(live) == 1 {
-		w.b = append(w.b, live[0].body...)
-	} else {
-		w.b = append(w.b, byte(KindBatch))
-		w.u(uint64(len(live)))
-		for _, r := range live {
-			w.bytes(r.body)
-		}
+		bodies[i] = live[i].body
 	}
 	ctx, cancel := entryContext(b.ctx, live)
-	res, err := b.a.Apply(ctx, w.b)
+	res, err := b.a.Apply(ctx, ledger.JoinEntry(ver, bodies))
 	cancel()
 	for i, r := range live {
 		switch {
@@ -400,9 +391,9 @@ func (b *Batcher) dispatch(batch []batchReq) {
 		case len(live) == 1:
 			r.done <- batchResp{r: res}
 		case res.Err != nil:
-			r.done <- batchResp{r: Result{Err: res.Err, Index: res.Index}}
+			r.done <- batchResp{r: ledger.Result{Err: res.Err, Index: res.Index}}
 		case len(res.Results) != len(live):
-			r.done <- batchResp{err: fmt.Errorf("ledger: batch of %d commands returned %d results", len(live), len(res.Results))}
+			r.done <- batchResp{err: fmt.Errorf("commit: batch of %d commands returned %d results", len(live), len(res.Results))}
 		default:
 			r.done <- batchResp{r: res.Results[i]}
 		}

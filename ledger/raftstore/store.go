@@ -1,4 +1,4 @@
-package ledger
+package raftstore
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // StoreOptions configures OpenStore. Zero values take the defaults.
 type StoreOptions struct {
 	// LockTimeout is how long to wait for another process to release the
-	// data dir's bolt file lock before failing with ErrStoreLocked.
+	// data dir's bolt file lock before failing with ledger.ErrStoreLocked.
 	LockTimeout time.Duration
 	// LogCacheSize is how many recent log entries raft.NewLogCache keeps
 	// in memory.

@@ -1,4 +1,4 @@
-package ledger
+package commit
 
 import (
 	"context"
@@ -10,13 +10,15 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // fsmApplier applies straight to an FSM, one log index per entry. While
 // gate is non-nil, each Apply first waits for a value from it.
 type fsmApplier struct {
 	mu      sync.Mutex
-	f       *FSM
+	f       *ledger.FSM
 	index   uint64
 	entries int
 	sizes   []int
@@ -25,11 +27,11 @@ type fsmApplier struct {
 	waiting atomic.Int64 // commands in the entry waiting at the gate
 }
 
-func (a *fsmApplier) Apply(ctx context.Context, data []byte) (Result, error) {
+func (a *fsmApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
 	if a.gate != nil {
-		if c, err := Decode(data); err == nil {
+		if c, err := ledger.Decode(data); err == nil {
 			n := int64(1)
-			if b, ok := c.(Batch); ok {
+			if b, ok := c.(ledger.Batch); ok {
 				n = int64(len(b.Commands))
 			}
 			a.waiting.Store(n)
@@ -37,22 +39,22 @@ func (a *fsmApplier) Apply(ctx context.Context, data []byte) (Result, error) {
 		select {
 		case <-a.gate:
 		case <-ctx.Done():
-			return Result{}, ctx.Err()
+			return ledger.Result{}, ctx.Err()
 		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.err != nil {
-		return Result{}, a.err
+		return ledger.Result{}, a.err
 	}
-	c, err := Decode(data)
+	c, err := ledger.Decode(data)
 	if err != nil {
-		return Result{Err: err}, nil
+		return ledger.Result{Err: err}, nil
 	}
 	a.index++
 	a.entries++
 	n := 1
-	if b, ok := c.(Batch); ok {
+	if b, ok := c.(ledger.Batch); ok {
 		n = len(b.Commands)
 	}
 	a.sizes = append(a.sizes, n)
@@ -60,7 +62,7 @@ func (a *fsmApplier) Apply(ctx context.Context, data []byte) (Result, error) {
 }
 
 func TestBatcherGroupsAndDemultiplexes(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
+	f, _ := newTestFSM(t, ledger.DefaultConfig())
 	a := &fsmApplier{f: f, gate: make(chan struct{})}
 	b, err := NewBatcher(a, BatcherConfig{MaxCommands: 64})
 	if err != nil {
@@ -75,7 +77,7 @@ func TestBatcherGroupsAndDemultiplexes(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			key := fmt.Sprint("k", i)
-			r, err := b.Apply(context.Background(), JobEnqueue{Shard: uint32(i % 3), Key: key})
+			r, err := b.Apply(context.Background(), ledger.JobEnqueue{Shard: uint32(i % 3), Key: key})
 			switch {
 			case err != nil:
 				errs <- err
@@ -129,29 +131,29 @@ func TestBatcherGroupsAndDemultiplexes(t *testing.T) {
 }
 
 func TestBatcherErrorsAndClose(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
+	f, _ := newTestFSM(t, ledger.DefaultConfig())
 	lost := errors.New("leadership lost")
 	a := &fsmApplier{f: f, err: lost}
 	b, err := NewBatcher(a, BatcherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Apply(context.Background(), Heartbeat{Node: "a"}); !errors.Is(err, lost) {
+	if _, err := b.Apply(context.Background(), ledger.Heartbeat{Node: "a"}); !errors.Is(err, lost) {
 		t.Fatalf("applier error: %v", err)
 	}
-	if _, err := b.Apply(context.Background(), Batch{}); !errors.Is(err, ErrInvalid) {
+	if _, err := b.Apply(context.Background(), ledger.Batch{}); !errors.Is(err, ledger.ErrInvalid) {
 		t.Fatalf("nested batch: %v", err)
 	}
-	if _, err := b.Apply(context.Background(), App{Payload: make([]byte, DefaultBatchMaxBytes)}); !errors.Is(err, ErrTooLarge) {
+	if _, err := b.Apply(context.Background(), ledger.App{Payload: make([]byte, DefaultBatchMaxBytes)}); !errors.Is(err, ledger.ErrTooLarge) {
 		t.Fatalf("oversized: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := b.Apply(ctx, Heartbeat{Node: "a"}); !errors.Is(err, context.Canceled) {
+	if _, err := b.Apply(ctx, ledger.Heartbeat{Node: "a"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled ctx: %v", err)
 	}
 	b.Close()
-	if _, err := b.Apply(context.Background(), Heartbeat{Node: "a"}); !errors.Is(err, ErrClosed) {
+	if _, err := b.Apply(context.Background(), ledger.Heartbeat{Node: "a"}); !errors.Is(err, ledger.ErrClosed) {
 		t.Fatalf("after close: %v", err)
 	}
 	if _, err := NewBatcher(a, BatcherConfig{MaxCommands: -1}); err == nil {
@@ -163,136 +165,36 @@ func TestBatcherErrorsAndClose(t *testing.T) {
 }
 
 func TestBatcherLinger(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
+	f, _ := newTestFSM(t, ledger.DefaultConfig())
 	a := &fsmApplier{f: f}
 	b, err := NewBatcher(a, BatcherConfig{Linger: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if r, err := b.Apply(context.Background(), Heartbeat{Node: "a", Incarnation: 1}); err != nil || r.Err != nil || r.Node.Liveness != 1 {
+	if r, err := b.Apply(context.Background(), ledger.Heartbeat{Node: "a", Incarnation: 1}); err != nil || r.Err != nil || r.Node.Liveness != 1 {
 		t.Fatalf("%+v %v", r, err)
 	}
 }
 
-func TestOnApplyAndWaitApplied(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
-	var seen []string
-	f.OnApply(func(index uint64, c Command, r Result) {
-		if f.State().AppliedIndex() < index {
-			t.Errorf("hook for %d ran before State reached it", index)
-		}
-		seen = append(seen, fmt.Sprintf("%d:%v:%v", index, KindOf(c), r.Err == nil))
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	waited := make(chan error, 1)
-	go func() { waited <- f.WaitApplied(ctx, 2) }()
-	f.ApplyCommand(1, Heartbeat{Node: "a", Incarnation: 1})
-	f.ApplyCommand(2, Batch{Commands: []Command{Heartbeat{Node: "b", Incarnation: 1}, ExpireNode{Node: "zz"}}})
-	if err := <-waited; err != nil {
-		t.Fatal(err)
-	}
-	want := "[1:Heartbeat:true 2:Heartbeat:true 2:ExpireNode:false]"
-	if got := fmt.Sprint(seen); got != want {
-		t.Fatalf("hooks saw %s, want %s", got, want)
-	}
-	short, cancel2 := context.WithCancel(context.Background())
-	cancel2()
-	if err := f.WaitApplied(short, 99); !errors.Is(err, context.Canceled) {
-		t.Fatalf("WaitApplied with cancelled ctx: %v", err)
-	}
-}
-
-func TestConfigValidate(t *testing.T) {
-	if err := DefaultConfig().Validate(); err != nil {
-		t.Fatal(err)
-	}
-	for _, mod := range []func(*Config){
-		func(c *Config) { c.MaxPayload = 0 },
-		func(c *Config) { c.MaxPayload = MaxCommandSize },
-		func(c *Config) { c.JobRetention = 0 },
-		func(c *Config) { c.MaxFinishedJobs = 0 },
-		func(c *Config) { c.DefaultMaxAttempts = -1 },
-	} {
-		c := DefaultConfig()
-		mod(&c)
-		if err := c.Validate(); err == nil {
-			t.Errorf("%+v accepted", c)
-		}
-		if _, err := NewFSM(c); err == nil {
-			t.Errorf("NewFSM(%+v) accepted", c)
-		}
-	}
-	f, _ := NewFSM(DefaultConfig())
-	if err := f.RegisterStateMachine("", newCounterSM()); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("empty type: %v", err)
-	}
-	if err := f.RegisterStateMachine("x", newCounterSM()); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.RegisterStateMachine("x", newCounterSM()); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("duplicate type: %v", err)
-	}
-}
-
-func TestRunnableJobsAndOwnedBy(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
-	for i, c := range []Command{
-		Heartbeat{Node: "a", Incarnation: 1},
-		Grant{Shard: 1, Owner: "a", OwnerIncarnation: 1, OwnerLiveness: 1},
-		Grant{Shard: 2, Owner: "a", OwnerIncarnation: 1, OwnerLiveness: 1},
-		JobEnqueue{Shard: 1, Now: 0},                                            // 1: runnable
-		JobEnqueue{Shard: 1, Now: 0},                                            // 2: started, times out at 110
-		JobEnqueue{Shard: 1, Now: 0},                                            // 3: backs off until 1000
-		JobStart{Shard: 1, Epoch: 1, Owner: "a", Job: 2, Timeout: 100, Now: 10}, //
-		JobStart{Shard: 1, Epoch: 1, Owner: "a", Job: 3, Now: 10},               //
-		JobFail{Shard: 1, Epoch: 1, Job: 3, Attempt: 1, Backoff: 990, Now: 10},  //
-		Release{Shard: 2, Epoch: 1, Owner: "a"},                                 //
-	} {
-		if r := f.ApplyCommand(uint64(i+1), c); r.Err != nil {
-			t.Fatalf("%#v: %v", c, r.Err)
-		}
-	}
-	ids := func(js []JobRecord) []uint64 {
-		var out []uint64
-		for _, j := range js {
-			out = append(out, j.ID)
-		}
-		return out
-	}
-	st := f.State()
-	for _, tc := range []struct {
-		now  int64
-		want string
-	}{{50, "[1]"}, {111, "[1 2]"}, {1000, "[1 2 3]"}} {
-		if got := fmt.Sprint(ids(st.RunnableJobs(1, tc.now))); got != tc.want {
-			t.Errorf("RunnableJobs(1, %d) = %s, want %s", tc.now, got, tc.want)
-		}
-	}
-	if got := st.OwnedBy("a"); len(got) != 1 || got[0].Shard != 1 {
-		t.Errorf("OwnedBy(a) = %+v", got)
-	}
-}
-
 func TestBatcherApplyEncoded(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
+	f, _ := newTestFSM(t, ledger.DefaultConfig())
 	b, err := NewBatcher(&fsmApplier{f: f}, BatcherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	ctx := context.Background()
-	if r, err := b.ApplyEncoded(ctx, MustEncode(Heartbeat{Node: "a", Incarnation: 1})); err != nil || r.Node.Liveness != 1 {
+	if r, err := b.ApplyEncoded(ctx, ledger.MustEncode(ledger.Heartbeat{Node: "a", Incarnation: 1})); err != nil || r.Node.Liveness != 1 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	r, err := b.ApplyEncoded(ctx, MustEncode(Batch{Commands: []Command{
-		Heartbeat{Node: "b", Incarnation: 1}, ExpireNode{Node: "zz"}, Heartbeat{Node: "c", Incarnation: 1},
+	r, err := b.ApplyEncoded(ctx, ledger.MustEncode(ledger.Batch{Commands: []ledger.Command{
+		ledger.Heartbeat{Node: "b", Incarnation: 1}, ledger.ExpireNode{Node: "zz"}, ledger.Heartbeat{Node: "c", Incarnation: 1},
 	}}))
-	if err != nil || len(r.Results) != 3 || r.Results[0].Node.ID != "b" || !errors.Is(r.Results[1].Err, ErrUnknownNode) || r.Results[2].Node.ID != "c" {
+	if err != nil || len(r.Results) != 3 || r.Results[0].Node.ID != "b" || !errors.Is(r.Results[1].Err, ledger.ErrUnknownNode) || r.Results[2].Node.ID != "c" {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if _, err := b.ApplyEncoded(ctx, []byte{1}); !errors.Is(err, ErrMalformed) {
+	if _, err := b.ApplyEncoded(ctx, []byte{1}); !errors.Is(err, ledger.ErrMalformed) {
 		t.Fatalf("malformed: %v", err)
 	}
 }
@@ -305,14 +207,14 @@ type stuckApplier struct {
 	hadDeadline atomic.Bool
 }
 
-func (a *stuckApplier) Apply(ctx context.Context, data []byte) (Result, error) {
+func (a *stuckApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
 	if a.calls.Add(1) == 1 {
 		_, ok := ctx.Deadline()
 		a.hadDeadline.Store(ok)
 		<-ctx.Done()
-		return Result{}, ctx.Err()
+		return ledger.Result{}, ctx.Err()
 	}
-	return Result{Index: uint64(a.calls.Load())}, nil
+	return ledger.Result{Index: uint64(a.calls.Load())}, nil
 }
 
 // An entry whose every caller gave up releases its in-flight slot: the
@@ -327,7 +229,7 @@ func TestBatcherReleasesAbandonedEntry(t *testing.T) {
 		defer b.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, err := b.Apply(ctx, Heartbeat{Node: "a"}); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := b.Apply(ctx, ledger.Heartbeat{Node: "a"}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("stuck entry: %v, want DeadlineExceeded", err)
 		}
 		if !a.hadDeadline.Load() {
@@ -335,7 +237,7 @@ func TestBatcherReleasesAbandonedEntry(t *testing.T) {
 		}
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel2()
-		r, err := b.Apply(ctx2, Heartbeat{Node: "a"})
+		r, err := b.Apply(ctx2, ledger.Heartbeat{Node: "a"})
 		if err != nil || r.Index != 2 {
 			t.Fatalf("next command after an abandoned entry: %+v, %v", r, err)
 		}
@@ -343,13 +245,13 @@ func TestBatcherReleasesAbandonedEntry(t *testing.T) {
 		ctx3, cancel3 := context.WithCancel(context.Background())
 		a.calls.Store(0)
 		done := make(chan error, 1)
-		go func() { _, err := b.Apply(ctx3, Heartbeat{Node: "a"}); done <- err }()
+		go func() { _, err := b.Apply(ctx3, ledger.Heartbeat{Node: "a"}); done <- err }()
 		synctest.Wait()
 		cancel3()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled caller: %v", err)
 		}
-		if r, err := b.Apply(ctx2, Heartbeat{Node: "a"}); err != nil || r.Index != 2 {
+		if r, err := b.Apply(ctx2, ledger.Heartbeat{Node: "a"}); err != nil || r.Index != 2 {
 			t.Fatalf("next command after a cancelled entry: %+v, %v", r, err)
 		}
 	})
@@ -361,18 +263,18 @@ type orderApplier struct {
 	order []string
 }
 
-func (a *orderApplier) Apply(ctx context.Context, data []byte) (Result, error) {
-	c, err := Decode(data)
+func (a *orderApplier) Apply(ctx context.Context, data []byte) (ledger.Result, error) {
+	c, err := ledger.Decode(data)
 	if err != nil {
-		return Result{}, err
+		return ledger.Result{}, err
 	}
-	cmds := []Command{c}
-	if b, ok := c.(Batch); ok {
+	cmds := []ledger.Command{c}
+	if b, ok := c.(ledger.Batch); ok {
 		cmds = b.Commands
 	}
 	a.mu.Lock()
 	for _, sc := range cmds {
-		a.order = append(a.order, sc.(JobEnqueue).Key)
+		a.order = append(a.order, sc.(ledger.JobEnqueue).Key)
 	}
 	a.mu.Unlock()
 	return a.fsmApplier.Apply(ctx, data)
@@ -381,7 +283,7 @@ func (a *orderApplier) Apply(ctx context.Context, data []byte) (Result, error) {
 // TestBatcherApplyAllKeepsOrder: ApplyAll's commands reach the log in the
 // given order, across entries, each with its own result.
 func TestBatcherApplyAllKeepsOrder(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
+	f, _ := newTestFSM(t, ledger.DefaultConfig())
 	a := &orderApplier{fsmApplier: fsmApplier{f: f}}
 	b, err := NewBatcher(a, BatcherConfig{MaxCommands: 16})
 	if err != nil {
@@ -389,23 +291,23 @@ func TestBatcherApplyAllKeepsOrder(t *testing.T) {
 	}
 	defer b.Close()
 	const n = 100
-	cmds := make([]Command, n)
+	cmds := make([]ledger.Command, n)
 	for i := range cmds {
-		cmds[i] = JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("k", i)}
+		cmds[i] = ledger.JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("k", i)}
 	}
 	res, errs := b.ApplyAll(context.Background(), cmds)
 	for i := range cmds {
 		if errs[i] != nil || res[i].Err != nil {
 			t.Fatalf("command %d: %v %v", i, errs[i], res[i].Err)
 		}
-		if res[i].Job.Key != cmds[i].(JobEnqueue).Key {
+		if res[i].Job.Key != cmds[i].(ledger.JobEnqueue).Key {
 			t.Fatalf("command %d got the result of another: %+v", i, res[i].Job)
 		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i, k := range a.order {
-		if k != cmds[i].(JobEnqueue).Key {
+		if k != cmds[i].(ledger.JobEnqueue).Key {
 			t.Fatalf("log order %v, want the given order", a.order)
 		}
 	}
@@ -425,26 +327,26 @@ func TestBatcherApplyAllOneEntry(t *testing.T) {
 		{max: 16, n: 6, want: []int{6}},
 		{max: 4, n: 10, want: []int{4, 4, 2}},
 	} {
-		f, _ := newTestFSM(t, DefaultConfig())
+		f, _ := newTestFSM(t, ledger.DefaultConfig())
 		a := &fsmApplier{f: f}
 		b, err := NewBatcher(a, BatcherConfig{MaxCommands: tc.max})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmds := make([]Command, tc.n)
+		cmds := make([]ledger.Command, tc.n)
 		for i := range cmds {
-			cmds[i] = JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("k", i)}
+			cmds[i] = ledger.JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("k", i)}
 		}
 		for round := range 20 {
 			a.mu.Lock()
 			a.sizes = nil
 			a.mu.Unlock()
 			for i := range cmds {
-				cmds[i] = JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("r", round, "k", i)}
+				cmds[i] = ledger.JobEnqueue{Shard: uint32(i % 3), Key: fmt.Sprint("r", round, "k", i)}
 			}
 			res, errs := b.ApplyAll(context.Background(), cmds)
 			for i := range cmds {
-				if errs[i] != nil || res[i].Err != nil || res[i].Job.Key != cmds[i].(JobEnqueue).Key {
+				if errs[i] != nil || res[i].Err != nil || res[i].Job.Key != cmds[i].(ledger.JobEnqueue).Key {
 					t.Fatalf("max %d round %d command %d: %v %v %+v", tc.max, round, i, errs[i], res[i].Err, res[i].Job)
 				}
 			}
@@ -463,7 +365,7 @@ func TestBatcherApplyAllOneEntry(t *testing.T) {
 // in the order it was sent, even when every command goes out in its own
 // entry (MaxCommands 1) — submitted concurrently, they would not.
 func TestBatcherApplyEncodedOrder(t *testing.T) {
-	f, _ := newTestFSM(t, DefaultConfig())
+	f, _ := newTestFSM(t, ledger.DefaultConfig())
 	a := &orderApplier{fsmApplier: fsmApplier{f: f}}
 	b, err := NewBatcher(a, BatcherConfig{MaxCommands: 1})
 	if err != nil {
@@ -471,17 +373,17 @@ func TestBatcherApplyEncodedOrder(t *testing.T) {
 	}
 	defer b.Close()
 	for round := range 5 {
-		var cmds []Command
+		var cmds []ledger.Command
 		var want []string
 		for i := range 64 {
 			k := fmt.Sprintf("r%d-k%02d", round, i)
-			cmds = append(cmds, JobEnqueue{Shard: uint32(i % 3), Key: k})
+			cmds = append(cmds, ledger.JobEnqueue{Shard: uint32(i % 3), Key: k})
 			want = append(want, k)
 		}
 		a.mu.Lock()
 		a.order = nil
 		a.mu.Unlock()
-		r, err := b.ApplyEncoded(context.Background(), MustEncode(Batch{Commands: cmds}))
+		r, err := b.ApplyEncoded(context.Background(), ledger.MustEncode(ledger.Batch{Commands: cmds}))
 		if err != nil || len(r.Results) != len(cmds) {
 			t.Fatalf("round %d: %d results, %v", round, len(r.Results), err)
 		}
@@ -497,4 +399,12 @@ func TestBatcherApplyEncodedOrder(t *testing.T) {
 			t.Fatalf("round %d: committed in the order %v, want %v", round, got, want)
 		}
 	}
+}
+
+func newTestFSM(t interface{ Fatal(...any) }, cfg ledger.Config) (*ledger.FSM, struct{}) {
+	f, err := ledger.NewFSM(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, struct{}{}
 }

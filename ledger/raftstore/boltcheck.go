@@ -1,8 +1,10 @@
 //go:build !wasip1
 
-package ledger
+package raftstore
 
 import (
+	"github.com/tenurehq/tenure/ledger"
+
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -96,7 +98,7 @@ func parseBoltMeta(p []byte) (boltMeta, error) {
 }
 
 // checkBoltFile validates the bolt file f (size bytes) without mapping it.
-// The error says what is wrong; OpenStore wraps it in ErrStoreCorrupt.
+// The error says what is wrong; OpenStore wraps it in ledger.ErrStoreCorrupt.
 func checkBoltFile(f io.ReaderAt, size int64) error {
 	if size == 0 {
 		return errors.New("the file is empty (0 bytes): it was never initialized or was truncated")
@@ -331,7 +333,7 @@ func checkBoltPath(path string, opts StoreOptions) error {
 	defer f.Close()
 	if err := lockShared(f, opts.LockTimeout); err != nil {
 		if errors.Is(err, errLockTimeout) {
-			return fmt.Errorf("%w: %s is held by another process (waited %v)", ErrStoreLocked, path, opts.LockTimeout)
+			return fmt.Errorf("%w: %s is held by another process (waited %v)", ledger.ErrStoreLocked, path, opts.LockTimeout)
 		}
 		return fmt.Errorf("ledger: lock %s: %w", path, err)
 	}
@@ -340,10 +342,10 @@ func checkBoltPath(path string, opts StoreOptions) error {
 		return fmt.Errorf("ledger: stat %s: %w", path, err)
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%w: %s is not a regular file; %s", ErrStoreCorrupt, path, damagedAdvice)
+		return fmt.Errorf("%w: %s is not a regular file; %s", ledger.ErrStoreCorrupt, path, damagedAdvice)
 	}
 	if err := checkBoltFile(f, st.Size()); err != nil {
-		return fmt.Errorf("%w: %s: %v; %s", ErrStoreCorrupt, path, err, damagedAdvice)
+		return fmt.Errorf("%w: %s: %v; %s", ledger.ErrStoreCorrupt, path, err, damagedAdvice)
 	}
 	return nil
 }

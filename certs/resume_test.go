@@ -1,4 +1,4 @@
-package pki
+package certs
 
 import (
 	"crypto/tls"

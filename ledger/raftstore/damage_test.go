@@ -1,6 +1,6 @@
 //go:build !wasip1
 
-package ledger
+package raftstore
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/commit"
+	"github.com/tenurehq/tenure/ledger"
 )
 
 // goodDataDir builds a data dir with a multi-page raft.db, a snapshot and a
@@ -22,16 +25,16 @@ func goodDataDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	r, _, _, st := startSingle(t, dir, 1<<20)
-	b, err := NewBatcher(RaftApplier{Raft: r, Timeout: 10 * time.Second}, BatcherConfig{})
+	b, err := commit.NewBatcher(commit.RaftApplier{Raft: r, Timeout: 10 * time.Second}, commit.BatcherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := b.Apply(ctx, Heartbeat{Node: "a", Incarnation: 1}); err != nil {
+	if _, err := b.Apply(ctx, ledger.Heartbeat{Node: "a", Incarnation: 1}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 60 {
-		if _, err := b.Apply(ctx, JobEnqueue{Shard: 1, Key: fmt.Sprint("key-", i), Payload: make([]byte, 300)}); err != nil {
+		if _, err := b.Apply(ctx, ledger.JobEnqueue{Shard: 1, Key: fmt.Sprint("key-", i), Payload: make([]byte, 300)}); err != nil {
 			t.Fatal(err)
 		}
 		if i == 40 {
@@ -98,7 +101,7 @@ func newestSnapshot(t *testing.T, dir string) string {
 }
 
 // TestOpenStoreDamaged: every kind of damage to raft.db and the snapshots
-// is refused with ErrStoreCorrupt and a message naming the file and the
+// is refused with ledger.ErrStoreCorrupt and a message naming the file and the
 // way out, never a panic or a fault.
 func TestOpenStoreDamaged(t *testing.T) {
 	good := goodDataDir(t)
@@ -199,8 +202,8 @@ func TestOpenStoreDamaged(t *testing.T) {
 				st.Close()
 				t.Fatal("damaged data dir opened")
 			}
-			if !errors.Is(err, ErrStoreCorrupt) {
-				t.Fatalf("err %v, want ErrStoreCorrupt", err)
+			if !errors.Is(err, ledger.ErrStoreCorrupt) {
+				t.Fatalf("err %v, want ledger.ErrStoreCorrupt", err)
 			}
 			msg := err.Error()
 			t.Log(msg)
@@ -231,7 +234,7 @@ func TestOpenStoreDamaged(t *testing.T) {
 
 // TestOpenStoreGarbagePages overwrites each page of raft.db in turn (and
 // some pages' headers only) with random bytes: OpenStore either refuses
-// with ErrStoreCorrupt or opens a store whose whole log reads back, and
+// with ledger.ErrStoreCorrupt or opens a store whose whole log reads back, and
 // never panics or faults.
 func TestOpenStoreGarbagePages(t *testing.T) {
 	good := goodDataDir(t)
@@ -255,8 +258,8 @@ func TestOpenStoreGarbagePages(t *testing.T) {
 			}
 			st, err := OpenStore(dir, StoreOptions{})
 			if err != nil {
-				if !errors.Is(err, ErrStoreCorrupt) {
-					t.Fatalf("page %d (%d bytes): %v, want ErrStoreCorrupt", page, n, err)
+				if !errors.Is(err, ledger.ErrStoreCorrupt) {
+					t.Fatalf("page %d (%d bytes): %v, want ledger.ErrStoreCorrupt", page, n, err)
 				}
 				refused++
 				continue
@@ -279,7 +282,7 @@ func TestOpenStoreLockedWhileChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := OpenStore(dir, StoreOptions{LockTimeout: 100 * time.Millisecond}); !errors.Is(err, ErrStoreLocked) {
-		t.Fatalf("second open: %v, want ErrStoreLocked", err)
+	if _, err := OpenStore(dir, StoreOptions{LockTimeout: 100 * time.Millisecond}); !errors.Is(err, ledger.ErrStoreLocked) {
+		t.Fatalf("second open: %v, want ledger.ErrStoreLocked", err)
 	}
 }

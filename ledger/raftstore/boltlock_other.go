@@ -1,6 +1,6 @@
 //go:build !unix && !wasip1
 
-package ledger
+package raftstore
 
 import (
 	"errors"
