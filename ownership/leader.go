@@ -137,9 +137,6 @@ func (l *Leader) Established() bool { return l.leading && l.established }
 // Stats returns the counters so far.
 func (l *Leader) Stats() LoopStats { return l.stats }
 
-// Planner returns the planner the core drives (read-only use: RingMembers).
-func (l *Leader) Planner() *Planner { return l.planner }
-
 // Renew judges one lease renewal this node received (Planner.Renew): now
 // is the clock read after receipt, rec the node's record in this replica.
 // ErrNotLeader until the term is established.
