@@ -250,15 +250,16 @@ func (s *scaleSim) step() error {
 		}
 	}
 	st = s.fsm.State()
-	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes()}
+	members := make([]ownership.Member, 0, len(s.ids))
 	for _, id := range s.ids {
 		n := s.nodes[id]
 		m := ownership.Member{ID: id, Incarnation: n.inc, Health: 1, Draining: n.draining}
 		if n.dead {
 			m.State = ownership.GossipDead
 		}
-		in.Members = append(in.Members, m)
+		members = append(members, m)
 	}
+	in := ownership.InputOf(st, members)
 	t0 := time.Now()
 	if !s.planner.Leading() {
 		s.planner.Establish(s.now, in, time.Time{})
