@@ -1,12 +1,9 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -209,42 +206,13 @@ wait:
 func (c *foCluster) stopAll() { stopAgents(c.agents, 10*time.Second) }
 
 func (c *foCluster) get(ctx context.Context, a *foAgent, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
-	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return agentGet(ctx, &c.client, a, path, out)
 }
 
+// post POSTs to path on a with no body; a drain may take a minute to answer.
 func (c *foCluster) post(ctx context.Context, a *foAgent, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.httpAddr+path, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json") // the API refuses a state change without it
 	cl := http.Client{Timeout: 2 * time.Minute}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("POST %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
+	return agentPost(ctx, &cl, a, path, nil)
 }
 
 // foShard is the part of GET /v1/shards the benchmark reads.

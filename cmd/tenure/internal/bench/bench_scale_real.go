@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -207,33 +206,8 @@ func (c *realCluster) spawnAll() error {
 	return nil
 }
 
-// maxAPIBody bounds what the benchmark reads from an agent's API.
-const maxAPIBody = 64 << 20
-
 func (c *realCluster) get(ctx context.Context, a *foAgent, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body := io.LimitReader(resp.Body, maxAPIBody)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(body, 512))
-		return fmt.Errorf("GET %s from %s: %s: %s", path, a.id, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if out == nil {
-		_, _ = io.Copy(io.Discard, body)
-		return nil
-	}
-	if w, ok := out.(io.Writer); ok {
-		_, err := io.Copy(w, body)
-		return err
-	}
-	return json.NewDecoder(body).Decode(out)
+	return agentGet(ctx, &c.client, a, path, out)
 }
 
 // realStatus is the part of GET /v1/status the benchmark reads.
