@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -23,17 +22,12 @@ func init() {
 
 // failoverOptions are the parsed flags of `tenure bench failover`.
 type failoverOptions struct {
-	nodes      int
+	agentClusterFlags
 	runs       int
-	profile    string
 	mode       string
-	json       bool
-	partitions int
 	tick       time.Duration
 	tickSample time.Duration // agents' --tick-sample (0: every tick is a sample)
 	seed       uint64
-	dir        string
-	agentBin   string
 	lease      time.Duration
 	down       time.Duration
 	// fenced puts every partition under fenced takeover (bench_failover_fenced.go).
@@ -48,17 +42,12 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	var o failoverOptions
 	fs := flag.NewFlagSet("bench failover", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.nodes, "nodes", 5, "agent processes (3 of them form the control group)")
+	o.agentClusterFlags.register(fs)
 	fs.IntVar(&o.runs, "runs", 20, "failovers (or drains) to measure")
-	fs.StringVar(&o.profile, "profile", "default", "lease profile: fast, default or safe")
 	fs.StringVar(&o.mode, "mode", "crash", "crash (kill -9 the owner), restart (kill -9 and restart it at once with the same identity) or drain (planned handoff)")
-	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object (progress goes to stderr)")
-	fs.IntVar(&o.partitions, "partitions", 32, "shards in the benchmark cluster")
 	fs.DurationVar(&o.tick, "tick", 10*time.Millisecond, "demo workload tick period: the resolution of 'acting' (see -tick-sample)")
 	fs.DurationVar(&o.tickSample, "tick-sample", -1, "demo workload sample period below -tick: acting's start and stop are seen to within it (default: 1ms in drain mode, where the gap is milliseconds; else -tick)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for shard choice and kill phase (0: random)")
-	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
-	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
 	fs.DurationVar(&o.down, "down", 0, "restart mode: how long the killed agent stays down before it restarts (0: at once); then restart→acting is measured")
 	fs.IntVar(&o.burn, "burn", 0, "run this many CPU-burning processes (busy loops) beside the cluster during the measured runs, to measure under load")
 	fencedFlags(fs, &o)
@@ -345,12 +334,7 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	}
 	s.FsyncP50Ms, s.FsyncP99Ms, _ = probe.finish()
 	if o.json {
-		b, err := json.Marshal(s)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(m.Stdout, string(b))
-		return nil
+		return writeJSONLine(m.Stdout, s)
 	}
 	tick := o.tick.String()
 	if o.tickSample > 0 {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -87,7 +86,7 @@ type caseOutput[T any] struct {
 func (o *caseOutput[T]) add(c T) error {
 	o.cases = append(o.cases, c)
 	if o.asJSON {
-		return json.NewEncoder(o.w).Encode(c)
+		return writeJSONLine(o.w, c)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -412,12 +411,7 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 		len(c.agents), res.StopAllMs, len(unclean), unclean)
 
 	if o.json {
-		b, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(m.Stdout, string(b))
-		return nil
+		return writeJSONLine(m.Stdout, res)
 	}
 	w := m.Stdout
 	fmt.Fprintf(w, "%d real agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, %d CPUs\n",
