@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"encoding/json"
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"io"
 	"math"
 	"net/http"
@@ -21,48 +21,35 @@ func nearestRank(sorted []float64, q float64) float64 {
 	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
-// foTick is one demo-workload tick as agents POST it to --witness.
-type foTick struct {
-	Shard    uint32 `json:"shard"`
-	Epoch    uint64 `json:"epoch"`
-	Node     string `json:"node"`
-	Seq      uint64 `json:"seq"`
-	UnixNano int64  `json:"unix_nano"`
-}
-
 // foRecorder is the benchmark's witness: it stores every tick per shard.
 type foRecorder struct {
 	mu    sync.Mutex
-	ticks map[uint32][]foTick
+	ticks map[uint32][]s4check.Tick
 	total int
 }
 
-func newFoRecorder() *foRecorder { return &foRecorder{ticks: map[uint32][]foTick{}} }
+func newFoRecorder() *foRecorder { return &foRecorder{ticks: map[uint32][]s4check.Tick{}} }
 
 func (r *foRecorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		http.Error(w, "POST ticks", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, 64<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, s4check.MaxBody))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	var batch []foTick
-	if err := json.Unmarshal(body, &batch); err != nil {
-		var one foTick
-		if err1 := json.Unmarshal(body, &one); err1 != nil {
-			http.Error(w, "want a JSON array of ticks: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		batch = []foTick{one}
+	batch, err := s4check.DecodeBatch(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	r.add(batch)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (r *foRecorder) add(batch []foTick) {
+func (r *foRecorder) add(batch []s4check.Tick) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, t := range batch {
@@ -72,7 +59,7 @@ func (r *foRecorder) add(batch []foTick) {
 }
 
 // firstBy returns node's earliest tick after the given time, on any shard.
-func (r *foRecorder) firstBy(node string, after int64) (first foTick, found bool) {
+func (r *foRecorder) firstBy(node string, after int64) (first s4check.Tick, found bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ts := range r.ticks {
@@ -86,24 +73,12 @@ func (r *foRecorder) firstBy(node string, after int64) (first foTick, found bool
 }
 
 // shard returns a copy of one shard's ticks, sorted by time.
-func (r *foRecorder) shard(s uint32) []foTick {
+func (r *foRecorder) shard(s uint32) []s4check.Tick {
 	r.mu.Lock()
 	out := slices.Clone(r.ticks[s])
 	r.mu.Unlock()
-	sortTicks(out)
+	s4check.SortByTime(out)
 	return out
-}
-
-func sortTicks(ts []foTick) {
-	slices.SortStableFunc(ts, func(a, b foTick) int {
-		if a.UnixNano != b.UnixNano {
-			if a.UnixNano < b.UnixNano {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Epoch) - int(b.Epoch)
-	})
 }
 
 // lastTick returns the time of the newest tick of shard s by node at epoch.
@@ -138,22 +113,11 @@ func (r *foRecorder) check() (ticks, violations int) {
 	return ticks, violations
 }
 
-// countViolations counts ticks (sorted by time) that go back to a lower
-// epoch than one already seen, or that show a second node at one epoch.
-func countViolations(ts []foTick) int {
+// countViolations counts the ticks of one shard (sorted by time) that
+// break S4 (s4check.Check).
+func countViolations(ts []s4check.Tick) int {
 	n := 0
-	var maxEpoch uint64
-	owner := map[uint64]string{}
-	for _, t := range ts {
-		if t.Epoch < maxEpoch {
-			n++
-		}
-		maxEpoch = max(maxEpoch, t.Epoch)
-		if o, ok := owner[t.Epoch]; ok && o != t.Node {
-			n++
-		}
-		owner[t.Epoch] = t.Node
-	}
+	s4check.Check(ts, func(s4check.Violation) bool { n++; return true })
 	return n
 }
 
@@ -161,7 +125,7 @@ func countViolations(ts []foTick) int {
 // away from (oldNode, oldEpoch): first is the first tick at a higher epoch,
 // last the last tick of the old owner at oldEpoch, overlap whether the old
 // owner ticked at or after first.
-func handoff(ts []foTick, oldNode string, oldEpoch uint64) (first foTick, last int64, found, overlap bool) {
+func handoff(ts []s4check.Tick, oldNode string, oldEpoch uint64) (first s4check.Tick, last int64, found, overlap bool) {
 	for _, t := range ts {
 		if t.Epoch > oldEpoch {
 			first, found = t, true

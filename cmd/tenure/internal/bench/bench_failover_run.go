@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -93,7 +94,7 @@ func (c *foCluster) oneRun(ctx context.Context, rec *foRecorder, rng *rand.Rand)
 	// Acting: the first witness tick at a higher epoch (ticks arrive in
 	// batches, so wait for it; its timestamp is when it happened). After
 	// -down, the restarted agent's first tick on any shard.
-	var first foTick
+	var first s4check.Tick
 	var found bool
 	deadline := time.Now().Add(2 * time.Minute)
 	for !found {
