@@ -425,18 +425,7 @@ func Assign(pl Placement) ([]string, error) {
 // b (a shard missing from the shorter slice has owner "").
 func CountMoves(a, b []string) int {
 	n := 0
-	for s := range max(len(a), len(b)) {
-		var x, y string
-		if s < len(a) {
-			x = a[s]
-		}
-		if s < len(b) {
-			y = b[s]
-		}
-		if x != y {
-			n++
-		}
-	}
+	ownerChanges(a, b, max(len(a), len(b)), func(int, string, string) { n++ })
 	return n
 }
 

@@ -379,7 +379,17 @@ func Diff(from, to *Ring) []Move {
 		n = to.cfg.Partitions
 	}
 	var moves []Move
-	for s := 0; s < n; s++ {
+	ownerChanges(a, b, n, func(s int, x, y string) {
+		moves = append(moves, Move{Shard: uint32(s), From: x, To: y})
+	})
+	return moves
+}
+
+// ownerChanges calls f, in shard order, for every shard s < n whose owner
+// differs between the assignments a and b; a shard beyond a slice's end
+// has owner "" there.
+func ownerChanges(a, b []string, n int, f func(shard int, from, to string)) {
+	for s := range n {
 		var x, y string
 		if s < len(a) {
 			x = a[s]
@@ -388,8 +398,7 @@ func Diff(from, to *Ring) []Move {
 			y = b[s]
 		}
 		if x != y {
-			moves = append(moves, Move{Shard: uint32(s), From: x, To: y})
+			f(s, x, y)
 		}
 	}
-	return moves
 }
