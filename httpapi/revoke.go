@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/node"
 )
 
 // The committed deny-list (docs/security.md, "Revoking a node"): GET
@@ -62,9 +62,9 @@ func (h *Handler) revoke(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if (req.Node == "" && ledger.NormalizeSerial(req.Serial) == "") || len(req.Node) > ledger.MaxStringLen ||
-		len(req.Serial) > ledger.MaxStringLen || len(req.Reason) > ledger.MaxStringLen {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node or serial: one of them, each at most %d bytes (reason too)", ledger.MaxStringLen))
+	if (req.Node == "" && node.NormalizeSerial(req.Serial) == "") || len(req.Node) > node.MaxStringLen ||
+		len(req.Serial) > node.MaxStringLen || len(req.Reason) > node.MaxStringLen {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node or serial: one of them, each at most %d bytes (reason too)", node.MaxStringLen))
 		return
 	}
 	rb, ok := h.revokeNode(w)

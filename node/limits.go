@@ -13,3 +13,8 @@ const (
 	// and an App payload (the cluster's may differ once logged).
 	DefaultMaxPayload = ledger.DefaultMaxPayload
 )
+
+// NormalizeSerial is the form a certificate serial takes on the deny-list
+// (lower-case hex, no separators or leading zeros): the ledger's rule,
+// re-exported for the HTTP API and the CLI.
+func NormalizeSerial(s string) string { return ledger.NormalizeSerial(s) }
