@@ -284,15 +284,11 @@ func Assign(pl Placement) ([]string, error) {
 	if p < 1 || p > MaxPartitions {
 		return nil, fmt.Errorf("%w: Partitions = %d, want 1..%d", ErrInvalidConfig, p, MaxPartitions)
 	}
-	names := slices.Clone(pl.Members)
-	slices.Sort(names)
-	for i, n := range names {
-		if n == "" {
-			return nil, fmt.Errorf("%w: empty member name", ErrInvalidMember)
-		}
-		if i > 0 && names[i-1] == n {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, n)
-		}
+	names, err := sortedNames(pl.Members)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
 		if w := pl.Weights[n]; w < 0 || w > MaxWeight {
 			return nil, fmt.Errorf("%w: %q has weight %d, want 1..%d (0 = 1)", ErrInvalidMember, n, w, MaxWeight)
 		}

@@ -73,15 +73,9 @@ func New(cfg Config, members []string) (*Ring, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	names := slices.Clone(members)
-	slices.Sort(names)
-	for i, n := range names {
-		if n == "" {
-			return nil, fmt.Errorf("%w: empty member name", ErrInvalidMember)
-		}
-		if i > 0 && names[i-1] == n {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, n)
-		}
+	names, err := sortedNames(members)
+	if err != nil {
+		return nil, err
 	}
 	return build(cfg, names)
 }
@@ -401,4 +395,21 @@ func ownerChanges(a, b []string, n int, f func(shard int, from, to string)) {
 			f(s, x, y)
 		}
 	}
+}
+
+// sortedNames returns a sorted copy of members, or ErrInvalidMember for an
+// empty name or ErrDuplicateMember for a repeated one: the member-name rule
+// of New and Assign.
+func sortedNames(members []string) ([]string, error) {
+	names := slices.Clone(members)
+	slices.Sort(names)
+	for i, n := range names {
+		if n == "" {
+			return nil, fmt.Errorf("%w: empty member name", ErrInvalidMember)
+		}
+		if i > 0 && names[i-1] == n {
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, n)
+		}
+	}
+	return names, nil
 }
