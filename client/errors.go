@@ -72,8 +72,8 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("tenure API answered %d: %s", e.Status, e.Message)
 }
 
-// sentinelStatus is the HTTP status each status-only sentinel stands for.
-var sentinelStatus = map[error]int{
+// statusOf is the HTTP status each plain sentinel stands for.
+var statusOf = map[error]int{
 	ErrBadRequest:     http.StatusBadRequest,
 	ErrUnauthorized:   http.StatusUnauthorized,
 	ErrForbidden:      http.StatusForbidden,
@@ -93,7 +93,7 @@ func (e *APIError) Is(target error) bool {
 	case ErrKeyReused:
 		return e.Status == http.StatusUnprocessableEntity && e.Code == "idempotency_key_reused"
 	}
-	status, ok := sentinelStatus[target]
+	status, ok := statusOf[target]
 	return ok && e.Status == status
 }
 

@@ -276,5 +276,5 @@ type provenConn struct {
 // since it started: a certificate that is not a node's on the first Raft
 // byte, or a message the Raft guard refused (raftguard.go). The same count
 // goes to go-metrics as cluster.raft.refused{reason} (Prometheus:
-// tenure_cluster_raft_refused through httpapi.BridgeGoMetrics).
+// tenure_cluster_raft_refused_total through httpapi.BridgeGoMetrics).
 func (g *ControlGroup) RaftRefused() uint64 { return g.mux.guard.refused.Load() }

@@ -103,7 +103,7 @@ type ControlConfig struct {
 	// streams to this node over an authenticated Raft connection
 	// (DefaultMaxInstallSnapshot if 0): a larger one is refused before one
 	// byte of it is read and counted in
-	// tenure_cluster_raft_refused{reason="snapshot_too_large"}. Set it to
+	// tenure_cluster_raft_refused_total{reason="snapshot_too_large"}. Set it to
 	// the largest snapshot the FSM restores.
 	MaxInstallSnapshot int64
 

@@ -104,6 +104,10 @@ type reconcileState struct {
 	// did not list it. nil: every member counts as proven (no
 	// authentication).
 	Proven map[string]bool
+	// Revoked are the servers on the committed deny-list
+	// (ControlConfig.Revoked): removed from the configuration at once,
+	// whatever gossip says (revoke.go).
+	Revoked map[string]bool
 }
 
 // planReconcile returns the changes that bring the configuration in line
@@ -118,7 +122,7 @@ func planReconcile(s reconcileState) []raftChange {
 	alive := map[string]Member{} // usable members: alive, with a Raft address
 	live := map[string]bool{}    // not gone: alive or suspect
 	for _, m := range members {
-		if m.RaftAddr == "" || ValidateNodeID(m.ID) != nil {
+		if m.RaftAddr == "" || ValidateNodeID(m.ID) != nil || s.Revoked[m.ID] {
 			continue
 		}
 		if s.Proven != nil && !s.Proven[m.ID] && m.ID != s.Self {
@@ -142,6 +146,15 @@ func planReconcile(s reconcileState) []raftChange {
 	remove := func(id, reason string) {
 		out = append(out, raftChange{Kind: changeRemove, ID: id, Addr: cfg[id].Addr, Reason: reason})
 		delete(cfg, id)
+	}
+
+	// 0. Revoked servers: every node refuses their connections, so a
+	// revoked voter only counts towards the quorum size; it goes at once
+	// (not after DeadVoterTimeout), and a standby takes its place below.
+	for _, sv := range servers {
+		if s.Revoked[sv.ID] && sv.ID != s.Self {
+			remove(sv.ID, "revoked")
+		}
 	}
 
 	// 1. Graceful leaves of non-voters.
@@ -390,6 +403,17 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		}
 	}
 	g.pruneLeft(servers, members)
+	var revoked map[string]bool
+	if g.revocation != nil {
+		for _, sv := range servers {
+			if g.cfg.Revoked(Peer{ID: sv.ID, Role: RoleNode}) != nil {
+				if revoked == nil {
+					revoked = map[string]bool{}
+				}
+				revoked[sv.ID] = true
+			}
+		}
+	}
 	st := reconcileState{
 		Self:             g.cfg.NodeID,
 		Servers:          servers,
@@ -402,6 +426,7 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		Stream:           g.cfg.StreamActive != nil && g.cfg.StreamActive() && g.cfg.AppliedIndex != nil,
 		Standbys:         g.cfg.standbys(),
 		Proven:           proven,
+		Revoked:          revoked,
 	}
 	// Probe non-voters only when a promotion could happen.
 	if plan := planReconcile(st); needsCandidates(st, plan) {

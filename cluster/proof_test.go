@@ -89,4 +89,12 @@ func TestPlanReconcileIgnoresUnproven(t *testing.T) {
 	if len(got) != 1 || got[0].Kind != changeAddNonvoter || got[0].ID != "n4" {
 		t.Fatalf("with only n4 proven: %v, want only n4 added", got)
 	}
+	// A revoked voter leaves the configuration at once (not after
+	// DeadVoterTimeout), and a revoked member is never added; the leader
+	// itself is never removed by it.
+	st.Revoked = map[string]bool{"n2": true, "n4": true, "n1": true}
+	got = planReconcile(st)
+	if len(got) != 1 || got[0].Kind != changeRemove || got[0].ID != "n2" || got[0].Reason != "revoked" {
+		t.Fatalf("with n2 and n4 revoked: %v, want only n2 removed (revoked)", got)
+	}
 }

@@ -57,7 +57,7 @@ func (RevokeNode) kind() Kind { return KindRevokeNode }
 func init() {
 	register(kindSpec[RevokeNode]{
 		kind: KindRevokeNode, name: "RevokeNode", since: encodingRevocation,
-		strings: func(c RevokeNode) []string { return []string{"node", c.Node, "serial", c.Serial, "reason", c.Reason} },
+		limits: func(c RevokeNode) error { return checkStrs("node", c.Node, "serial", c.Serial, "reason", c.Reason) },
 		encode: func(w *writer, c RevokeNode) error {
 			w.str(c.Node)
 			w.str(c.Serial)
@@ -121,12 +121,30 @@ func (s *State) Revocations() []Revocation { return slices.Clone(s.revoked) }
 // handshake check calls (and every later read and write of an
 // authenticated connection: it allocates nothing).
 func (s *State) Revoked(node, serial string) (Revocation, bool) {
-	for _, r := range s.revoked {
-		if (r.Node != "" && r.Node == node) || (r.Serial != "" && r.Serial == serial) {
-			return r, true
+	if len(s.revoked) == 0 {
+		return Revocation{}, false
+	}
+	i, ok := s.revokedIdx[node]
+	if !ok || node == "" {
+		if i, ok = s.revokedIdx["\x00"+serial]; !ok || serial == "" {
+			return Revocation{}, false
 		}
 	}
-	return Revocation{}, false
+	return s.revoked[i], true
+}
+
+// setRevoked replaces the deny-list with list (sorted, never modified
+// afterwards) and its index: node ids, and serials behind a NUL byte
+// (which no node id holds), to the position of their first entry.
+func (s *State) setRevoked(list []Revocation) {
+	s.revoked, s.revokedIdx = list, make(map[string]int, 2*len(list))
+	for i, r := range list {
+		for _, k := range []string{r.Node, "\x00" + r.Serial} {
+			if _, dup := s.revokedIdx[k]; !dup && k != "" && k != "\x00" {
+				s.revokedIdx[k] = i
+			}
+		}
+	}
 }
 
 // PlacementExcluded is what the planner keeps out of placement
@@ -147,12 +165,8 @@ func (s *State) PlacementExcluded() []ExcludeRecord {
 // revokedNode reports whether node id is revoked (by id: the ledger does
 // not know its serials).
 func (s *State) revokedNode(node string) bool {
-	for _, r := range s.revoked {
-		if r.Node == node && node != "" {
-			return true
-		}
-	}
-	return false
+	_, ok := s.revokedIdx[node]
+	return ok && node != ""
 }
 
 func (f *FSM) revokeNode(c RevokeNode) Result {
@@ -169,11 +183,11 @@ func (f *FSM) revokeNode(c RevokeNode) Result {
 	case had != c.Lift:
 		return Result{Duplicate: true}
 	case c.Lift:
-		f.st.revoked = slices.Delete(slices.Clone(f.st.revoked), i, i+1)
+		f.st.setRevoked(slices.Delete(slices.Clone(f.st.revoked), i, i+1))
 	case len(f.st.revoked) >= MaxRevocations:
 		return Result{Err: errf(ErrTooLarge, "revocation of %q/%q: %d entries already (at most %d)", e.Node, e.Serial, len(f.st.revoked), MaxRevocations)}
 	default:
-		f.st.revoked = slices.Insert(slices.Clone(f.st.revoked), i, e)
+		f.st.setRevoked(slices.Insert(slices.Clone(f.st.revoked), i, e))
 	}
 	f.dirty |= dirtyShards | dirtyNodes
 	return Result{}
@@ -197,6 +211,7 @@ func writeSnapshotRevocations(w *writer, s *State) {
 }
 
 func readSnapshotRevocations(r *reader, s *State, count func() uint64) {
+	defer func() { s.setRevoked(s.revoked) }()
 	for n := count(); n > 0 && r.err == nil; n-- {
 		e := Revocation{Node: r.str(), Serial: r.str(), Reason: r.str(), At: r.i()}
 		if r.err != nil {

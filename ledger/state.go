@@ -52,6 +52,8 @@ type State struct {
 	excluded *btree.BTreeG[ExcludeRecord] // operator exclusions by node; published with the shards
 	fenced   []ShardRange                 // shards under fenced takeover (takeover.go); replaced, never modified
 	revoked  []Revocation                 // the deny-list by (node, serial) (revoke.go); replaced, never modified
+	// revokedIdx indexes revoked (setRevoked); replaced with it.
+	revokedIdx map[string]int
 
 	sessions     *btree.BTreeG[sessionEntry] // remembered requests by id (session.go)
 	sessionOrder *btree.BTreeG[sessionOrder] // the same, in insertion order

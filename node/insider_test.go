@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,29 +13,11 @@ import (
 // tlsFiles writes a CA and a node certificate for each of ids into dir.
 func tlsFiles(t *testing.T, dir string, ids ...string) (ca string, cert, key map[string]string) {
 	t.Helper()
-	caCert, caKey, err := certs.NewCA("test", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca = filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(ca, caCert, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, key = map[string]string{}, map[string]string{}
+	roles := map[string]certs.Role{}
 	for _, id := range ids {
-		c, k, err := certs.Issue(caCert, caKey, certs.Identity{Name: id, Role: certs.RoleNode}, []string{"127.0.0.1"}, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert[id], key[id] = filepath.Join(dir, id+".pem"), filepath.Join(dir, id+"-key.pem")
-		if err := os.WriteFile(cert[id], c, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(key[id], k, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		roles[id] = certs.RoleNode
 	}
-	return ca, cert, key
+	return tlsFilesRoles(t, dir, roles)
 }
 
 // TestInsiderIsRefused (the rows a node certificate can try against a real

@@ -2,8 +2,13 @@ package node
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"net"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +37,25 @@ func rawRPCAccepted(t *testing.T, addr string, cfg *tls.Config, wait time.Durati
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// certSerial is the serial of the certificate in PEM file path, as
+// `openssl x509 -serial` prints it.
+func certSerial(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatalf("%s: no PEM block", path)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ToUpper(c.SerialNumber.Text(16))
+}
+
 // ownsAny reports whether st has a shard owned (or being revoked from) id.
 func ownsAny(st *ledger.State, id string) bool {
 	for _, r := range st.Shards() {
@@ -47,11 +71,13 @@ func ownsAny(st *ledger.State, id string) bool {
 // that owns shards. Every other node then refuses that follower's
 // certificate at its next connection (the raw RPC dial is closed after
 // the handshake, where it was kept open before), the follower owns
-// nothing, and the other two keep a leader among themselves and keep
-// committing.
+// nothing, the leader drops it from the Raft configuration, and the other
+// two keep a leader among themselves and keep committing. Then an
+// operator certificate revoked by its serial (uppercase, as openssl prints
+// it) is refused the same way.
 func TestRevokedNodeIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	ca, cert, key := tlsFiles(t, dir, "n1", "n2", "n3")
+	ca, cert, key := tlsFilesRoles(t, dir, map[string]certs.Role{"n1": certs.RoleNode, "n2": certs.RoleNode, "n3": certs.RoleNode, "ops": certs.RoleOperator})
 	tc := newCluster(t, 3, func(i int, c *Config) {
 		c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile = ca, cert[c.NodeID], key[c.NodeID]
 	})
@@ -110,6 +136,26 @@ func TestRevokedNodeIsRefused(t *testing.T) {
 		t.Fatalf("%s still owns shards %s after its revocation", victim.ID(), time.Since(revokedAt))
 	}
 	t.Logf("%s owned nothing %s after its revocation", victim.ID(), time.Since(revokedAt).Round(time.Millisecond))
+	// The leader removes the revoked voter from the Raft configuration at
+	// once (planReconcile's "revoked"), not after DeadVoterTimeout.
+	if !waitTrue(ctx, func() bool { return !slices.Contains(admin.be.(*netBackend).ctl.Voters(), victim.ID()) }) {
+		t.Fatalf("%s is still a voter: %v", victim.ID(), admin.be.(*netBackend).ctl.Voters())
+	}
+	// One certificate by its serial: an operator's, whose name is no
+	// node id, is refused from then on.
+	ops, err := certs.NewReloader(certs.Files{CA: ca, Cert: cert["ops"], Key: key["ops"]}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rawRPCAccepted(t, leaderAddr, ops.ClientConfig(), 300*time.Millisecond) {
+		t.Fatal("the operator certificate was refused before its revocation")
+	}
+	if err := admin.RevokeNode(ctx, "", certSerial(t, cert["ops"]), "operator left", false); err != nil {
+		t.Fatalf("revoke the operator's serial: %v", err)
+	}
+	if !waitTrue(ctx, func() bool { return !rawRPCAccepted(t, leaderAddr, ops.ClientConfig(), 300*time.Millisecond) }) {
+		t.Fatal("the operator certificate is still accepted after its serial was revoked")
+	}
 	if err := victim.RevokeNode(ctx, "n9", "", "", false); err == nil {
 		t.Fatalf("the revoked %s still commits", victim.ID())
 	}

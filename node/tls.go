@@ -95,6 +95,14 @@ func controlSecurity(cc *cluster.ControlConfig, cfg Config, fsm *ledger.FSM, log
 	if err := checkOwnCertificate(rl.Identity(), cfg); err != nil {
 		return err
 	}
+	if id := rl.Identity(); id.Role == certs.RoleNode && cfg.Voter == VoterNever && log != nil {
+		// Allowed (members of clusters below version 5 keep theirs), but a
+		// node certificate is voter-capable to the cluster: it may propose
+		// operator actions (docs/security.md, "What each party can do").
+		log.Warn("node: TLS: this --voter=never node holds a node certificate, which the cluster treats as voter-capable "+
+			"(it may propose operator actions); once the cluster runs version 5 give it a member certificate "+
+			"(tenure tls cert --member) and revoke this one (tenure node revoke --serial)", "cert", cfg.TLSCertFile)
+	}
 	inner := cc.StreamLayer
 	if inner == nil {
 		inner, err = cluster.NewTCPStreamLayer(cc.BindAddr, cc.AdvertiseAddr)

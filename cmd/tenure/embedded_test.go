@@ -83,6 +83,12 @@ func TestCLIAgainstEmbeddedService(t *testing.T) {
 		{[]string{"pin", "--undo", "2"}, "exclude"},
 		{[]string{"exclude", "--undo", "ghost"}, "no pins or exclusions"},
 		{[]string{"members"}, "WEIGHT"},
+		// The deny-list (cluster version 5, which a new cluster runs).
+		{[]string{"node", "revoke", "ghost", "--reason", "stolen"}, "stolen"},
+		{[]string{"node", "revoke", "--serial", "0A:FF"}, "aff"},
+		{[]string{"node", "revocations"}, "ghost"},
+		{[]string{"node", "revoke", "ghost", "--undo"}, "aff"},
+		{[]string{"node", "revoke", "--serial", "aff", "--undo"}, "no revocations"},
 	} {
 		out, stderr, err := runEnv(t, env, c.args...)
 		if err != nil || !strings.Contains(out, c.want) {
@@ -98,6 +104,8 @@ func TestCLIAgainstEmbeddedService(t *testing.T) {
 		{[]string{"pin", "9", "svc1"}, "400"},
 		{[]string{"pin", "1", "nobody"}, "no such node"},
 		{[]string{"exclude"}, "want one node id"},
+		{[]string{"node", "revoke"}, "node: want"},
+		{[]string{"node", "revoke", "a", "b"}, "node: want"},
 	} {
 		if _, _, err := runEnv(t, env, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%v: %v, want an error with %q", c.args, err, c.want)
