@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"runtime"
@@ -120,12 +119,7 @@ func runBenchScale(ctx context.Context, m *Env, args []string) error {
 		}
 	}
 	if *asJSON {
-		b, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(m.Stdout, string(b))
-		return nil
+		return writeJSONLine(m.Stdout, res)
 	}
 	w := m.Stdout
 	fmt.Fprintf(w, "%d nodes, %d shards, profile %s\n", res.Nodes, res.Shards, res.Profile)
