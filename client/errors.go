@@ -72,33 +72,29 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("tenure API answered %d: %s", e.Status, e.Message)
 }
 
+// statusOf is the HTTP status each plain sentinel stands for.
+var statusOf = map[error]int{
+	ErrBadRequest:     http.StatusBadRequest,
+	ErrUnauthorized:   http.StatusUnauthorized,
+	ErrForbidden:      http.StatusForbidden,
+	ErrNotFound:       http.StatusNotFound,
+	ErrConflict:       http.StatusConflict,
+	ErrTooLarge:       http.StatusRequestEntityTooLarge,
+	ErrUnavailable:    http.StatusServiceUnavailable,
+	ErrTimeout:        http.StatusGatewayTimeout,
+	ErrNotImplemented: http.StatusNotImplemented,
+}
+
 // Is matches the sentinel of e's status (and code).
 func (e *APIError) Is(target error) bool {
 	switch target {
-	case ErrBadRequest:
-		return e.Status == http.StatusBadRequest
-	case ErrUnauthorized:
-		return e.Status == http.StatusUnauthorized
-	case ErrForbidden:
-		return e.Status == http.StatusForbidden
-	case ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case ErrConflict:
-		return e.Status == http.StatusConflict
-	case ErrTooLarge:
-		return e.Status == http.StatusRequestEntityTooLarge
 	case ErrQueueFull:
 		return e.Status == http.StatusTooManyRequests || e.Code == "queue_full"
 	case ErrKeyReused:
 		return e.Status == http.StatusUnprocessableEntity && e.Code == "idempotency_key_reused"
-	case ErrUnavailable:
-		return e.Status == http.StatusServiceUnavailable
-	case ErrTimeout:
-		return e.Status == http.StatusGatewayTimeout
-	case ErrNotImplemented:
-		return e.Status == http.StatusNotImplemented
 	}
-	return false
+	status, ok := statusOf[target]
+	return ok && e.Status == status
 }
 
 func newAPIError(resp *http.Response, body []byte) error {

@@ -348,9 +348,8 @@ func (h *Handler) shards(w http.ResponseWriter, r *http.Request) {
 	}
 	var from uint64
 	if after != "" {
-		n, err := strconv.ParseUint(after, 10, 32)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("after %q: want a shard id", after))
+		n, ok := parseCursor(w, after, 32, "a shard id")
+		if !ok {
 			return
 		}
 		from = n + 1
@@ -585,12 +584,9 @@ func (h *Handler) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	var after uint64
 	if afterStr != "" {
-		n, err := strconv.ParseUint(afterStr, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("after %q: want a job id", afterStr))
+		if after, ok = parseCursor(w, afterStr, 64, "a job id"); !ok {
 			return
 		}
-		after = n
 	}
 	if !h.readBarrier(w, r) {
 		return
@@ -911,4 +907,15 @@ func (l *moveLog) list() []apitypes.Move {
 		out[len(out)-1-i] = m
 	}
 	return out
+}
+
+// parseCursor parses a numeric ?after= cursor of bitSize bits, or answers
+// 400 saying it wants what.
+func parseCursor(w http.ResponseWriter, after string, bitSize int, what string) (uint64, bool) {
+	n, err := strconv.ParseUint(after, 10, bitSize)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("after %q: want %s", after, what))
+		return 0, false
+	}
+	return n, true
 }

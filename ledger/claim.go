@@ -39,7 +39,7 @@ func (ClaimIncarnation) kind() Kind { return KindClaimIncarnation }
 func init() {
 	register(kindSpec[ClaimIncarnation]{
 		kind: KindClaimIncarnation, name: "ClaimIncarnation", since: 5,
-		strings: func(c ClaimIncarnation) []string { return []string{"node", c.Node} },
+		limits: func(c ClaimIncarnation) error { return checkStrs("node", c.Node) },
 		encode: func(w *writer, c ClaimIncarnation) error {
 			w.str(c.Node)
 			w.i(c.Now)

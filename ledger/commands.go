@@ -58,7 +58,7 @@ func init() {
 			}
 			return minVersion
 		},
-		strings: func(c Heartbeat) []string { return []string{"node", c.Node} },
+		limits: func(c Heartbeat) error { return checkStrs("node", c.Node) },
 		encode: func(w *writer, c Heartbeat) error {
 			w.str(c.Node)
 			w.u(c.Incarnation)
@@ -105,7 +105,7 @@ func (ExpireNode) kind() Kind { return KindExpireNode }
 func init() {
 	register(kindSpec[ExpireNode]{
 		kind: KindExpireNode, name: "ExpireNode",
-		strings:    func(c ExpireNode) []string { return []string{"node", c.Node} },
+		limits:     func(c ExpireNode) error { return checkStrs("node", c.Node) },
 		encode:     encodeNodeCAS,
 		decode:     decodeNodeCAS,
 		apply:      func(f *FSM, _ uint64, c ExpireNode) Result { return f.expireNode(c) },
@@ -149,7 +149,7 @@ func (SetDraining) kind() Kind { return KindSetDraining }
 func init() {
 	register(kindSpec[SetDraining]{
 		kind: KindSetDraining, name: "SetDraining",
-		strings: func(c SetDraining) []string { return []string{"node", c.Node} },
+		limits: func(c SetDraining) error { return checkStrs("node", c.Node) },
 		encode: func(w *writer, c SetDraining) error {
 			w.str(c.Node)
 			w.u(c.Incarnation)
@@ -198,7 +198,7 @@ func (Grant) kind() Kind { return KindGrant }
 func init() {
 	register(kindSpec[Grant]{
 		kind: KindGrant, name: "Grant",
-		strings: func(c Grant) []string { return []string{"owner", c.Owner, "reason", c.Reason} },
+		limits: func(c Grant) error { return checkStrs("owner", c.Owner, "reason", c.Reason) },
 		encode: func(w *writer, c Grant) error {
 			w.u(uint64(c.Shard))
 			w.u(c.ExpectedEpoch)
@@ -244,7 +244,7 @@ func (Revoke) kind() Kind { return KindRevoke }
 func init() {
 	register(kindSpec[Revoke]{
 		kind: KindRevoke, name: "Revoke",
-		strings: func(c Revoke) []string { return []string{"target", c.Target, "reason", c.Reason} },
+		limits: func(c Revoke) error { return checkStrs("target", c.Target, "reason", c.Reason) },
 		encode: func(w *writer, c Revoke) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -290,7 +290,7 @@ func init() {
 			}
 			return minVersion
 		},
-		strings: func(c Release) []string { return []string{"owner", c.Owner} },
+		limits: func(c Release) error { return checkStrs("owner", c.Owner) },
 		encode: func(w *writer, c Release) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -336,7 +336,7 @@ func (Transfer) kind() Kind { return KindTransfer }
 func init() {
 	register(kindSpec[Transfer]{
 		kind: KindTransfer, name: "Transfer",
-		strings: func(c Transfer) []string { return []string{"from", c.From, "to", c.To, "reason", c.Reason} },
+		limits: func(c Transfer) error { return checkStrs("from", c.From, "to", c.To, "reason", c.Reason) },
 		encode: func(w *writer, c Transfer) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -394,7 +394,7 @@ func init() {
 			}
 			return minVersion
 		},
-		strings: func(c JobEnqueue) []string { return []string{"key", c.Key, "type", c.Type} },
+		limits: func(c JobEnqueue) error { return checkStrs("key", c.Key, "type", c.Type) },
 		encode: func(w *writer, c JobEnqueue) error {
 			w.u(uint64(c.Shard))
 			w.str(c.Key)
@@ -462,7 +462,7 @@ func (JobStart) kind() Kind { return KindJobStart }
 func init() {
 	register(kindSpec[JobStart]{
 		kind: KindJobStart, name: "JobStart",
-		strings: func(c JobStart) []string { return []string{"owner", c.Owner} },
+		limits: func(c JobStart) error { return checkStrs("owner", c.Owner) },
 		encode: func(w *writer, c JobStart) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -556,7 +556,7 @@ func (JobFail) kind() Kind { return KindJobFail }
 func init() {
 	register(kindSpec[JobFail]{
 		kind: KindJobFail, name: "JobFail",
-		strings: func(c JobFail) []string { return []string{"error", c.Error} },
+		limits: func(c JobFail) error { return checkStrs("error", c.Error) },
 		encode: func(w *writer, c JobFail) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -601,7 +601,7 @@ func (App) kind() Kind { return KindApp }
 func init() {
 	register(kindSpec[App]{
 		kind: KindApp, name: "App",
-		strings: func(c App) []string { return []string{"type", c.Type} },
+		limits: func(c App) error { return checkStrs("type", c.Type) },
 		encode: func(w *writer, c App) error {
 			w.u(uint64(c.Shard))
 			w.u(c.Epoch)
@@ -650,11 +650,7 @@ func init() {
 		decode: func(r *reader) Settings {
 			return Settings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(), Now: r.i()}
 		},
-		apply: func(f *FSM, _ uint64, c Settings) Result {
-			r := f.settings(c)
-			f.prune(f.jobNow(c.Now))
-			return r
-		},
+		apply:      thenPrune((*FSM).settings, func(c Settings) int64 { return c.Now }),
 		who:        whoOperator,
 		authorize:  operatorOnly[Settings],
 		sessionNow: func(c Settings) int64 { return c.Now },

@@ -35,7 +35,7 @@ func (DeclareElection) kind() Kind { return KindDeclareElection }
 func init() {
 	register(kindSpec[DeclareElection]{
 		kind: KindDeclareElection, name: "DeclareElection", since: 2,
-		strings: func(c DeclareElection) []string { return []string{"group", c.Group, "name", c.Name} },
+		limits: func(c DeclareElection) error { return checkStrs("group", c.Group, "name", c.Name) },
 		encode: func(w *writer, c DeclareElection) error {
 			w.str(c.Group)
 			w.str(c.Name)

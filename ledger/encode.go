@@ -201,8 +201,8 @@ func encodeBody(w *writer, c Command) error {
 	if e == nil {
 		return fmt.Errorf("%w: unknown command type %T", ErrInvalid, c)
 	}
-	if e.strings != nil {
-		if err := checkStrs(e.strings(c)...); err != nil {
+	if e.limits != nil {
+		if err := e.limits(c); err != nil {
 			return err
 		}
 	}

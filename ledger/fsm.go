@@ -381,6 +381,16 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	return r
 }
 
+// thenPrune applies a settings change and then drops the finished jobs
+// the (new) retention lets go at the job clock.
+func thenPrune[C Command](apply func(*FSM, C) Result, now func(C) int64) func(*FSM, uint64, C) Result {
+	return func(f *FSM, _ uint64, c C) Result {
+		r := apply(f, c)
+		f.prune(f.jobNow(now(c)))
+		return r
+	}
+}
+
 // ---- nodes ----
 
 func (f *FSM) heartbeat(c Heartbeat) Result {

@@ -61,11 +61,7 @@ func init() {
 			return LogSettings{MaxPayload: r.u32(), JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(),
 				SessionWindow: r.i(), MaxSessions: r.u32(), Now: r.i()}
 		},
-		apply: func(f *FSM, _ uint64, c LogSettings) Result {
-			r := f.logSettings(c)
-			f.prune(f.jobNow(c.Now))
-			return r
-		},
+		apply:      thenPrune((*FSM).logSettings, func(c LogSettings) int64 { return c.Now }),
 		who:        whoOperator,
 		authorize:  operatorOnly[LogSettings],
 		sessionNow: func(c LogSettings) int64 { return c.Now },

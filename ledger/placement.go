@@ -57,7 +57,7 @@ func (ExcludeNode) kind() Kind { return KindExcludeNode }
 func init() {
 	register(kindSpec[PinShard]{
 		kind: KindPinShard, name: "PinShard", since: 5,
-		strings: func(c PinShard) []string { return []string{"node", c.Node, "reason", c.Reason} },
+		limits: func(c PinShard) error { return checkStrs("node", c.Node, "reason", c.Reason) },
 		encode: func(w *writer, c PinShard) error {
 			w.u(uint64(c.Shard))
 			w.str(c.Node)
@@ -77,7 +77,7 @@ func init() {
 	})
 	register(kindSpec[ExcludeNode]{
 		kind: KindExcludeNode, name: "ExcludeNode", since: 5,
-		strings: func(c ExcludeNode) []string { return []string{"node", c.Node, "reason", c.Reason} },
+		limits: func(c ExcludeNode) error { return checkStrs("node", c.Node, "reason", c.Reason) },
 		encode: func(w *writer, c ExcludeNode) error {
 			w.str(c.Node)
 			w.bool(c.Exclude)

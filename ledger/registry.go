@@ -26,9 +26,9 @@ type kindSpec[C Command] struct {
 	// field with its zero value is not written, so old nodes keep reading
 	// the entry).
 	version func(c C) byte
-	// strings (optional) are c's string fields as name, value pairs,
-	// checked against MaxStringLen before anything is written.
-	strings func(c C) []string
+	// limits (optional) checks c's string fields against MaxStringLen
+	// (checkStrs) before anything is written.
+	limits func(c C) error
 	// encode writes c's fields after the version and kind bytes, in
 	// declaration order, skipping fields newer than w.ver; decode reads
 	// them back (fields newer than r.ver stay zero). Both see w.nested /
@@ -85,7 +85,7 @@ func register[C Command](s kindSpec[C]) {
 		encode:       func(w *writer, c Command) error { return s.encode(w, c.(C)) },
 		decode:       func(r *reader) Command { return s.decode(r) },
 		version:      erase(s.version),
-		strings:      erase(s.strings),
+		limits:       erase(s.limits),
 		sessionNow:   erase(s.sessionNow),
 		sessionShard: erase(s.sessionShard),
 		format:       erase(s.format),

@@ -57,7 +57,7 @@ func (RevokeNode) kind() Kind { return KindRevokeNode }
 func init() {
 	register(kindSpec[RevokeNode]{
 		kind: KindRevokeNode, name: "RevokeNode", since: encodingRevocation,
-		strings: func(c RevokeNode) []string { return []string{"node", c.Node, "serial", c.Serial, "reason", c.Reason} },
+		limits: func(c RevokeNode) error { return checkStrs("node", c.Node, "serial", c.Serial, "reason", c.Reason) },
 		encode: func(w *writer, c RevokeNode) error {
 			w.str(c.Node)
 			w.str(c.Serial)

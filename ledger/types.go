@@ -73,15 +73,17 @@ type NodeRecord struct {
 
 // String names the state.
 func (s ShardState) String() string {
-	switch s {
-	case ShardUnowned:
-		return "unowned"
-	case ShardOwned:
-		return "owned"
-	case ShardRevoking:
-		return "revoking"
+	return enumName(shardStateNames, uint64(s), "ShardState")
+}
+
+var shardStateNames = []string{ShardUnowned: "unowned", ShardOwned: "owned", ShardRevoking: "revoking"}
+
+// enumName is names[v], or typ(v) for a value without a name.
+func enumName(names []string, v uint64, typ string) string {
+	if v < uint64(len(names)) {
+		return names[v]
 	}
-	return "ShardState(" + itoa(uint64(s)) + ")"
+	return typ + "(" + itoa(v) + ")"
 }
 
 // JobState is the committed state of one job.
@@ -101,18 +103,10 @@ const (
 
 // String names the state.
 func (s JobState) String() string {
-	switch s {
-	case JobPending:
-		return "pending"
-	case JobStarted:
-		return "started"
-	case JobCompleted:
-		return "completed"
-	case JobDead:
-		return "dead"
-	}
-	return "JobState(" + itoa(uint64(s)) + ")"
+	return enumName(jobStateNames, uint64(s), "JobState")
 }
+
+var jobStateNames = []string{JobPending: "pending", JobStarted: "started", JobCompleted: "completed", JobDead: "dead"}
 
 // Finished reports whether the state is terminal.
 func (s JobState) Finished() bool { return s == JobCompleted || s == JobDead }

@@ -77,7 +77,7 @@ func (ClusterConfig) kind() Kind { return KindClusterConfig }
 func init() {
 	register(kindSpec[ClusterConfig]{
 		kind: KindClusterConfig, name: "ClusterConfig", since: 3,
-		strings: func(c ClusterConfig) []string { return []string{"name", c.Name} },
+		limits: func(c ClusterConfig) error { return checkStrs("name", c.Name) },
 		encode: func(w *writer, c ClusterConfig) error {
 			w.str(c.Name)
 			w.u(uint64(c.Partitions))

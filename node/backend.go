@@ -37,8 +37,12 @@ type backend interface {
 	// token reports the fencing epoch of s if this node may start work on
 	// it at now, and the local time it stops being handed out: the agent's
 	// rule (ownership.Agent.Token: acting, not revoking, and at least
-	// Agent.Guard before the lease ends).
+	// Agent.Guard before the lease ends) over the acting set its
+	// Ready.Changes reported (acting.go).
 	token(s uint32, now time.Time) (epoch uint64, until time.Time, ok bool)
+	// working is every shard token would answer for at now, sorted by
+	// shard: the acting set the agent's Ready.Changes reported.
+	working(now time.Time) []Token
 	// resigned records that the application gave s up at epoch
 	// (Election.Resign): acting reports it stopped at once, and this node
 	// never acts on s at that epoch again.

@@ -430,39 +430,6 @@ func (n *Node) Owner(shard uint32) string {
 	return rec.Owner
 }
 
-// Token returns the fencing token of shard if this node acts as its owner
-// right now, and ErrNotOwner otherwise.
-func (n *Node) Token(shard uint32) (Token, error) {
-	tok, _, err := n.actingToken(shard, time.Now())
-	return tok, err
-}
-
-// LeaseRemaining returns how long this node may keep acting on shard
-// without another lease renewal; 0 if it is not acting.
-func (n *Node) LeaseRemaining(shard uint32) time.Duration {
-	now := time.Now()
-	_, until, err := n.actingToken(shard, now)
-	if err != nil {
-		return 0
-	}
-	return until.Sub(now)
-}
-
-func (n *Node) actingToken(shard uint32, now time.Time) (Token, time.Time, error) {
-	if n.isClosed() {
-		return Token{}, time.Time{}, ErrClosed
-	}
-	// The agent's rule (ownership.Agent.Token): acting ends a guard
-	// before the lease protocol's deadline, so a worker's context is
-	// cancelled before the lease ends even when the process is briefly
-	// descheduled.
-	epoch, until, ok := n.be.token(shard, now)
-	if !ok {
-		return Token{}, time.Time{}, fmt.Errorf("shard %d: %w", shard, ErrNotOwner)
-	}
-	return Token{Shard: shard, Epoch: epoch}, until, nil
-}
-
 // Shard returns shard's committed record and this node's acting state.
 func (n *Node) Shard(shard uint32) ShardInfo {
 	rec, ok := n.be.shard(shard)
@@ -490,21 +457,6 @@ func (n *Node) Shards() []ShardInfo {
 // sampler) reads the number first, then Shards, and needs to read Shards
 // again only once the number moved.
 func (n *Node) ShardsGeneration() uint64 { return n.shardsGen.Load() }
-
-// Owned returns the shards this node acts on right now, sorted.
-func (n *Node) Owned() []Token {
-	var out []Token
-	now := time.Now()
-	for _, rec := range n.be.shards() {
-		if rec.Owner != n.cfg.NodeID {
-			continue // see decorate
-		}
-		if tok, _, err := n.actingToken(rec.Shard, now); err == nil {
-			out = append(out, tok)
-		}
-	}
-	return out
-}
 
 // decorate fills rec's acting state. A node acts only on shards whose
 // committed record names it (the backend's acting state follows the

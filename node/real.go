@@ -176,7 +176,7 @@ type netBackend struct {
 	loopReady atomic.Pointer[ownership.LeaderLoop]
 	// v4At is the local time this process first saw cluster version 4
 	// active in its replica (zero: not yet); the leader's bound is never
-	// earlier (design step 9, leaderBound).
+	// earlier (design step 9, ownership.EstablishBound).
 	v4At atomic.Pointer[time.Time]
 	// renewSeen is, on the leader, when it last accepted each node's
 	// renewal (what the planner calls lastSeen): the members view under
@@ -194,6 +194,9 @@ type netBackend struct {
 	// feeds it inputs and carries out its Ready (agentLoop, step).
 	mu    sync.Mutex
 	agent *ownership.Agent
+	// work is the acting set as the agent's Ready.Changes reported it
+	// (acting.go): what workers start and stop from.
+	work map[uint32]ownership.Change
 	// agentSaw is the replica state the agent last observed in full
 	// (stepLatest): the same state again is only a Tick.
 	agentSaw   *ledger.State
@@ -458,7 +461,8 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	if err != nil {
 		return nil, err
 	}
-	b.loop = ownership.NewLeaderLoop(planner, loopProposer{b}, loopSource{b}, ownership.LoopConfig{Logger: cfg.Logger, Bound: b.leaderBound})
+	b.loop = ownership.NewLeaderLoop(planner, loopProposer{b}, loopSource{b}, ownership.LoopConfig{Logger: cfg.Logger,
+		ConfirmBound: b.ctl.EstablishBound, RenewalsSince: b.renewalsSince})
 	b.loopReady.Store(b.loop)
 
 	b.goLoop(b.agentLoop)
@@ -504,70 +508,6 @@ func identityConflict(cfg Config, id string, inc, registered uint64) error {
 		"the control group replaces the old member %q once it has not been seen alive for its dead-voter timeout "+
 		"(docs/operations.md, \"Damaged storage\")",
 		ErrIdentityConflict, id, registered, inc, where, id, id)
-}
-
-// loopProposer adapts the backend to the ownership leader loop.
-type loopProposer struct{ b *netBackend }
-
-func (p loopProposer) Barrier(ctx context.Context) error { return p.b.ctl.Barrier(ctx) }
-
-func (p loopProposer) Propose(ctx context.Context, cmd ledger.Command) error {
-	if h, ok := p.b.fsm.HaltedAt(); ok {
-		// The plan was made from a replica that stopped applying: stale.
-		return fmt.Errorf("node: not proposing from a halted replica: %w", h)
-	}
-	data, err := ledger.Encode(cmd)
-	if err != nil {
-		return err
-	}
-	r, err := p.b.ctl.Apply(ctx, data)
-	if err != nil {
-		return err
-	}
-	return r.Err
-}
-
-// ProposeAll implements ownership.BatchProposer: the round's commands go
-// through the backend's batcher at once, in order (a round's expiries come
-// before the grants they make possible), which commits them in a few Batch
-// entries (each command with its own result) instead of one entry and one
-// commit round trip each.
-func (p loopProposer) ProposeAll(ctx context.Context, cmds []ledger.Command) []error {
-	errs := make([]error, len(cmds))
-	if h, ok := p.b.fsm.HaltedAt(); ok {
-		for i := range errs {
-			errs[i] = fmt.Errorf("node: not proposing from a halted replica: %w", h)
-		}
-		return errs
-	}
-	res, errs := p.b.batcher.ApplyAll(ctx, cmds)
-	for i := range errs {
-		if errs[i] == nil {
-			errs[i] = res[i].Err
-		}
-	}
-	return errs
-}
-
-// loopSource feeds the planner: gossip's view plus the committed table.
-type loopSource struct{ b *netBackend }
-
-func (s loopSource) Input() ownership.Input {
-	st := s.b.fsm.State()
-	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
-		Pins: st.Pins(), Excluded: st.PlacementExcluded(), Fenced: st.FencedRanges(), Settings: st.Settings(), Applied: st.AppliedIndex()}
-	// The planner runs on the control-group leader, whose configuration
-	// is the voter set's latest word.
-	voters := s.b.ctl.Voters()
-	for _, m := range s.b.gossip.Members() {
-		in.Members = append(in.Members, ownership.Member{
-			ID: m.ID, Incarnation: m.Incarnation, State: m.State,
-			Health: m.Health, Draining: m.Draining, Group: m.Tags[groupTag],
-			NoShards: ownsNoShards(m.Tags, slices.Contains(voters, m.ID)),
-			Weight:   gossipedWeight(m.Tags), Zone: m.Tags[zoneTag], Load: parseLoad(m.Tags[loadTag]),
-		})
-	}
-	return in
 }
 
 // agentLoop steps the agent when the replica applied entries (kick) and
@@ -622,68 +562,6 @@ func (b *netBackend) stepLatest(now time.Time) time.Time {
 	}
 	rd, _ := b.stepLocked(now, in, nil)
 	return rd.WakeAt
-}
-
-// sawVersion records when this process first saw cluster version 4 active
-// in its replica (v4At). Recorded after the fact (the agent loop runs on
-// every apply), which only moves the leader's bound later: safe.
-func (b *netBackend) sawVersion(v uint32) {
-	if v >= ledger.VersionLeaseRenewals && b.v4At.Load() == nil {
-		now := time.Now()
-		b.v4At.CompareAndSwap(nil, &now)
-	}
-}
-
-// leaderBound is the new leader's bound (LoopConfig.Bound; design steps
-// 8–9): the confirm records' bound, never earlier than the moment this
-// process first saw version 4 active (every lease a log heartbeat granted
-// before version 4 was asked before that version's entry committed, hence
-// before any replica applied it), and now while version 4 is not active.
-func (b *netBackend) leaderBound(ctx context.Context, now time.Time) time.Time {
-	st := b.fsm.State()
-	b.sawVersion(st.ActiveVersion())
-	tv := b.v4At.Load()
-	if st.ActiveVersion() < ledger.VersionLeaseRenewals || tv == nil {
-		return now
-	}
-	bound := b.ctl.EstablishBound(ctx, now)
-	if tv.After(bound) {
-		bound = *tv
-	}
-	if bound.After(now) {
-		bound = now
-	}
-	return bound
-}
-
-// serveRenew judges a renewal this node received as the control-group
-// leader: the planner accepts it or refuses it (LeaderLoop.Renew); the
-// control group then confirms leadership before acknowledging it.
-func (b *netBackend) serveRenew(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error) {
-	st := b.fsm.State()
-	rec, _ := st.Node(req.Node)
-	if v := st.ActiveVersion(); v < ledger.VersionLeaseRenewals {
-		return rec, fmt.Errorf("node: renewals off the log need cluster version %d, the leader's replica is at %d", ledger.VersionLeaseRenewals, v)
-	}
-	if r, revoked := st.Revoked(req.Node, ""); revoked {
-		return rec, fmt.Errorf("%w: node %q is revoked (%s): it renews nothing", ledger.ErrRevoked, req.Node, r.Reason)
-	}
-	loop := b.loopReady.Load()
-	if loop == nil {
-		return rec, ownership.ErrNotLeader
-	}
-	if err := loop.Renew(now, rec, req.Incarnation, req.Liveness); err != nil {
-		return rec, err
-	}
-	b.renewMu.Lock()
-	if b.renewSeen == nil {
-		b.renewSeen = map[string]time.Time{}
-	}
-	if now.After(b.renewSeen[req.Node]) {
-		b.renewSeen[req.Node] = now
-	}
-	b.renewMu.Unlock()
-	return rec, nil
 }
 
 // step feeds one input to the agent and carries out its Ready; it returns
@@ -751,11 +629,12 @@ func (b *netBackend) stepLocked(now time.Time, in ownership.AgentInput, hold fun
 	return rd, held
 }
 
-// dispatch carries out a Ready: the heartbeat and the proposals run on
-// their own goroutines (a slow commit must not delay the next ask). The
-// acting changes need nothing here: Node re-reads the acting set on every
-// notification. b.mu held.
+// dispatch carries out a Ready: the acting changes update the work view
+// workers start and stop from (acting.go); the heartbeat and the
+// proposals run on their own goroutines (a slow commit must not delay the
+// next ask). b.mu held.
 func (b *netBackend) dispatch(rd ownership.Ready) {
+	b.applyChanges(rd.Changes)
 	if rd.Heartbeat != nil {
 		ask := *rd.Heartbeat
 		b.goLoop(func() { b.heartbeat(ask) })
@@ -929,14 +808,6 @@ func (b *netBackend) acting(s uint32, now time.Time) (actingState, bool) {
 		return actingState{}, false
 	}
 	return actingState{epoch: a.Epoch, until: a.Until, revoking: a.Revoking}, true
-}
-
-func (b *netBackend) token(s uint32, now time.Time) (uint64, time.Time, bool) {
-	if !b.lockFreshAgent(now) {
-		return 0, time.Time{}, false
-	}
-	defer b.mu.Unlock()
-	return b.agent.Token(now, s)
 }
 
 // lockFreshAgent locks b.mu with the agent up to date, and reports false

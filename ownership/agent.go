@@ -378,14 +378,25 @@ func (a *Agent) Guard() time.Duration { return max(a.cfg.Lease/50, a.cfg.RenewEv
 // returns the local time the token stops being handed out.
 func (a *Agent) Token(now time.Time, shard uint32) (epoch uint64, until time.Time, ok bool) {
 	ac, ok := a.Acting(now, shard)
-	if !ok || ac.Revoking {
+	if !ok {
 		return 0, time.Time{}, false
 	}
-	until = ac.Until.Add(-a.Guard())
+	return Change{Shard: shard, Epoch: ac.Epoch, Acting: true, Draining: ac.Revoking, Deadline: ac.Until}.Token(now, a.Guard())
+}
+
+// Token is the token rule over an acting change c (Ready.Changes), as
+// node/ keeps them: work may start at now on c's epoch iff c is acting,
+// not draining, and now is at least guard (Agent.Guard) before c's
+// deadline, which is the returned until.
+func (c Change) Token(now time.Time, guard time.Duration) (epoch uint64, until time.Time, ok bool) {
+	if !c.Acting || c.Draining {
+		return 0, time.Time{}, false
+	}
+	until = c.Deadline.Add(-guard)
 	if !now.Before(until) {
 		return 0, time.Time{}, false
 	}
-	return ac.Epoch, until, true
+	return c.Epoch, until, true
 }
 
 // ActingShards returns the shards the node acts on at now, sorted.

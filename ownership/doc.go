@@ -11,11 +11,17 @@
 //   - tracker.go — the node's pure lease logic: heartbeat asks and acks, the
 //     apply wait, Acting(shard, now), the drain window, Release/Transfer
 //     handoffs, acting-set Changes for the workers.
-//   - leaderloop.go — the thin shell that runs the Planner on the control
-//     group's leader (Barrier, Establish, coalesced rounds, commits) behind
-//     narrow interfaces (Proposer, Source, Clock).
+//   - leader.go — the leader's pure core around the Planner: Leader.Step(now,
+//     LeaderInput) → LeaderReady decides when a term is established (a
+//     Barrier, then the voters' bound clamped by EstablishBound), when a
+//     round runs, what its outcomes mean and when the next one is due;
+//     InputOf builds the planner's input for every caller.
+//   - leaderloop.go — the thin goroutine shell that carries out the
+//     Leader's Readys on the control group's leader (Barrier, bound,
+//     commits, timers, coalesced notifications) behind narrow interfaces
+//     (Proposer, Source, Clock).
 //   - config.go — timings and policy, profiles (Fast/Default/Safe/Test).
 //
-// The planner and the tracker read no clock, start no goroutines and do no
+// The planner, the leader core and the tracker read no clock, start no goroutines and do no
 // I/O: node/ and the simulator (simulation/) drive the very same code.
 package ownership

@@ -3,6 +3,7 @@ package ownership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -64,14 +65,17 @@ type LoopConfig struct {
 	Clock Clock
 	// Logger receives proposals and errors; nil discards.
 	Logger *slog.Logger
-	// Bound, when set, is called after the Barrier of every new term with
-	// the leader's clock; it returns the new leader's bound (Planner.
-	// Establish): the earliest time, by this clock, before which every
-	// lease granted by an earlier leader was asked — from the voters'
-	// confirm records under cluster version 4, or now when unsure. nil
+	// ConfirmBound, when the core asks (LeaderReady.AskBound: cluster
+	// version 4 active), returns the voters' bound from their confirm
+	// records (cluster.ControlGroup.EstablishBound): now when unsure. nil
 	// means now. It may block on RPCs until ctx ends; renewals are refused
-	// (ErrNotLeader) until it returns.
-	Bound func(ctx context.Context, now time.Time) time.Time
+	// (ErrNotLeader) until the term is established. The core clamps it
+	// (EstablishBound).
+	ConfirmBound func(ctx context.Context, now time.Time) time.Time
+	// RenewalsSince returns the local time this process first saw cluster
+	// version 4 (ledger.VersionLeaseRenewals) active in its replica, zero
+	// when not yet; nil means never.
+	RenewalsSince func() time.Time
 }
 
 // LoopStats are cumulative counters of a LeaderLoop.
@@ -84,37 +88,31 @@ type LoopStats struct {
 	LeadershipLost uint64 // proposals with unknown outcome
 }
 
-// LeaderLoop is the thin shell that runs the Planner on the control group's
-// leader: on becoming leader it waits for a Barrier and calls Establish;
-// then it runs a round on every Notify (coalesced: a burst of events causes
-// one round), every Interval, and when a wait of the planner ends
-// (Planner.NextDeadline: an expiry is proposed when it is due, not up to
-// an Interval later), and commits the round's proposals one by
-// one (together, if the Proposer is a BatchProposer). A proposal whose outcome is unknown is never specially handled: the
-// next round sees the committed table and, because every command is a CAS
-// on what the planner saw, re-proposing is safe.
+// LeaderLoop is the thin goroutine shell that runs the Leader core on the
+// control group's leader: it feeds it leadership changes, notifications
+// (Notify: coalesced, a burst of events causes one round) and its
+// wake-ups, and carries out its LeaderReady — the Barrier, the voters'
+// bound, a round's proposals (committed together if the Proposer is a
+// BatchProposer, else one by one). Every decision is the core's (Leader);
+// this shell only waits and talks to Raft. A proposal whose outcome is
+// unknown is never specially handled: the next term sees the committed
+// table and, because every command is a CAS on what the planner saw,
+// re-proposing is safe.
 type LeaderLoop struct {
-	planner *Planner
-	prop    Proposer
-	src     Source
-	cfg     LoopConfig
-	log     *slog.Logger
-	kick    chan struct{}
+	prop Proposer
+	src  Source
+	cfg  LoopConfig
+	log  *slog.Logger
+	kick chan struct{}
 
-	// pmu serializes every use of the planner: rounds' Plan, Establish,
-	// StepDown and Renew. Proposals run outside it.
-	pmu sync.Mutex
-
-	mu    sync.Mutex
-	stats LoopStats
+	// mu guards the core: Run's Steps and Renew.
+	mu   sync.Mutex
+	core *Leader
 }
 
 // NewLeaderLoop returns a loop around planner; the planner must not be used
 // by anyone else while Run runs (Renew goes through the loop).
 func NewLeaderLoop(planner *Planner, prop Proposer, src Source, cfg LoopConfig) *LeaderLoop {
-	if cfg.Interval <= 0 {
-		cfg.Interval = planner.cfg.RenewEvery
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
@@ -122,7 +120,7 @@ func NewLeaderLoop(planner *Planner, prop Proposer, src Source, cfg LoopConfig) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LeaderLoop{planner: planner, prop: prop, src: src, cfg: cfg, log: log, kick: make(chan struct{}, 1)}
+	return &LeaderLoop{core: NewLeader(planner, cfg.Interval), prop: prop, src: src, cfg: cfg, log: log, kick: make(chan struct{}, 1)}
 }
 
 // Notify asks for a round soon (membership or ledger change). It never
@@ -138,162 +136,157 @@ func (l *LeaderLoop) Notify() {
 func (l *LeaderLoop) Stats() LoopStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.stats
+	return l.core.Stats()
 }
 
-func (l *LeaderLoop) count(f func(*LoopStats)) {
-	l.mu.Lock()
-	f(&l.stats)
-	l.mu.Unlock()
-}
-
-// Renew judges one lease renewal received by this node (Planner.Renew),
+// Renew judges one lease renewal received by this node (Leader.Renew),
 // serialized with the loop's rounds: now is the clock read after receipt,
 // rec the node's record in this replica. Safe for concurrent use; it
 // returns ErrNotLeader until the term is established.
 func (l *LeaderLoop) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness uint64) error {
-	l.pmu.Lock()
-	defer l.pmu.Unlock()
-	return l.planner.Renew(now, rec, inc, liveness)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.Renew(now, rec, inc, liveness)
 }
 
-func (l *LeaderLoop) stepDown() {
-	l.pmu.Lock()
-	l.planner.StepDown()
-	l.pmu.Unlock()
+func (l *LeaderLoop) step(in LeaderInput) LeaderReady {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.Step(now, in)
 }
 
 // Run runs the loop until ctx ends, following leadership changes from
 // leaderCh (true: this node became leader; false: it lost leadership). It
 // returns ctx's error.
 func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
-	leading, established := false, false
-	wait := l.cfg.Interval
-	defer l.stepDown()
+	defer l.step(LeadershipChanged{Leading: false})
+	var rd LeaderReady
 	for {
-		timer := l.cfg.Clock.After(wait)
-		wait = l.cfg.Interval
+		rd = l.carryOut(ctx, rd)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var timer <-chan time.Time
+		if !rd.WakeAt.IsZero() {
+			timer = l.cfg.Clock.After(max(rd.WakeAt.Sub(l.cfg.Clock.Now()), 0))
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case leader := <-leaderCh:
-			if leader != leading {
-				leading, established = leader, false
-				if !leader {
-					l.stepDown()
-					l.log.Info("ownership: leadership lost")
-				}
+			rd = l.step(LeadershipChanged{Leading: leader})
+			if !leader {
+				l.log.Info("ownership: leadership lost")
 			}
 		case <-l.kick:
+			rd = l.roundDue()
 		case <-timer:
+			rd = l.roundDue()
 		}
-		if !leading {
-			continue
+	}
+}
+
+// roundDue steps RoundDue with the input read before the clock: a now
+// read first can be older than state the input holds (a heartbeat
+// committed in between), and the planner would judge that state at a
+// time before it existed.
+func (l *LeaderLoop) roundDue() LeaderReady {
+	l.mu.Lock()
+	wants := l.core.WantsInput()
+	l.mu.Unlock()
+	var in Input
+	if wants {
+		in = l.src.Input()
+	}
+	return l.step(RoundDue{In: in})
+}
+
+// carryOut does what rd asks until what is left is waiting (a WakeAt, or
+// nothing until the next event), and returns that.
+func (l *LeaderLoop) carryOut(ctx context.Context, rd LeaderReady) LeaderReady {
+	for ctx.Err() == nil {
+		if rd.PlanErr != nil {
+			l.log.Error("ownership: planner", "err", rd.PlanErr)
 		}
-		if !established {
-			if err := l.prop.Barrier(ctx); err != nil {
-				l.log.Warn("ownership: barrier failed; will retry", "err", err)
-				continue
-			}
-			in := l.src.Input() // the input first: now must not precede it
-			now := l.cfg.Clock.Now()
-			var bound time.Time
-			if l.cfg.Bound != nil {
-				bound = l.cfg.Bound(ctx, now)
-			}
-			l.pmu.Lock()
-			l.planner.Establish(now, in, bound)
-			l.pmu.Unlock()
-			established = true
-			l.count(func(s *LoopStats) { s.Terms++ })
+		if rd.Established {
 			l.log.Info("ownership: leadership established")
 		}
-		now, lost := l.round(ctx)
-		if lost {
-			// Re-establish (Barrier first) before planning again: the
-			// table may hold entries this node has not applied.
-			l.stepDown()
-			established = false
-			continue
+		switch {
+		case rd.Barrier:
+			err := l.prop.Barrier(ctx)
+			if err != nil {
+				l.log.Warn("ownership: barrier failed; will retry", "err", err)
+				rd = l.step(Barriered{Err: err})
+				continue
+			}
+			ev := Barriered{In: l.src.Input()} // the input first: now must not precede it
+			if l.cfg.RenewalsSince != nil {
+				ev.RenewalsSince = l.cfg.RenewalsSince()
+			}
+			rd = l.step(ev)
+		case rd.AskBound:
+			now := l.cfg.Clock.Now()
+			confirm := now
+			if l.cfg.ConfirmBound != nil {
+				confirm = l.cfg.ConfirmBound(ctx, now)
+			}
+			rd = l.step(BoundFound{Confirm: confirm})
+		case len(rd.Proposals) > 0:
+			errs := l.propose(ctx, rd.Proposals)
+			if ctx.Err() != nil {
+				return LeaderReady{}
+			}
+			rd = l.step(Proposed{Round: rd.Round, Errs: errs})
+			if rd.Lost {
+				l.log.Warn("ownership: a proposal's outcome is unknown; establishing the term again")
+			}
+		case rd.RoundNow:
+			rd = l.roundDue()
+		default:
+			return rd
 		}
-		wait = l.wait(now)
 	}
+	return LeaderReady{}
 }
 
-// wait is how long the loop sleeps before its next timer-driven round: the
-// Interval, or less when a wait of the planner (an expiry, a takeover, a
-// fenced owner's FencedAfter) ends sooner (Planner.NextDeadline), so that
-// the round that acts on it runs when it ends, not up to an Interval
-// later. It counts from now, the clock the last round planned at: a round
-// that proposed something asks for the next at once (Notify), and that
-// one, proposing nothing, takes no time.
-func (l *LeaderLoop) wait(now time.Time) time.Duration {
-	l.pmu.Lock()
-	next := l.planner.NextDeadline()
-	l.pmu.Unlock()
-	if next.IsZero() {
-		return l.cfg.Interval
-	}
-	return max(min(l.cfg.Interval, next.Sub(now)), 0)
-}
-
-// round runs the planner once at now and commits its proposals; it reports
-// whether leadership was lost meanwhile.
-func (l *LeaderLoop) round(ctx context.Context) (now time.Time, lost bool) {
-	// Read the input before the clock: a now read first can be older than
-	// state the input holds (a heartbeat committed in between), and the
-	// planner would judge that state at a time before it existed.
-	in := l.src.Input()
-	now = l.cfg.Clock.Now()
-	l.pmu.Lock()
-	cmds, err := l.planner.Plan(now, in)
-	l.pmu.Unlock()
-	l.count(func(s *LoopStats) { s.Rounds++ })
-	if err != nil {
-		l.log.Error("ownership: planner", "err", err)
-	}
-	accepted := 0
-	var errs []error
+// propose commits a round's proposals and returns their outcomes: together
+// through a BatchProposer, else one by one, stopping at the first unknown
+// outcome (the rest count as unknown too: the term ends).
+func (l *LeaderLoop) propose(ctx context.Context, cmds []ledger.Command) []error {
 	if bp, ok := l.prop.(BatchProposer); ok && len(cmds) > 1 {
-		errs = bp.ProposeAll(ctx, cmds)
+		errs := bp.ProposeAll(ctx, cmds)
 		if len(errs) != len(cmds) {
 			l.log.Error("ownership: ProposeAll returned the wrong number of outcomes", "cmds", len(cmds), "outcomes", len(errs))
-			return now, false
+			errs = make([]error, len(cmds))
+			for i := range errs {
+				errs[i] = fmt.Errorf("ownership: no outcome from ProposeAll: %w", ErrLeadershipLost)
+			}
+		}
+		l.logOutcomes(cmds, errs)
+		return errs
+	}
+	errs := make([]error, 0, len(cmds))
+	for _, c := range cmds {
+		err := l.prop.Propose(ctx, c)
+		errs = append(errs, err)
+		if errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrNotLeader) || ctx.Err() != nil {
+			break
 		}
 	}
-	lost = false
+	l.logOutcomes(cmds[:len(errs)], errs)
+	return errs
+}
+
+func (l *LeaderLoop) logOutcomes(cmds []ledger.Command, errs []error) {
 	for i, c := range cmds {
-		var err error
-		if errs != nil {
-			err = errs[i]
-		} else {
-			err = l.prop.Propose(ctx, c)
-		}
-		l.count(func(s *LoopStats) { s.Proposed++ })
-		switch {
+		switch err := errs[i]; {
 		case err == nil:
-			accepted++
-			l.count(func(s *LoopStats) { s.Accepted++ })
 			l.log.Debug("ownership: committed", "cmd", ledger.KindOf(c).String())
 		case errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrNotLeader):
-			l.count(func(s *LoopStats) { s.LeadershipLost++ })
 			l.log.Warn("ownership: proposal outcome unknown", "cmd", ledger.KindOf(c).String(), "err", err)
-			if errs == nil {
-				return now, true
-			}
-			lost = true // the others' outcomes are in: count them
-		case ctx.Err() != nil:
-			return now, false
 		default:
-			l.count(func(s *LoopStats) { s.Rejected++ })
 			l.log.Debug("ownership: proposal rejected", "cmd", ledger.KindOf(c).String(), "err", err)
 		}
 	}
-	if lost {
-		return now, true
-	}
-	if accepted > 0 {
-		l.Notify() // the table changed: plan the next step right away
-	}
-	return now, false
 }

@@ -284,15 +284,11 @@ func Assign(pl Placement) ([]string, error) {
 	if p < 1 || p > MaxPartitions {
 		return nil, fmt.Errorf("%w: Partitions = %d, want 1..%d", ErrInvalidConfig, p, MaxPartitions)
 	}
-	names := slices.Clone(pl.Members)
-	slices.Sort(names)
-	for i, n := range names {
-		if n == "" {
-			return nil, fmt.Errorf("%w: empty member name", ErrInvalidMember)
-		}
-		if i > 0 && names[i-1] == n {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, n)
-		}
+	names, err := sortedNames(pl.Members)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
 		if w := pl.Weights[n]; w < 0 || w > MaxWeight {
 			return nil, fmt.Errorf("%w: %q has weight %d, want 1..%d (0 = 1)", ErrInvalidMember, n, w, MaxWeight)
 		}
@@ -425,18 +421,7 @@ func Assign(pl Placement) ([]string, error) {
 // b (a shard missing from the shorter slice has owner "").
 func CountMoves(a, b []string) int {
 	n := 0
-	for s := range max(len(a), len(b)) {
-		var x, y string
-		if s < len(a) {
-			x = a[s]
-		}
-		if s < len(b) {
-			y = b[s]
-		}
-		if x != y {
-			n++
-		}
-	}
+	ownerChanges(a, b, max(len(a), len(b)), func(int, string, string) { n++ })
 	return n
 }
 

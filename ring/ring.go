@@ -73,15 +73,9 @@ func New(cfg Config, members []string) (*Ring, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	names := slices.Clone(members)
-	slices.Sort(names)
-	for i, n := range names {
-		if n == "" {
-			return nil, fmt.Errorf("%w: empty member name", ErrInvalidMember)
-		}
-		if i > 0 && names[i-1] == n {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, n)
-		}
+	names, err := sortedNames(members)
+	if err != nil {
+		return nil, err
 	}
 	return build(cfg, names)
 }
@@ -379,7 +373,17 @@ func Diff(from, to *Ring) []Move {
 		n = to.cfg.Partitions
 	}
 	var moves []Move
-	for s := 0; s < n; s++ {
+	ownerChanges(a, b, n, func(s int, x, y string) {
+		moves = append(moves, Move{Shard: uint32(s), From: x, To: y})
+	})
+	return moves
+}
+
+// ownerChanges calls f, in shard order, for every shard s < n whose owner
+// differs between the assignments a and b; a shard beyond a slice's end
+// has owner "" there.
+func ownerChanges(a, b []string, n int, f func(shard int, from, to string)) {
+	for s := range n {
 		var x, y string
 		if s < len(a) {
 			x = a[s]
@@ -388,8 +392,24 @@ func Diff(from, to *Ring) []Move {
 			y = b[s]
 		}
 		if x != y {
-			moves = append(moves, Move{Shard: uint32(s), From: x, To: y})
+			f(s, x, y)
 		}
 	}
-	return moves
+}
+
+// sortedNames returns a sorted copy of members, or ErrInvalidMember for an
+// empty name or ErrDuplicateMember for a repeated one: the member-name rule
+// of New and Assign.
+func sortedNames(members []string) ([]string, error) {
+	names := slices.Clone(members)
+	slices.Sort(names)
+	for i, n := range names {
+		if n == "" {
+			return nil, fmt.Errorf("%w: empty member name", ErrInvalidMember)
+		}
+		if i > 0 && names[i-1] == n {
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, n)
+		}
+	}
+	return names, nil
 }

@@ -119,7 +119,7 @@ func (g *gossipModel) refresh(o, n int) {
 	}
 	if *v != old && s.raft.leader == o {
 		leader := s.nodes[o]
-		if leader.established {
+		if leader.lead != nil && leader.lead.Established() {
 			s.kickRound(leader, s.jitter(0, 5*time.Millisecond))
 		}
 	}

@@ -47,7 +47,7 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		cfg = revokeRestartConfig(seed)
 	case mutation.RenewWithoutConfirm:
 		cfg = depositionConfig(seed)
-	case mutation.EstablishIgnoresBound:
+	case mutation.EstablishIgnoresBound, mutation.LeaderKeepsTerm:
 		cfg = leaderChangeConfig(seed)
 	case mutation.RenewWithoutApplyWait:
 		cfg = slowRevokeConfig(seed)
@@ -95,7 +95,7 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 // others run a full-length stress run every other seed).
 var scenarioOnly = map[mutation.Switch]bool{
 	mutation.NoDriftMargin: true, mutation.IgnoreEstablish: true, mutation.ActOnRevoking: true,
-	mutation.RenewWithoutConfirm: true, mutation.EstablishIgnoresBound: true,
+	mutation.RenewWithoutConfirm: true, mutation.EstablishIgnoresBound: true, mutation.LeaderKeepsTerm: true,
 	mutation.RenewWithoutApplyWait: true, mutation.RenewWhileExpiring: true, mutation.DrainIgnoresLease: true,
 	mutation.LeaveExpiredShards: true, mutation.NoRebalance: true, mutation.NoHandoff: true, mutation.GatedWhileMixed: true,
 }

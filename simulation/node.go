@@ -38,10 +38,13 @@ type node struct {
 	applied uint64 // highest log index applied by the replica
 	syncing bool   // a sync event is scheduled
 
-	planner       *ownership.Planner
-	established   bool
-	roundAt       int64 // time of the next scheduled round (0: none)
-	roundInflight int
+	// lead is a voter process's leader core: the very ownership.Leader
+	// node/ runs, driven by this shell (leader.go). barrier: it asked for
+	// a Barrier, done once the replica applied the whole log.
+	lead     *ownership.Leader
+	barrier  bool
+	outcomes *outcomes // a round's outcomes waiting for the replica
+	roundAt  int64     // time of the next scheduled round (0: none)
 
 	// Lease renewals (cluster version 4, renew.go). binMax is the newest
 	// cluster version the node's binary speaks. v4At is the local time
@@ -101,11 +104,9 @@ func (s *Sim) addNode(voter bool) error {
 	n.wallOffset = s.rng.Int64N(int64(200*time.Millisecond)) - int64(100*time.Millisecond)
 	s.nodes = append(s.nodes, n)
 	if voter {
-		p, err := ownership.NewPlanner(s.cfg.Ownership)
-		if err != nil {
+		if _, err := ownership.NewPlanner(s.cfg.Ownership); err != nil {
 			return err
 		}
-		n.planner = p
 	}
 	return nil
 }
@@ -156,19 +157,25 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 	}
 	n.applied = 0
 	n.syncing = false
-	n.established = false
+	n.lead, n.barrier, n.outcomes = nil, false, nil
+	if n.voter {
+		n.lead = newLeader(s.cfg.Ownership)
+	}
 	n.acting = map[uint32]uint64{}
 	n.inflight = map[string]int64{}
 	n.drainAt = map[uint32]int64{}
 	n.wakeAt = 0
 	n.roundAt = 0
-	n.roundInflight = 0
 	n.v4At = 0
 	n.confirms = map[uint64]int64{}
 	n.confirmFloor = n.local(s.now)
 	n.renewQueue, n.confirming = nil, false
 	s.tracef("%s start inc=%d gen=%d", n.id, n.inc, n.gen)
 	s.scheduleSync(n, s.jitter(time.Millisecond, 5*time.Millisecond))
+	if s.raft.leader == n.idx {
+		// Restarted before the model held an election: it leads again.
+		s.leaderStep(n, ownership.LeadershipChanged{Leading: true})
+	}
 	// The agent's first step soon: it asks for the first heartbeat, then
 	// wakes itself every RenewEvery of the node's clock.
 	s.onNode(n, s.jitter(0, 20*time.Millisecond), evHeartbeat, func() {
@@ -205,10 +212,7 @@ func (s *Sim) crash(n *node) {
 	n.agent = nil
 	n.fsm, n.app, n.user = nil, nil, nil
 	n.acting = map[uint32]uint64{}
-	if n.planner != nil {
-		n.planner.StepDown()
-		n.established = false
-	}
+	n.lead, n.barrier, n.outcomes = nil, false, nil
 	s.gossip.changed(n)
 	s.raft.checkLeader()
 }
@@ -350,7 +354,8 @@ func (s *Sim) sync(n *node) {
 			n.fsm.ApplyCommand(n.applied, e.cmd)
 		}
 		relevant := s.observe(n, e)
-		if relevant && n.established && s.raft.leader == n.idx {
+		s.deliverOutcomes(n)
+		if relevant && n.lead != nil && n.lead.Established() && s.raft.leader == n.idx {
 			// The leader loop re-plans when the table changed (coalesced).
 			s.kickRound(n, 10*time.Millisecond)
 		}
@@ -362,9 +367,10 @@ func (s *Sim) sync(n *node) {
 		s.scheduleSync(n, s.jitter(100*time.Microsecond, 3*time.Millisecond))
 		return
 	}
-	if n.planner != nil && s.raft.leader == n.idx && !n.established {
-		s.raft.establish(n)
-		s.kickRound(n, s.jitter(0, 2*time.Millisecond))
+	if n.lead != nil && n.barrier && s.raft.leader == n.idx {
+		// The Barrier: the replica applied every entry of the log.
+		n.barrier = false
+		s.barriered(n)
 	}
 }
 
@@ -421,64 +427,6 @@ func (s *Sim) timeline(shard uint32, format string, args ...any) {
 	if slices.Contains(s.cfg.Watch, shard) {
 		s.res.Timeline = append(s.res.Timeline, fmt.Sprintf("%v s%d %s", time.Duration(s.now).Round(time.Millisecond), shard, line))
 	}
-}
-
-// kickRound schedules a planner round on the leader n soon (coalesced).
-func (s *Sim) kickRound(n *node, d time.Duration) {
-	at := s.now + int64(d)
-	if n.roundAt != 0 && n.roundAt >= s.now && n.roundAt <= at {
-		return
-	}
-	n.roundAt = at
-	s.onNode(n, d, evRound, func() {
-		if n.roundAt == at {
-			n.roundAt = 0
-		}
-		s.round(n)
-	})
-}
-
-// round runs the real planner on the leader, as ownership.LeaderLoop does.
-func (s *Sim) round(n *node) {
-	if s.raft.leader != n.idx || !n.established {
-		return
-	}
-	if n.roundInflight > 0 {
-		// As in ownership.LeaderLoop, a round starts only after the last
-		// one's proposals returned.
-		s.kickRound(n, 5*time.Millisecond)
-		return
-	}
-	st := s.replica(n)
-	in := ownership.Input{Members: s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes(), Cluster: st.Cluster(), Fenced: st.FencedRanges()}
-	cmds, err := n.planner.Plan(n.localTime(s.now), in)
-	if err != nil {
-		s.tracef("%s planner: %v", n.id, err)
-	}
-	for _, c := range cmds {
-		s.tracef("%s proposes %s", n.id, ownership.FormatCommand(c))
-		switch c := c.(type) {
-		case ledger.ExpireNode:
-			s.res.Expiries++
-		case ledger.Grant:
-			if c.Takeover {
-				s.res.Takeovers++
-			}
-		}
-		n.roundInflight++
-	}
-	if len(cmds) > 0 {
-		// Together and in order, as the LeaderLoop's BatchProposer: a
-		// round's expiries commit before the grants they make possible.
-		s.raft.proposeAll(n, cmds, func(ledger.Result, uint64, error) { n.roundInflight-- })
-	}
-	// Timer-driven rounds every 100 ms of the leader's clock, and when a
-	// wait of the planner ends (ownership.LeaderLoop's wait).
-	next := 100 * time.Millisecond
-	if d := n.planner.NextDeadline(); !d.IsZero() {
-		next = max(min(next, d.Sub(n.localTime(s.now))), 0)
-	}
-	s.kickRound(n, n.trueAfter(next))
 }
 
 // agentActing reports whether n's process acts on shard at true time t.

@@ -153,8 +153,7 @@ func (r *raftModel) elect() {
 	}
 	old := r.leader
 	if old >= 0 {
-		s.nodes[old].planner.StepDown()
-		s.nodes[old].established = false
+		s.leaderStep(s.nodes[old], ownership.LeadershipChanged{Leading: false})
 	}
 	r.leader = -1
 	r.term++
@@ -195,17 +194,7 @@ func (r *raftModel) elect() {
 			s.scheduleSync(n, s.jitter(time.Millisecond, 10*time.Millisecond))
 		}
 	}
-}
-
-// establish makes the leader's planner start its term; called once the
-// leader's replica has applied the whole log (the Barrier).
-func (r *raftModel) establish(n *node) {
-	st := r.s.replica(n)
-	now := n.localTime(r.s.now)
-	bound := r.s.bound(n)
-	n.planner.Establish(now, ownership.Input{Members: r.s.gossip.members(n), Shards: st.Shards(), Nodes: st.Nodes(), Cluster: st.Cluster(), Fenced: st.FencedRanges()}, bound)
-	n.established = true
-	r.s.tracef("%s establishes leadership (applied %d, bound %v before now)", n.id, n.applied, now.Sub(bound))
+	s.leaderStep(s.nodes[r.leader], ownership.LeadershipChanged{Leading: true})
 }
 
 // propose sends cmd from n to the leader; done (may be nil) receives the

@@ -1,6 +1,7 @@
 package simulation
 
 import (
+	"math"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/mutation"
@@ -11,7 +12,7 @@ import (
 // Lease renewals off the log (cluster version 4, docs/protocol.md). A node's
 // renewal is a message to the control-group leader, dropped on a cut link
 // or when there is none. On delivery the leader's real planner judges it
-// (Planner.Renew, as ownership.LeaderLoop.Renew); an accepted renewal waits
+// (ownership.Leader.Renew, as node/ through LeaderLoop); an accepted renewal waits
 // for the leader's next confirm round. A round asks every voter; a voter
 // that receives the Confirm first records the time (its clock) and then
 // answers yes iff the sender still leads the same term. The outcome is
@@ -20,7 +21,7 @@ import (
 // both ways — and the replies travel back afterwards, possibly after a
 // later election: a deposed leader's acks arrive late, but only for
 // renewals it received before its last successful round, which every later
-// leader's bound covers (bound).
+// leader's bound covers (confirmBound, ownership.EstablishBound).
 
 // renewReq is a renewal the leader accepted and has not answered yet.
 type renewReq struct {
@@ -64,12 +65,12 @@ func (s *Sim) renew(n *node, ask ownership.RenewAsk) {
 // receiveRenew is the leader l receiving req.
 func (s *Sim) receiveRenew(l *node, req *renewReq) {
 	r := s.raft
-	if r.leader != l.idx || !l.established {
+	if r.leader != l.idx || l.lead == nil || !l.lead.Established() {
 		s.renewReply(l, req, ownership.RenewOutcome{Token: req.ask.Token, Err: ownership.ErrNotLeader})
 		return
 	}
 	rec, _ := s.replica(l).Node(req.ask.Node)
-	if err := l.planner.Renew(l.localTime(s.now), rec, req.ask.Incarnation, req.ask.Liveness); err != nil {
+	if err := l.lead.Renew(l.localTime(s.now), rec, req.ask.Incarnation, req.ask.Liveness); err != nil {
 		s.tracef("%s refuses %s's renewal: %v", l.id, req.from.id, err)
 		s.renewReply(l, req, ownership.RenewOutcome{Token: req.ask.Token, Record: rec, Err: err})
 		return
@@ -163,22 +164,19 @@ func (s *Sim) renewAnswer(req *renewReq, d time.Duration, out ownership.RenewOut
 	})
 }
 
-// bound is the new leader n's bound (docs/protocol.md, leader side,
-// establish), computed as cluster/ does with ConfirmAge: every voter that
-// answers (running, linked both ways) reports how long ago by its clock it
-// last received a Confirm of an earlier term (or its process start, if
-// later: an earlier process of it may have confirmed just before it died);
-// the bound is the latest of the answers' receipt − age, with a quorum of
-// answers, and never before the time this process saw version 4 apply.
-// Before version 4, without a quorum, or unsure: now.
-func (s *Sim) bound(n *node) time.Time {
+// confirmBound is the voters' bound a new leader n asks for
+// (ownership.LeaderReady.AskBound), computed as cluster/'s EstablishBound
+// does with ConfirmAge: every voter that answers (running, linked both
+// ways) reports how long ago by its clock it last received a Confirm of an
+// earlier term (or its process start, if later: an earlier process of it
+// may have confirmed just before it died); the bound is the latest of the
+// answers' receipt − age, with a quorum of answers, else now. The leader
+// core clamps it (ownership.EstablishBound).
+func (s *Sim) confirmBound(n *node) time.Time {
 	now := n.local(s.now)
 	r := s.raft
-	if s.replica(n).ActiveVersion() < ledger.VersionLeaseRenewals || n.v4At == 0 {
-		return time.Unix(0, now)
-	}
 	answers, total := 0, 0
-	b := n.v4At
+	b := int64(math.MinInt64)
 	for _, v := range s.nodes {
 		if !v.voter {
 			continue

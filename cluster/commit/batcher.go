@@ -73,17 +73,16 @@ const (
 )
 
 func (c *BatcherConfig) fill() error {
-	if c.MaxCommands == 0 {
-		c.MaxCommands = DefaultBatchMaxCommands
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultBatchMaxBytes
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultBatchInFlight
-	}
-	if c.QueueSize == 0 {
-		c.QueueSize = DefaultBatchQueueSize
+	for _, d := range []struct {
+		field *int
+		def   int
+	}{
+		{&c.MaxCommands, DefaultBatchMaxCommands}, {&c.MaxBytes, DefaultBatchMaxBytes},
+		{&c.MaxInFlight, DefaultBatchInFlight}, {&c.QueueSize, DefaultBatchQueueSize},
+	} {
+		if *d.field == 0 {
+			*d.field = d.def
+		}
 	}
 	switch {
 	case c.MaxCommands < 1 || c.MaxCommands > ledger.MaxBatchEntries:

@@ -26,15 +26,11 @@ func init() {
 // runKeyring: tenure keyring list|install|use|remove [--key K] [--one].
 func runKeyring(ctx context.Context, m *Main, args []string) error {
 	usage := "keyring list|install|use|remove [--key BASE64] [--one] [--addr host:port]"
-	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Fprintf(m.Stdout, "usage: tenure %s\n", usage)
-		return nil
+	notFlag := func(a string) bool { return !strings.HasPrefix(a, "-") }
+	op, done, err := m.subcommand(args, usage, notFlag, errors.New("keyring: want a subcommand: list, install, use or remove"))
+	if done {
+		return err
 	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(m.Stderr, "usage: tenure %s\n", usage)
-		return errors.New("keyring: want a subcommand: list, install, use or remove")
-	}
-	op := args[0]
 	if op != "list" && !slices.Contains(apitypes.KeyringOps, op) {
 		return fmt.Errorf("keyring: unknown subcommand %q: want list, install, use or remove", op)
 	}

@@ -126,6 +126,22 @@ var (
 	parseFlags = cli.ParseFlags
 )
 
+// subcommand starts a command whose first argument names a subcommand.
+// -h or --help prints "usage: tenure <usage>" to stdout and returns done. No
+// argument, or one valid rejects, prints the same to stderr and returns
+// missing. Otherwise it returns the subcommand for the caller to dispatch.
+func (m *Main) subcommand(args []string, usage string, valid func(string) bool, missing error) (sub string, done bool, err error) {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintf(m.Stdout, "usage: tenure %s\n", usage)
+		return "", true, nil
+	}
+	if len(args) == 0 || !valid(args[0]) {
+		fmt.Fprintf(m.Stderr, "usage: tenure %s\n", usage)
+		return "", true, missing
+	}
+	return args[0], false, nil
+}
+
 func (m *Main) usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: tenure <command> [arguments]")
 	fmt.Fprintln(w, "       tenure <command> --help, tenure --version")

@@ -22,13 +22,9 @@ func init() {
 func runNode(ctx context.Context, m *Main, args []string) error {
 	const help = "node revoke <id> [--serial hex] [--reason text] [--undo] | node revoke --serial hex | node revocations [--addr host:port] [--json]"
 	usage := errors.New("node: want `node revoke <id> [--serial hex] [--reason text] [--undo]`, `node revoke --serial hex` or `node revocations`")
-	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Fprintf(m.Stdout, "usage: tenure %s\n", help)
-		return nil
-	}
-	if len(args) == 0 {
-		fmt.Fprintf(m.Stderr, "usage: tenure %s\n", help)
-		return usage
+	anySub := func(string) bool { return true } // an unknown one falls through the switch to usage
+	if _, done, err := m.subcommand(args, help, anySub, usage); done {
+		return err
 	}
 	table := func(w io.Writer, v any) { revocationsTable(w, v.(apitypes.Revocations)) }
 	switch args[0] {

@@ -27,17 +27,13 @@ func init() {
 }
 
 func runTLS(_ context.Context, m *Main, args []string) error {
-	if len(args) == 0 || (args[0] != "init" && args[0] != "cert") {
-		if len(args) > 0 && isHelp(args[0]) {
-			fmt.Fprintln(m.Stdout, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
-			fmt.Fprintln(m.Stdout, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--member|--operator] [--hosts h1,h2] [--force]")
-			return nil
-		}
-		fmt.Fprintln(m.Stderr, "usage: tenure tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]")
-		fmt.Fprintln(m.Stderr, "       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--member|--operator] [--hosts h1,h2] [--force]")
-		return errors.New("tls: want a subcommand: init or cert")
+	const usage = "tls init --dir DIR --nodes n1,n2,n3 [--cluster NAME] [--hosts h1,h2] [--force|--keep]\n" +
+		"       tenure tls cert --dir DIR --node NAME [--ca-dir DIR] [--member|--operator] [--hosts h1,h2] [--force]"
+	valid := func(a string) bool { return a == "init" || a == "cert" }
+	sub, done, err := m.subcommand(args, usage, valid, errors.New("tls: want a subcommand: init or cert"))
+	if done {
+		return err
 	}
-	sub := args[0]
 	fset := flag.NewFlagSet("tls "+sub, flag.ContinueOnError)
 	fset.SetOutput(m.Stderr)
 	dir := fset.String("dir", "", "directory for the CA and certificates")

@@ -19,15 +19,11 @@ func init() {
 
 func runUpgrade(ctx context.Context, m *Main, args []string) error {
 	usage := "upgrade status|finalize [--addr host:port] [--json]"
-	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Fprintf(m.Stdout, "usage: tenure %s\n", usage)
-		return nil
+	valid := func(a string) bool { return a == "status" || a == "finalize" }
+	op, done, err := m.subcommand(args, usage, valid, errors.New("upgrade: want a subcommand: status or finalize"))
+	if done {
+		return err
 	}
-	if len(args) == 0 || (args[0] != "status" && args[0] != "finalize") {
-		fmt.Fprintf(m.Stderr, "usage: tenure %s\n", usage)
-		return errors.New("upgrade: want a subcommand: status or finalize")
-	}
-	op := args[0]
 	fs, cf := m.clientFlagSet("upgrade "+op, usage)
 	if err := noArgs(fs, args[1:]); err != nil {
 		return err

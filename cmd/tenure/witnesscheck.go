@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"net"
 	"net/http"
 	"sort"
@@ -39,20 +40,16 @@ func (c *witnessChecker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "POST a JSON array of ticks")
 		return
 	}
-	var batch []tick
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s4check.MaxBody))
 	raw := json.RawMessage{}
 	if err := dec.Decode(&raw); err != nil {
 		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
 		return
 	}
-	if err := json.Unmarshal(raw, &batch); err != nil {
-		var one tick
-		if err1 := json.Unmarshal(raw, &one); err1 != nil {
-			writeError(w, http.StatusBadRequest, "want a JSON array of ticks: "+err.Error())
-			return
-		}
-		batch = []tick{one}
+	batch, err := s4check.DecodeBatch(raw)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	c.add(batch)
 	w.WriteHeader(http.StatusNoContent)
@@ -92,23 +89,13 @@ func (c *witnessChecker) check(maxViolations int) witnessReport {
 	sort.Slice(shards, func(i, j int) bool { return shards[i] < shards[j] })
 	for _, s := range shards {
 		ts := c.ticks[s]
-		sort.SliceStable(ts, func(i, j int) bool { return ts[i].UnixNano < ts[j].UnixNano })
-		var top tick // the tick with the highest epoch so far
-		for i, t := range ts {
-			switch {
-			case i == 0 || t.Epoch > top.Epoch:
-				top = t
-				continue
-			case t.Epoch < top.Epoch:
-				r.Violations = append(r.Violations, fmt.Sprintf("shard %d: %s acted at epoch %d at %s, after %s acted at epoch %d at %s",
-					s, t.Node, t.Epoch, stamp(t.UnixNano), top.Node, top.Epoch, stamp(top.UnixNano)))
-			case t.Node != top.Node:
-				r.Violations = append(r.Violations, fmt.Sprintf("shard %d: %s and %s both acted at epoch %d (%s, %s)",
-					s, top.Node, t.Node, t.Epoch, stamp(top.UnixNano), stamp(t.UnixNano)))
-			}
-			if len(r.Violations) >= maxViolations {
-				return r
-			}
+		s4check.SortByTime(ts)
+		s4check.Check(ts, func(v s4check.Violation) bool {
+			r.Violations = append(r.Violations, v.String())
+			return len(r.Violations) < maxViolations
+		})
+		if len(r.Violations) >= maxViolations {
+			return r
 		}
 	}
 	return r
@@ -119,11 +106,9 @@ func (c *witnessChecker) ticksOf(shard uint32) []tick {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := append([]tick(nil), c.ticks[shard]...)
-	sort.SliceStable(ts, func(i, j int) bool { return ts[i].UnixNano < ts[j].UnixNano })
+	s4check.SortByTime(ts)
 	return ts
 }
-
-func stamp(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000000") }
 
 func runWitness(ctx context.Context, m *Main, args []string) error {
 	fs := flag.NewFlagSet("witness", flag.ContinueOnError)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -26,13 +27,7 @@ const (
 )
 
 // tick is one unit of demo work on a shard, as the witness receives it.
-type tick struct {
-	Shard    uint32 `json:"shard"`
-	Epoch    uint64 `json:"epoch"`
-	Node     string `json:"node"`
-	Seq      uint64 `json:"seq"`
-	UnixNano int64  `json:"unix_nano"`
-}
+type tick = s4check.Tick
 
 // ownedShard is a shard the node acts on at an epoch.
 type ownedShard struct {

@@ -217,6 +217,12 @@ const (
 	// committed deny-list (RevokeNode) at the handshake or at a
 	// connection's later use: a revoked node keeps connecting.
 	HandshakeSkipsDenyList
+	// The leader core (issue 27, ownership.Leader).
+
+	// LeaderKeepsTerm: a deposed leader (or one that saw an unknown
+	// outcome) keeps its term's state and, leading again, plans from it
+	// without a Barrier and a new bound (Establish).
+	LeaderKeepsTerm
 	numSwitches
 )
 
@@ -236,7 +242,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"renew-without-confirm", "renew-without-apply-wait", "establish-ignores-bound", "renew-while-expiring",
 	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
-	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list"}
+	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
+	"leader-keeps-term"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -298,6 +305,7 @@ var rules = [...]string{
 	"stream (v5): a member resumes from its own applied index, and applies only the entry that follows it (never a gap)",
 	"security: ledger.Authorize refuses operator actions from a member certificate (ErrUnauthorized)",
 	"security (v5): every handshake and every later use of an authenticated connection checks the committed deny-list (RevokeNode)",
+	"protocol: every leadership term is established anew (Barrier, bound, Establish) before the leader plans; nothing of an earlier term is kept",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations

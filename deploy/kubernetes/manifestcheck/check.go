@@ -50,17 +50,13 @@ func DecodeAll(name string, data []byte, into *Objects) error {
 		var obj any
 		switch tm.APIVersion + " " + tm.Kind {
 		case "v1 Service":
-			o := &corev1.Service{}
-			into.Services, obj = append(into.Services, o), o
+			obj = appendNew(&into.Services)
 		case "apps/v1 StatefulSet":
-			o := &appsv1.StatefulSet{}
-			into.StatefulSets, obj = append(into.StatefulSets, o), o
+			obj = appendNew(&into.StatefulSets)
 		case "apps/v1 Deployment":
-			o := &appsv1.Deployment{}
-			into.Deployments, obj = append(into.Deployments, o), o
+			obj = appendNew(&into.Deployments)
 		case "policy/v1 PodDisruptionBudget":
-			o := &policyv1.PodDisruptionBudget{}
-			into.PDBs, obj = append(into.PDBs, o), o
+			obj = appendNew(&into.PDBs)
 		default:
 			if mk, ok := into.OtherKinds[tm.APIVersion+" "+tm.Kind]; ok {
 				o := mk()
@@ -74,6 +70,13 @@ func DecodeAll(name string, data []byte, into *Objects) error {
 		}
 	}
 	return nil
+}
+
+// appendNew appends a new zero *T to list and returns it to decode into.
+func appendNew[T any](list *[]*T) any {
+	o := new(T)
+	*list = append(*list, o)
+	return o
 }
 
 func stripComments(doc string) string {

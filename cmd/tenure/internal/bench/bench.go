@@ -4,6 +4,8 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -69,4 +71,29 @@ func Names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// agentClusterFlags are the flags of the benchmarks that start a cluster
+// of real agent processes (bench failover, bench idle).
+type agentClusterFlags struct {
+	nodes      int
+	profile    string
+	json       bool
+	partitions int
+	dir        string
+	agentBin   string
+}
+
+func (o *agentClusterFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&o.nodes, "nodes", 5, "agent processes (3 of them form the control group)")
+	fs.StringVar(&o.profile, "profile", "default", "lease profile: fast, default or safe")
+	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object (progress goes to stderr)")
+	fs.IntVar(&o.partitions, "partitions", 32, "shards in the benchmark cluster")
+	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
+	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
+}
+
+// writeJSONLine writes v to w as one line of JSON (a benchmark's --json summary).
+func writeJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
 }

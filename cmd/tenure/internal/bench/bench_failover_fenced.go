@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
@@ -74,21 +71,7 @@ func (c *foCluster) setFenced(ctx context.Context) error {
 }
 
 func (c *foCluster) postJSON(ctx context.Context, a *foAgent, path string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.httpAddr+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("POST %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
+	return agentPost(ctx, &c.client, a, path, body)
 }
 
 // splitEarly returns the samples ≥ 0 and how many were negative: a

@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,7 +114,7 @@ func (c *foCluster) leaderAgent(ctx context.Context) *foAgent {
 // phasesOf splits a handoff of shard s (last tick of the old owner at last,
 // first tick of the new owner) into handoffPhases, reading the moves of the
 // leader and of the new owner; ok is false when either no longer lists it.
-func (c *foCluster) phasesOf(ctx context.Context, leader *foAgent, s uint32, last int64, first foTick) (handoffPhases, bool) {
+func (c *foCluster) phasesOf(ctx context.Context, leader *foAgent, s uint32, last int64, first s4check.Tick) (handoffPhases, bool) {
 	newOwner := c.agent(first.Node)
 	if leader == nil || newOwner == nil {
 		return handoffPhases{}, false

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestParseFailoverFlagsDown(t *testing.T) {
 
 func TestFirstTickBy(t *testing.T) {
 	r := newFoRecorder()
-	r.add([]foTick{{Shard: 1, Node: "a", UnixNano: 5}, {Shard: 2, Node: "a", UnixNano: 30}, {Shard: 3, Node: "b", UnixNano: 12}, {Shard: 4, Node: "a", UnixNano: 20}})
+	r.add([]s4check.Tick{{Shard: 1, Node: "a", UnixNano: 5}, {Shard: 2, Node: "a", UnixNano: 30}, {Shard: 3, Node: "b", UnixNano: 12}, {Shard: 4, Node: "a", UnixNano: 20}})
 	if first, ok := r.firstBy("a", 10); !ok || first.Shard != 4 {
 		t.Errorf("firstBy(a, 10) = %+v, %v; want shard 4", first, ok)
 	}
@@ -67,17 +68,17 @@ func TestFirstTickBy(t *testing.T) {
 }
 
 func TestHandoffAnalysis(t *testing.T) {
-	ticks := func(spec ...any) []foTick {
-		var out []foTick
+	ticks := func(spec ...any) []s4check.Tick {
+		var out []s4check.Tick
 		for i := 0; i < len(spec); i += 3 {
-			out = append(out, foTick{Shard: 1, Node: spec[i].(string), Epoch: uint64(spec[i+1].(int)), UnixNano: int64(spec[i+2].(int))})
+			out = append(out, s4check.Tick{Shard: 1, Node: spec[i].(string), Epoch: uint64(spec[i+1].(int)), UnixNano: int64(spec[i+2].(int))})
 		}
-		sortTicks(out)
+		s4check.SortByTime(out)
 		return out
 	}
 	for _, tc := range []struct {
 		name           string
-		ts             []foTick
+		ts             []s4check.Tick
 		found, overlap bool
 		first, last    int64
 		violations     int

@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
@@ -23,26 +22,16 @@ func init() {
 
 // idleOptions are the parsed flags of `tenure bench idle`.
 type idleOptions struct {
-	nodes      int
-	profile    string
-	window     time.Duration
-	json       bool
-	partitions int
-	dir        string
-	agentBin   string
+	agentClusterFlags
+	window time.Duration
 }
 
 func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	var o idleOptions
 	fs := flag.NewFlagSet("bench idle", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.nodes, "nodes", 5, "agent processes (3 of them form the control group)")
-	fs.StringVar(&o.profile, "profile", "default", "lease profile: fast, default or safe")
+	o.agentClusterFlags.register(fs)
 	fs.DurationVar(&o.window, "window", 10*time.Second, "how long to measure once the cluster settled")
-	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object (progress goes to stderr)")
-	fs.IntVar(&o.partitions, "partitions", 32, "shards in the benchmark cluster")
-	fs.StringVar(&o.dir, "dir", "", "parent of the agents' data dirs and logs (default: a temp dir, removed afterwards)")
-	fs.StringVar(&o.agentBin, "agent-bin", "", "tenure binary to run agents with (default: this executable)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return o, err
 	}
@@ -89,7 +78,7 @@ func runBenchIdle(ctx context.Context, m *Env, args []string) error {
 		return err
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(m.Stderr, format+"\n", a...) }
-	fo := failoverOptions{nodes: o.nodes, profile: o.profile, partitions: o.partitions, tick: 100 * time.Millisecond}
+	fo := failoverOptions{agentClusterFlags: agentClusterFlags{nodes: o.nodes, profile: o.profile, partitions: o.partitions}, tick: 100 * time.Millisecond}
 	c, rec, closeAll, err := newWitnessedCluster(fo, o.agentBin, o.dir, "tenure-bench-idle-", progress)
 	if err != nil {
 		return err
@@ -145,12 +134,7 @@ func runBenchIdle(ctx context.Context, m *Env, args []string) error {
 		s.RenewP99Ms = p99s[len(p99s)-1]
 	}
 	if o.json {
-		b, err := json.Marshal(s)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(m.Stdout, string(b))
-		return nil
+		return writeJSONLine(m.Stdout, s)
 	}
 	fmt.Fprintf(m.Stdout, "tenure idle, profile %s, %d agents, %d shards, %.1f s window (leader %s)\n", s.Profile, s.Nodes, s.Partitions, s.WindowS, leader)
 	fmt.Fprintf(m.Stdout, "  raft commits: %.2f/s\n", s.RaftCommitsPerSec)

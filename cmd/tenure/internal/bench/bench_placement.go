@@ -3,7 +3,6 @@ package bench
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -76,10 +74,7 @@ type placementCase struct {
 func benchPlacement(_ context.Context, m *Env, args []string) error {
 	fs := flag.NewFlagSet("bench placement", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object per case")
-	parts := fs.String("partitions", joinInts(benchPlacementPartitions), "comma-separated partition counts")
-	mems := fs.String("members", joinInts(benchPlacementMembers), "comma-separated member counts")
-	trials := fs.Int("trials", 5, "joins and leaves per case (different members)")
+	grid := newCaseGrid(fs, benchPlacementPartitions, benchPlacementMembers, "joins and leaves per case (different members)")
 	cases := fs.String("cases", "plain,weighted", "comma-separated: plain (equal members), weighted (weights 1,2,4 in 3 zones)")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: tenure bench placement [flags]")
@@ -88,22 +83,8 @@ func benchPlacement(_ context.Context, m *Env, args []string) error {
 		fmt.Fprintln(m.Stderr, "reports max/avg, min/avg, shards moved and the optimum (P/(N+1) join, P/N leave).")
 		fs.PrintDefaults()
 	}
-	if err := cli.ParseFlags(fs, args); err != nil {
+	if err := grid.parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench placement: unexpected arguments %q", strings.Join(fs.Args(), " "))
-	}
-	ps, err := parseInts("partitions", *parts)
-	if err != nil {
-		return err
-	}
-	ns, err := parseInts("members", *mems)
-	if err != nil {
-		return err
-	}
-	if *trials < 1 {
-		return fmt.Errorf("bench placement: -trials = %d, want ≥ 1", *trials)
 	}
 	var weighted []bool
 	for _, c := range strings.Split(*cases, ",") {
@@ -116,28 +97,21 @@ func benchPlacement(_ context.Context, m *Env, args []string) error {
 			return fmt.Errorf("bench placement: -cases %q: want plain and/or weighted", *cases)
 		}
 	}
-	var results []placementCase
-	enc := json.NewEncoder(m.Stdout)
+	out := caseOutput[placementCase]{w: m.Stdout, asJSON: *grid.asJSON, table: printPlacementTable}
 	for _, w := range weighted {
-		for _, p := range ps {
-			for _, n := range ns {
-				pc, err := runPlacementCase(p, n, *trials, w)
+		for _, p := range grid.partitions {
+			for _, n := range grid.members {
+				pc, err := runPlacementCase(p, n, *grid.trials, w)
 				if err != nil {
 					return fmt.Errorf("bench placement: partitions=%d members=%d weighted=%v: %w", p, n, w, err)
 				}
-				if *asJSON {
-					if err := enc.Encode(pc); err != nil {
-						return err
-					}
+				if err := out.add(pc); err != nil {
+					return err
 				}
-				results = append(results, pc)
 			}
 		}
 	}
-	if !*asJSON {
-		return printPlacementTable(m.Stdout, results)
-	}
-	return nil
+	return out.flush()
 }
 
 // balance is the most and least loaded member's shards over its share

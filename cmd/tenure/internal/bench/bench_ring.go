@@ -2,17 +2,14 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -54,13 +51,10 @@ type ringCase struct {
 func benchRing(_ context.Context, m *Env, args []string) error {
 	fs := flag.NewFlagSet("bench ring", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object per case")
-	parts := fs.String("partitions", joinInts(benchRingPartitions), "comma-separated partition counts")
-	mems := fs.String("members", joinInts(benchRingMembers), "comma-separated member counts")
+	grid := newCaseGrid(fs, benchRingPartitions, benchRingMembers, "joins and leaves per case (different members); moved_* are their mean")
 	load := fs.Float64("load", ring.DefaultLoad, "bounded-load factor")
 	rf := fs.Int("rf", ring.DefaultReplicationFactor, "virtual nodes per member")
 	minLoad := fs.Float64("min-load", ring.DefaultMinLoad, "min-load pass floor as a fraction of the average (0 disables the pass)")
-	trials := fs.Int("trials", 5, "joins and leaves per case (different members); moved_* are their mean")
 	fs.Usage = func() {
 		fmt.Fprintln(m.Stderr, "usage: tenure bench ring [flags]")
 		fmt.Fprintln(m.Stderr, "Builds rings for each partitions × members case, adds one member and removes one,")
@@ -69,22 +63,8 @@ func benchRing(_ context.Context, m *Env, args []string) error {
 		fmt.Fprintln(m.Stderr, "build time and ShardFor+Owner lookup time.")
 		fs.PrintDefaults()
 	}
-	if err := cli.ParseFlags(fs, args); err != nil {
+	if err := grid.parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench ring: unexpected arguments %q", strings.Join(fs.Args(), " "))
-	}
-	ps, err := parseInts("partitions", *parts)
-	if err != nil {
-		return err
-	}
-	ns, err := parseInts("members", *mems)
-	if err != nil {
-		return err
-	}
-	if *trials < 1 {
-		return fmt.Errorf("bench ring: -trials = %d, want ≥ 1", *trials)
 	}
 	cfg := ring.DefaultConfig()
 	cfg.Load, cfg.ReplicationFactor, cfg.MinLoad = *load, *rf, *minLoad
@@ -92,27 +72,20 @@ func benchRing(_ context.Context, m *Env, args []string) error {
 		return fmt.Errorf("bench ring: %w", err)
 	}
 
-	var results []ringCase
-	enc := json.NewEncoder(m.Stdout)
-	for _, p := range ps {
-		for _, n := range ns {
+	out := caseOutput[ringCase]{w: m.Stdout, asJSON: *grid.asJSON, table: printRingTable}
+	for _, p := range grid.partitions {
+		for _, n := range grid.members {
 			cfg.Partitions = p
-			rc, err := runRingCase(cfg, n, *trials)
+			rc, err := runRingCase(cfg, n, *grid.trials)
 			if err != nil {
 				return fmt.Errorf("bench ring: partitions=%d members=%d: %w", p, n, err)
 			}
-			if *asJSON {
-				if err := enc.Encode(rc); err != nil {
-					return err
-				}
+			if err := out.add(rc); err != nil {
+				return err
 			}
-			results = append(results, rc)
 		}
 	}
-	if !*asJSON {
-		return printRingTable(m.Stdout, results)
-	}
-	return nil
+	return out.flush()
 }
 
 // runRingCase builds a ring of n members, then for each trial t adds member
@@ -194,24 +167,4 @@ func printRingTable(w io.Writer, rs []ringCase) error {
 			r.Partitions, r.Members, r.MaxOverAvg, r.MinOverAvg, r.MovedJoinOverOptimal, r.MovedJoinMax, r.MovedLeaveOverOptimal, r.MovedLeaveMax, r.BuildMS, r.LookupNS)
 	}
 	return tw.Flush()
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
-}
-
-func parseInts(name, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("bench ring: -%s: %q is not a positive integer", name, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"runtime"
@@ -120,12 +119,7 @@ func runBenchScale(ctx context.Context, m *Env, args []string) error {
 		}
 	}
 	if *asJSON {
-		b, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(m.Stdout, string(b))
-		return nil
+		return writeJSONLine(m.Stdout, res)
 	}
 	w := m.Stdout
 	fmt.Fprintf(w, "%d nodes, %d shards, profile %s\n", res.Nodes, res.Shards, res.Profile)
@@ -250,15 +244,16 @@ func (s *scaleSim) step() error {
 		}
 	}
 	st = s.fsm.State()
-	in := ownership.Input{Shards: st.Shards(), Nodes: st.Nodes()}
+	members := make([]ownership.Member, 0, len(s.ids))
 	for _, id := range s.ids {
 		n := s.nodes[id]
 		m := ownership.Member{ID: id, Incarnation: n.inc, Health: 1, Draining: n.draining}
 		if n.dead {
 			m.State = ownership.GossipDead
 		}
-		in.Members = append(in.Members, m)
+		members = append(members, m)
 	}
+	in := ownership.InputOf(st, members)
 	t0 := time.Now()
 	if !s.planner.Leading() {
 		s.planner.Establish(s.now, in, time.Time{})

@@ -3,11 +3,9 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -207,33 +205,8 @@ func (c *realCluster) spawnAll() error {
 	return nil
 }
 
-// maxAPIBody bounds what the benchmark reads from an agent's API.
-const maxAPIBody = 64 << 20
-
 func (c *realCluster) get(ctx context.Context, a *foAgent, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body := io.LimitReader(resp.Body, maxAPIBody)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(body, 512))
-		return fmt.Errorf("GET %s from %s: %s: %s", path, a.id, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if out == nil {
-		_, _ = io.Copy(io.Discard, body)
-		return nil
-	}
-	if w, ok := out.(io.Writer); ok {
-		_, err := io.Copy(w, body)
-		return err
-	}
-	return json.NewDecoder(body).Decode(out)
+	return agentGet(ctx, &c.client, a, path, out)
 }
 
 // realStatus is the part of GET /v1/status the benchmark reads.
@@ -438,12 +411,7 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 		len(c.agents), res.StopAllMs, len(unclean), unclean)
 
 	if o.json {
-		b, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(m.Stdout, string(b))
-		return nil
+		return writeJSONLine(m.Stdout, res)
 	}
 	w := m.Stdout
 	fmt.Fprintf(w, "%d real agents (%d voters with data dirs, %d disk-less members), %d shards, profile %s, %d CPUs\n",
