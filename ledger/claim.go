@@ -39,16 +39,12 @@ func (ClaimIncarnation) kind() Kind { return KindClaimIncarnation }
 func init() {
 	register(kindSpec[ClaimIncarnation]{
 		kind: KindClaimIncarnation, name: "ClaimIncarnation", since: 5,
-		limits: func(c ClaimIncarnation) error { return checkStrs("node", c.Node) },
-		encode: func(w *writer, c ClaimIncarnation) error {
-			w.str(c.Node)
-			w.i(c.Now)
-			w.u(uint64(c.MinVersion))
-			w.u(uint64(c.MaxVersion))
-			return nil
-		},
-		decode: func(r *reader) ClaimIncarnation {
-			return ClaimIncarnation{Node: r.str(), Now: r.i(), MinVersion: r.u32(), MaxVersion: r.u32()}
+		fields: func(cd codec, c ClaimIncarnation) ClaimIncarnation {
+			cd.str("node", &c.Node)
+			cd.i(&c.Now)
+			cd.u32(&c.MinVersion)
+			cd.u32(&c.MaxVersion)
+			return c
 		},
 		apply:     func(f *FSM, index uint64, c ClaimIncarnation) Result { return f.claimIncarnation(index, c) },
 		who:       whoSelf,

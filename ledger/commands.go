@@ -58,22 +58,14 @@ func init() {
 			}
 			return minVersion
 		},
-		limits: func(c Heartbeat) error { return checkStrs("node", c.Node) },
-		encode: func(w *writer, c Heartbeat) error {
-			w.str(c.Node)
-			w.u(c.Incarnation)
-			w.u(c.Liveness)
-			w.i(c.Now)
-			if w.ver >= 3 {
-				w.u(uint64(c.MinVersion))
-				w.u(uint64(c.MaxVersion))
-			}
-			return nil
-		},
-		decode: func(r *reader) Heartbeat {
-			c := Heartbeat{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Now: r.i()}
-			if r.ver >= 3 {
-				c.MinVersion, c.MaxVersion = r.u32(), r.u32()
+		fields: func(cd codec, c Heartbeat) Heartbeat {
+			cd.str("node", &c.Node)
+			cd.u(&c.Incarnation)
+			cd.u(&c.Liveness)
+			cd.i(&c.Now)
+			if cd.has(3) {
+				cd.u32(&c.MinVersion)
+				cd.u32(&c.MaxVersion)
 			}
 			return c
 		},
@@ -105,9 +97,7 @@ func (ExpireNode) kind() Kind { return KindExpireNode }
 func init() {
 	register(kindSpec[ExpireNode]{
 		kind: KindExpireNode, name: "ExpireNode",
-		limits:     func(c ExpireNode) error { return checkStrs("node", c.Node) },
-		encode:     encodeNodeCAS,
-		decode:     decodeNodeCAS,
+		fields:     nodeCASFields,
 		apply:      func(f *FSM, _ uint64, c ExpireNode) Result { return f.expireNode(c) },
 		who:        whoLeader,
 		sessionNow: func(c ExpireNode) int64 { return c.Now },
@@ -116,20 +106,16 @@ func init() {
 	})
 }
 
-// encodeNodeCAS, decodeNodeCAS and formatNodeCAS serve the commands that
-// compare-and-set a node record at (Incarnation, Liveness, Seq): ExpireNode
-// and ForgetNode (which converts to ExpireNode: same fields).
-func encodeNodeCAS(w *writer, c ExpireNode) error {
-	w.str(c.Node)
-	w.u(c.Incarnation)
-	w.u(c.Liveness)
-	w.u(c.Seq)
-	w.i(c.Now)
-	return nil
-}
-
-func decodeNodeCAS(r *reader) ExpireNode {
-	return ExpireNode{Node: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), Now: r.i()}
+// nodeCASFields and formatNodeCAS serve the commands that compare-and-set
+// a node record at (Incarnation, Liveness, Seq): ExpireNode and ForgetNode
+// (which converts to ExpireNode: same fields).
+func nodeCASFields(cd codec, c ExpireNode) ExpireNode {
+	cd.str("node", &c.Node)
+	cd.u(&c.Incarnation)
+	cd.u(&c.Liveness)
+	cd.u(&c.Seq)
+	cd.i(&c.Now)
+	return c
 }
 
 func formatNodeCAS(verb string, c ExpireNode) string {
@@ -149,16 +135,12 @@ func (SetDraining) kind() Kind { return KindSetDraining }
 func init() {
 	register(kindSpec[SetDraining]{
 		kind: KindSetDraining, name: "SetDraining",
-		limits: func(c SetDraining) error { return checkStrs("node", c.Node) },
-		encode: func(w *writer, c SetDraining) error {
-			w.str(c.Node)
-			w.u(c.Incarnation)
-			w.bool(c.Draining)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) SetDraining {
-			return SetDraining{Node: r.str(), Incarnation: r.u(), Draining: r.bool(), Now: r.i()}
+		fields: func(cd codec, c SetDraining) SetDraining {
+			cd.str("node", &c.Node)
+			cd.u(&c.Incarnation)
+			cd.bool(&c.Draining)
+			cd.i(&c.Now)
+			return c
 		},
 		apply: func(f *FSM, _ uint64, c SetDraining) Result { return f.setDraining(c) },
 		who:   whoSelfOrOp,
@@ -198,21 +180,16 @@ func (Grant) kind() Kind { return KindGrant }
 func init() {
 	register(kindSpec[Grant]{
 		kind: KindGrant, name: "Grant",
-		limits: func(c Grant) error { return checkStrs("owner", c.Owner, "reason", c.Reason) },
-		encode: func(w *writer, c Grant) error {
-			w.u(uint64(c.Shard))
-			w.u(c.ExpectedEpoch)
-			w.str(c.Owner)
-			w.u(c.OwnerIncarnation)
-			w.u(c.OwnerLiveness)
-			w.bool(c.Takeover)
-			w.i(c.Now)
-			w.str(c.Reason)
-			return nil
-		},
-		decode: func(r *reader) Grant {
-			return Grant{Shard: r.u32(), ExpectedEpoch: r.u(), Owner: r.str(), OwnerIncarnation: r.u(),
-				OwnerLiveness: r.u(), Takeover: r.bool(), Now: r.i(), Reason: r.str()}
+		fields: func(cd codec, c Grant) Grant {
+			cd.u32(&c.Shard)
+			cd.u(&c.ExpectedEpoch)
+			cd.str("owner", &c.Owner)
+			cd.u(&c.OwnerIncarnation)
+			cd.u(&c.OwnerLiveness)
+			cd.bool(&c.Takeover)
+			cd.i(&c.Now)
+			cd.str("reason", &c.Reason)
+			return c
 		},
 		apply:        func(f *FSM, _ uint64, c Grant) Result { return f.grant(c) },
 		who:          whoLeader,
@@ -244,17 +221,13 @@ func (Revoke) kind() Kind { return KindRevoke }
 func init() {
 	register(kindSpec[Revoke]{
 		kind: KindRevoke, name: "Revoke",
-		limits: func(c Revoke) error { return checkStrs("target", c.Target, "reason", c.Reason) },
-		encode: func(w *writer, c Revoke) error {
-			w.u(uint64(c.Shard))
-			w.u(c.Epoch)
-			w.str(c.Target)
-			w.i(c.Now)
-			w.str(c.Reason)
-			return nil
-		},
-		decode: func(r *reader) Revoke {
-			return Revoke{Shard: r.u32(), Epoch: r.u(), Target: r.str(), Now: r.i(), Reason: r.str()}
+		fields: func(cd codec, c Revoke) Revoke {
+			cd.u32(&c.Shard)
+			cd.u(&c.Epoch)
+			cd.str("target", &c.Target)
+			cd.i(&c.Now)
+			cd.str("reason", &c.Reason)
+			return c
 		},
 		apply:        func(f *FSM, _ uint64, c Revoke) Result { return f.revoke(c) },
 		who:          whoLeader,
@@ -290,21 +263,13 @@ func init() {
 			}
 			return minVersion
 		},
-		limits: func(c Release) error { return checkStrs("owner", c.Owner) },
-		encode: func(w *writer, c Release) error {
-			w.u(uint64(c.Shard))
-			w.u(c.Epoch)
-			w.str(c.Owner)
-			w.i(c.Now)
-			if w.ver >= 2 {
-				w.bool(c.Avoid)
-			}
-			return nil
-		},
-		decode: func(r *reader) Release {
-			c := Release{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Now: r.i()}
-			if r.ver >= 2 {
-				c.Avoid = r.bool()
+		fields: func(cd codec, c Release) Release {
+			cd.u32(&c.Shard)
+			cd.u(&c.Epoch)
+			cd.str("owner", &c.Owner)
+			cd.i(&c.Now)
+			if cd.has(2) {
+				cd.bool(&c.Avoid)
 			}
 			return c
 		},
@@ -336,21 +301,16 @@ func (Transfer) kind() Kind { return KindTransfer }
 func init() {
 	register(kindSpec[Transfer]{
 		kind: KindTransfer, name: "Transfer",
-		limits: func(c Transfer) error { return checkStrs("from", c.From, "to", c.To, "reason", c.Reason) },
-		encode: func(w *writer, c Transfer) error {
-			w.u(uint64(c.Shard))
-			w.u(c.Epoch)
-			w.str(c.From)
-			w.str(c.To)
-			w.u(c.ToIncarnation)
-			w.u(c.ToLiveness)
-			w.i(c.Now)
-			w.str(c.Reason)
-			return nil
-		},
-		decode: func(r *reader) Transfer {
-			return Transfer{Shard: r.u32(), Epoch: r.u(), From: r.str(), To: r.str(), ToIncarnation: r.u(),
-				ToLiveness: r.u(), Now: r.i(), Reason: r.str()}
+		fields: func(cd codec, c Transfer) Transfer {
+			cd.u32(&c.Shard)
+			cd.u(&c.Epoch)
+			cd.str("from", &c.From)
+			cd.str("to", &c.To)
+			cd.u(&c.ToIncarnation)
+			cd.u(&c.ToLiveness)
+			cd.i(&c.Now)
+			cd.str("reason", &c.Reason)
+			return c
 		},
 		apply:        func(f *FSM, _ uint64, c Transfer) Result { return f.transfer(c) },
 		who:          whoOwner,
@@ -394,24 +354,15 @@ func init() {
 			}
 			return minVersion
 		},
-		limits: func(c JobEnqueue) error { return checkStrs("key", c.Key, "type", c.Type) },
-		encode: func(w *writer, c JobEnqueue) error {
-			w.u(uint64(c.Shard))
-			w.str(c.Key)
-			w.str(c.Type)
-			w.bytes(c.Payload)
-			w.u(uint64(c.MaxAttempts))
-			w.i(c.Now)
-			if w.ver >= encodingJobsAPI {
-				w.u(uint64(c.MaxPending))
-			}
-			return nil
-		},
-		decode: func(r *reader) JobEnqueue {
-			c := JobEnqueue{Shard: r.u32(), Key: r.str(), Type: r.str(), Payload: r.bytes(),
-				MaxAttempts: r.u32(), Now: r.i()}
-			if r.ver >= encodingJobsAPI {
-				c.MaxPending = r.u32()
+		fields: func(cd codec, c JobEnqueue) JobEnqueue {
+			cd.u32(&c.Shard)
+			cd.str("key", &c.Key)
+			cd.str("type", &c.Type)
+			cd.bytes(&c.Payload)
+			cd.u32(&c.MaxAttempts)
+			cd.i(&c.Now)
+			if cd.has(encodingJobsAPI) {
+				cd.u32(&c.MaxPending)
 			}
 			return c
 		},
@@ -462,20 +413,15 @@ func (JobStart) kind() Kind { return KindJobStart }
 func init() {
 	register(kindSpec[JobStart]{
 		kind: KindJobStart, name: "JobStart",
-		limits: func(c JobStart) error { return checkStrs("owner", c.Owner) },
-		encode: func(w *writer, c JobStart) error {
-			w.u(uint64(c.Shard))
-			w.u(c.Epoch)
-			w.str(c.Owner)
-			w.u(c.Job)
-			w.u(uint64(c.Attempt))
-			w.i(c.Timeout)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) JobStart {
-			return JobStart{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), Job: r.u(), Attempt: r.u32(),
-				Timeout: r.i(), Now: r.i()}
+		fields: func(cd codec, c JobStart) JobStart {
+			cd.u32(&c.Shard)
+			cd.u(&c.Epoch)
+			cd.str("owner", &c.Owner)
+			cd.u(&c.Job)
+			cd.u32(&c.Attempt)
+			cd.i(&c.Timeout)
+			cd.i(&c.Now)
+			return c
 		},
 		apply: func(f *FSM, _ uint64, c JobStart) Result {
 			c.Now = f.jobNow(c.Now)
@@ -513,17 +459,14 @@ func (JobComplete) kind() Kind { return KindJobComplete }
 func init() {
 	register(kindSpec[JobComplete]{
 		kind: KindJobComplete, name: "JobComplete",
-		encode: func(w *writer, c JobComplete) error {
-			w.u(uint64(c.Shard))
-			w.u(c.Epoch)
-			w.u(c.Job)
-			w.u(uint64(c.Attempt))
-			w.bytes(c.Result)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) JobComplete {
-			return JobComplete{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Result: r.bytes(), Now: r.i()}
+		fields: func(cd codec, c JobComplete) JobComplete {
+			cd.u32(&c.Shard)
+			cd.u(&c.Epoch)
+			cd.u(&c.Job)
+			cd.u32(&c.Attempt)
+			cd.bytes(&c.Result)
+			cd.i(&c.Now)
+			return c
 		},
 		apply: func(f *FSM, _ uint64, c JobComplete) Result {
 			c.Now = f.jobNow(c.Now)
@@ -556,20 +499,15 @@ func (JobFail) kind() Kind { return KindJobFail }
 func init() {
 	register(kindSpec[JobFail]{
 		kind: KindJobFail, name: "JobFail",
-		limits: func(c JobFail) error { return checkStrs("error", c.Error) },
-		encode: func(w *writer, c JobFail) error {
-			w.u(uint64(c.Shard))
-			w.u(c.Epoch)
-			w.u(c.Job)
-			w.u(uint64(c.Attempt))
-			w.str(c.Error)
-			w.i(c.Backoff)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) JobFail {
-			return JobFail{Shard: r.u32(), Epoch: r.u(), Job: r.u(), Attempt: r.u32(), Error: r.str(),
-				Backoff: r.i(), Now: r.i()}
+		fields: func(cd codec, c JobFail) JobFail {
+			cd.u32(&c.Shard)
+			cd.u(&c.Epoch)
+			cd.u(&c.Job)
+			cd.u32(&c.Attempt)
+			cd.str("error", &c.Error)
+			cd.i(&c.Backoff)
+			cd.i(&c.Now)
+			return c
 		},
 		apply: func(f *FSM, _ uint64, c JobFail) Result {
 			c.Now = f.jobNow(c.Now)
@@ -601,17 +539,13 @@ func (App) kind() Kind { return KindApp }
 func init() {
 	register(kindSpec[App]{
 		kind: KindApp, name: "App",
-		limits: func(c App) error { return checkStrs("type", c.Type) },
-		encode: func(w *writer, c App) error {
-			w.u(uint64(c.Shard))
-			w.u(c.Epoch)
-			w.str(c.Type)
-			w.bytes(c.Payload)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) App {
-			return App{Shard: r.u32(), Epoch: r.u(), Type: r.str(), Payload: r.bytes(), Now: r.i()}
+		fields: func(cd codec, c App) App {
+			cd.u32(&c.Shard)
+			cd.u(&c.Epoch)
+			cd.str("type", &c.Type)
+			cd.bytes(&c.Payload)
+			cd.i(&c.Now)
+			return c
 		},
 		apply:        func(f *FSM, index uint64, c App) Result { return f.app(index, c) },
 		who:          whoOwner,
@@ -640,15 +574,12 @@ func (Settings) kind() Kind { return KindSettings }
 func init() {
 	register(kindSpec[Settings]{
 		kind: KindSettings, name: "Settings",
-		encode: func(w *writer, c Settings) error {
-			w.i(c.JobRetention)
-			w.u(uint64(c.MaxFinishedJobs))
-			w.u(uint64(c.DefaultMaxAttempts))
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) Settings {
-			return Settings{JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(), Now: r.i()}
+		fields: func(cd codec, c Settings) Settings {
+			cd.i(&c.JobRetention)
+			cd.u32(&c.MaxFinishedJobs)
+			cd.u32(&c.DefaultMaxAttempts)
+			cd.i(&c.Now)
+			return c
 		},
 		apply:      thenPrune((*FSM).settings, func(c Settings) int64 { return c.Now }),
 		who:        whoOperator,

@@ -35,16 +35,12 @@ func (DeclareElection) kind() Kind { return KindDeclareElection }
 func init() {
 	register(kindSpec[DeclareElection]{
 		kind: KindDeclareElection, name: "DeclareElection", since: 2,
-		limits: func(c DeclareElection) error { return checkStrs("group", c.Group, "name", c.Name) },
-		encode: func(w *writer, c DeclareElection) error {
-			w.str(c.Group)
-			w.str(c.Name)
-			w.u(uint64(c.Partitions))
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) DeclareElection {
-			return DeclareElection{Group: r.str(), Name: r.str(), Partitions: r.u32(), Now: r.i()}
+		fields: func(cd codec, c DeclareElection) DeclareElection {
+			cd.str("group", &c.Group)
+			cd.str("name", &c.Name)
+			cd.u32(&c.Partitions)
+			cd.i(&c.Now)
+			return c
 		},
 		apply: func(f *FSM, _ uint64, c DeclareElection) Result { return f.declareElection(c) },
 		// Members serve their applications' elections.

@@ -40,6 +40,8 @@ type writer struct {
 	ver byte // the version being written (fields added later are skipped below it)
 	// nested is set inside a Batch or Session (which do not nest).
 	nested bool
+	// err is the first field that failed its limit (codec.str).
+	err error
 }
 
 func (w *writer) u(v uint64)     { w.b = binary.AppendUvarint(w.b, v) }
@@ -183,15 +185,6 @@ func checkStr(field, s string) error {
 	return nil
 }
 
-func checkStrs(kv ...string) error {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if err := checkStr(kv[i], kv[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // encodeBody writes c's kind byte and fields (its declaration's encode).
 func encodeBody(w *writer, c Command) error {
 	if c == nil {
@@ -200,11 +193,6 @@ func encodeBody(w *writer, c Command) error {
 	e := specOf(c)
 	if e == nil {
 		return fmt.Errorf("%w: unknown command type %T", ErrInvalid, c)
-	}
-	if e.limits != nil {
-		if err := e.limits(c); err != nil {
-			return err
-		}
 	}
 	if w.ver < e.since {
 		return fmt.Errorf("%w: %s needs encoding version %d", ErrInvalid, e.name, e.since)

@@ -39,9 +39,7 @@ func (ForgetNode) kind() Kind { return KindForgetNode }
 func init() {
 	register(kindSpec[ForgetNode]{
 		kind: KindForgetNode, name: "ForgetNode", since: 6,
-		limits:    func(c ForgetNode) error { return checkStrs("node", c.Node) },
-		encode:    func(w *writer, c ForgetNode) error { return encodeNodeCAS(w, ExpireNode(c)) },
-		decode:    func(r *reader) ForgetNode { return ForgetNode(decodeNodeCAS(r)) },
+		fields:    func(cd codec, c ForgetNode) ForgetNode { return ForgetNode(nodeCASFields(cd, ExpireNode(c))) },
 		apply:     func(f *FSM, index uint64, c ForgetNode) Result { return f.forgetNode(index, c) },
 		who:       whoOperator,
 		authorize: operatorOnly[ForgetNode],

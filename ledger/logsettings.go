@@ -47,19 +47,15 @@ func (LogSettings) kind() Kind { return KindLogSettings }
 func init() {
 	register(kindSpec[LogSettings]{
 		kind: KindLogSettings, name: "LogSettings", since: encodingLogSettings,
-		encode: func(w *writer, c LogSettings) error {
-			w.u(uint64(c.MaxPayload))
-			w.i(c.JobRetention)
-			w.u(uint64(c.MaxFinishedJobs))
-			w.u(uint64(c.DefaultMaxAttempts))
-			w.i(c.SessionWindow)
-			w.u(uint64(c.MaxSessions))
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) LogSettings {
-			return LogSettings{MaxPayload: r.u32(), JobRetention: r.i(), MaxFinishedJobs: r.u32(), DefaultMaxAttempts: r.u32(),
-				SessionWindow: r.i(), MaxSessions: r.u32(), Now: r.i()}
+		fields: func(cd codec, c LogSettings) LogSettings {
+			cd.u32(&c.MaxPayload)
+			cd.i(&c.JobRetention)
+			cd.u32(&c.MaxFinishedJobs)
+			cd.u32(&c.DefaultMaxAttempts)
+			cd.i(&c.SessionWindow)
+			cd.u32(&c.MaxSessions)
+			cd.i(&c.Now)
+			return c
 		},
 		apply:      thenPrune((*FSM).logSettings, func(c LogSettings) int64 { return c.Now }),
 		who:        whoOperator,

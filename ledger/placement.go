@@ -57,16 +57,12 @@ func (ExcludeNode) kind() Kind { return KindExcludeNode }
 func init() {
 	register(kindSpec[PinShard]{
 		kind: KindPinShard, name: "PinShard", since: 5,
-		limits: func(c PinShard) error { return checkStrs("node", c.Node, "reason", c.Reason) },
-		encode: func(w *writer, c PinShard) error {
-			w.u(uint64(c.Shard))
-			w.str(c.Node)
-			w.str(c.Reason)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) PinShard {
-			return PinShard{Shard: r.u32(), Node: r.str(), Reason: r.str(), Now: r.i()}
+		fields: func(cd codec, c PinShard) PinShard {
+			cd.u32(&c.Shard)
+			cd.str("node", &c.Node)
+			cd.str("reason", &c.Reason)
+			cd.i(&c.Now)
+			return c
 		},
 		apply:      func(f *FSM, _ uint64, c PinShard) Result { return f.pinShard(c) },
 		who:        whoOperator,
@@ -77,16 +73,12 @@ func init() {
 	})
 	register(kindSpec[ExcludeNode]{
 		kind: KindExcludeNode, name: "ExcludeNode", since: 5,
-		limits: func(c ExcludeNode) error { return checkStrs("node", c.Node, "reason", c.Reason) },
-		encode: func(w *writer, c ExcludeNode) error {
-			w.str(c.Node)
-			w.bool(c.Exclude)
-			w.str(c.Reason)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) ExcludeNode {
-			return ExcludeNode{Node: r.str(), Exclude: r.bool(), Reason: r.str(), Now: r.i()}
+		fields: func(cd codec, c ExcludeNode) ExcludeNode {
+			cd.str("node", &c.Node)
+			cd.bool(&c.Exclude)
+			cd.str("reason", &c.Reason)
+			cd.i(&c.Now)
+			return c
 		},
 		apply:      func(f *FSM, _ uint64, c ExcludeNode) Result { return f.excludeNode(c) },
 		who:        whoOperator,

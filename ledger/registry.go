@@ -26,13 +26,16 @@ type kindSpec[C Command] struct {
 	// field with its zero value is not written, so old nodes keep reading
 	// the entry).
 	version func(c C) byte
-	// limits (optional) checks c's string fields against MaxStringLen
-	// (checkStrs) before anything is written.
-	limits func(c C) error
-	// encode writes c's fields after the version and kind bytes, in
-	// declaration order, skipping fields newer than w.ver; decode reads
-	// them back (fields newer than r.ver stay zero). Both see w.nested /
-	// r.nested: whether the command sits inside a Batch or Session.
+	// fields declares c's wire layout once: it walks c's fields in
+	// declaration order through cd (codec), skipping fields newer than
+	// the entry's version (cd.has), and returns c. Encode runs it to write
+	// c (string fields over MaxStringLen fail it), Decode to read c into
+	// the zero value (fields newer than the entry stay zero).
+	fields func(cd codec, c C) C
+	// encode and decode (only when fields is nil: Batch, Session) write
+	// c's fields after the version and kind bytes and read them back. Both
+	// see w.nested / r.nested: whether the command sits inside a Batch or
+	// Session.
 	encode func(w *writer, c C) error
 	decode func(r *reader) C
 	// apply (optional: the kind is then refused with ErrInvalid) applies
@@ -73,6 +76,17 @@ var kinds [256]*kindEntry
 func register[C Command](s kindSpec[C]) {
 	var zero C
 	switch {
+	case s.fields != nil && (s.encode != nil || s.decode != nil):
+		panic(fmt.Sprintf("ledger: command kind %d (%T) declares both fields and encode/decode", s.kind, zero))
+	case s.fields != nil:
+		fields := s.fields
+		s.encode = func(w *writer, c C) error {
+			fields(codec{w: w}, c)
+			return w.err
+		}
+		s.decode = func(r *reader) C { return fields(codec{r: r}, zero) }
+	}
+	switch {
 	case s.kind == 0 || s.name == "" || s.encode == nil || s.decode == nil || s.who == "":
 		panic(fmt.Sprintf("ledger: incomplete declaration of command kind %d (%T)", s.kind, zero))
 	case zero.kind() != s.kind:
@@ -85,7 +99,6 @@ func register[C Command](s kindSpec[C]) {
 		encode:       func(w *writer, c Command) error { return s.encode(w, c.(C)) },
 		decode:       func(r *reader) Command { return s.decode(r) },
 		version:      erase(s.version),
-		limits:       erase(s.limits),
 		sessionNow:   erase(s.sessionNow),
 		sessionShard: erase(s.sessionShard),
 		format:       erase(s.format),

@@ -57,17 +57,13 @@ func (RevokeNode) kind() Kind { return KindRevokeNode }
 func init() {
 	register(kindSpec[RevokeNode]{
 		kind: KindRevokeNode, name: "RevokeNode", since: encodingRevocation,
-		limits: func(c RevokeNode) error { return checkStrs("node", c.Node, "serial", c.Serial, "reason", c.Reason) },
-		encode: func(w *writer, c RevokeNode) error {
-			w.str(c.Node)
-			w.str(c.Serial)
-			w.str(c.Reason)
-			w.bool(c.Lift)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) RevokeNode {
-			return RevokeNode{Node: r.str(), Serial: r.str(), Reason: r.str(), Lift: r.bool(), Now: r.i()}
+		fields: func(cd codec, c RevokeNode) RevokeNode {
+			cd.str("node", &c.Node)
+			cd.str("serial", &c.Serial)
+			cd.str("reason", &c.Reason)
+			cd.bool(&c.Lift)
+			cd.i(&c.Now)
+			return c
 		},
 		apply:      func(f *FSM, _ uint64, c RevokeNode) Result { return f.revokeNode(c) },
 		who:        whoOperator,

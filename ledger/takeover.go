@@ -56,15 +56,12 @@ func (SetTakeoverPolicy) kind() Kind { return KindSetTakeoverPolicy }
 func init() {
 	register(kindSpec[SetTakeoverPolicy]{
 		kind: KindSetTakeoverPolicy, name: "SetTakeoverPolicy", since: encodingFencedTakeover,
-		encode: func(w *writer, c SetTakeoverPolicy) error {
-			w.u(uint64(c.First))
-			w.u(uint64(c.Last))
-			w.bool(c.Fenced)
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) SetTakeoverPolicy {
-			return SetTakeoverPolicy{First: r.u32(), Last: r.u32(), Fenced: r.bool(), Now: r.i()}
+		fields: func(cd codec, c SetTakeoverPolicy) SetTakeoverPolicy {
+			cd.u32(&c.First)
+			cd.u32(&c.Last)
+			cd.bool(&c.Fenced)
+			cd.i(&c.Now)
+			return c
 		},
 		apply: func(f *FSM, _ uint64, c SetTakeoverPolicy) Result { return f.setTakeoverPolicy(c) },
 		// It waives S4, so an election's fenced option

@@ -77,16 +77,12 @@ func (ClusterConfig) kind() Kind { return KindClusterConfig }
 func init() {
 	register(kindSpec[ClusterConfig]{
 		kind: KindClusterConfig, name: "ClusterConfig", since: 3,
-		limits: func(c ClusterConfig) error { return checkStrs("name", c.Name) },
-		encode: func(w *writer, c ClusterConfig) error {
-			w.str(c.Name)
-			w.u(uint64(c.Partitions))
-			w.u(uint64(c.Version))
-			w.i(c.Now)
-			return nil
-		},
-		decode: func(r *reader) ClusterConfig {
-			return ClusterConfig{Name: r.str(), Partitions: r.u32(), Version: r.u32(), Now: r.i()}
+		fields: func(cd codec, c ClusterConfig) ClusterConfig {
+			cd.str("name", &c.Name)
+			cd.u32(&c.Partitions)
+			cd.u32(&c.Version)
+			cd.i(&c.Now)
+			return c
 		},
 		apply:      func(f *FSM, _ uint64, c ClusterConfig) Result { return f.clusterConfig(c) },
 		who:        whoOperator,
