@@ -60,14 +60,26 @@ func (c codec) bytes(p *[]byte) {
 }
 
 // str walks a string field; writing one longer than MaxStringLen fails
-// the encode with ErrTooLarge naming the field.
+// the encode with ErrTooLarge naming the field. Records (results,
+// snapshots), whose strings come from checked commands, pass field "" and
+// are written unchecked.
 func (c codec) str(field string, p *string) {
 	if c.w == nil {
 		*p = c.r.str()
 		return
 	}
-	if err := checkStr(field, *p); err != nil && c.w.err == nil {
-		c.w.err = err
+	if field != "" && c.w.err == nil {
+		c.w.err = checkStr(field, *p)
 	}
 	c.w.str(*p)
+}
+
+// enum8 walks a one-byte enum (ShardState, JobState) as a uvarint no
+// larger than 255.
+func enum8[T ~uint8](c codec, p *T) {
+	if c.w != nil {
+		c.w.u(uint64(*p))
+	} else {
+		*p = T(c.r.u8())
+	}
 }

@@ -110,13 +110,12 @@ func (f *FSM) declareElection(c DeclareElection) Result {
 	return Result{Election: e}
 }
 
-func encodeElection(w *writer, e ElectionRecord) {
-	w.str(e.Group)
-	w.str(e.Name)
-	w.u(uint64(e.Shard))
-	w.i(e.DeclaredAt)
-}
-
-func decodeElection(r *reader) ElectionRecord {
-	return ElectionRecord{Group: r.str(), Name: r.str(), Shard: r.u32(), DeclaredAt: r.i()}
+// electionFields declares an ElectionRecord's wire layout (results and
+// snapshots; see codec).
+func electionFields(cd codec, e ElectionRecord) ElectionRecord {
+	cd.str("", &e.Group)
+	cd.str("", &e.Name)
+	cd.u32(&e.Shard)
+	cd.i(&e.DeclaredAt)
+	return e
 }

@@ -49,7 +49,7 @@ const resultVersion byte = 2
 // their sentinel: after UnmarshalBinary, errors.Is(r.Err, ErrX) holds
 // exactly when it held before.
 func (r Result) MarshalBinary() ([]byte, error) {
-	w := &writer{}
+	w := &writer{ver: resultVersion}
 	w.b = append(w.b, resultVersion)
 	if err := encodeResult(w, r, 0); err != nil {
 		return nil, err
@@ -72,9 +72,10 @@ func encodeResult(w *writer, r Result, depth int) error {
 		w.str(msg)
 	}
 	w.u(r.Index)
-	encodeShard(w, r.Shard)
-	encodeNode(w, r.Node)
-	encodeJob(w, r.Job)
+	cd := codec{w: w}
+	shardFields(cd, r.Shard)
+	nodeFields(cd, r.Node)
+	jobFields(cd, r.Job)
 	w.bool(r.Duplicate)
 	w.bytes(r.Response)
 	w.u(uint64(len(r.Results)))
@@ -83,7 +84,7 @@ func encodeResult(w *writer, r Result, depth int) error {
 			return err
 		}
 	}
-	encodeElection(w, r.Election)
+	electionFields(cd, r.Election)
 	return nil
 }
 
@@ -126,9 +127,10 @@ func decodeResult(rd *reader, depth int) Result {
 		}
 	}
 	r.Index = rd.u()
-	r.Shard = decodeShard(rd)
-	r.Node = decodeNode(rd)
-	r.Job = decodeJob(rd)
+	cd := codec{r: rd}
+	r.Shard = shardFields(cd, ShardRecord{})
+	r.Node = nodeFields(cd, NodeRecord{})
+	r.Job = jobFields(cd, JobRecord{})
 	r.Duplicate = rd.bool()
 	r.Response = rd.bytes()
 	n := rd.u()
@@ -149,7 +151,7 @@ func decodeResult(rd *reader, depth int) Result {
 		}
 	}
 	if rd.ver >= 2 {
-		r.Election = decodeElection(rd)
+		r.Election = electionFields(cd, ElectionRecord{})
 	}
 	return r
 }
@@ -161,72 +163,55 @@ func trimPrefix(s, p string) string {
 	return s
 }
 
-func encodeShard(w *writer, s ShardRecord) {
-	w.u(uint64(s.Shard))
-	w.u(s.Epoch)
-	w.str(s.Owner)
-	w.u(s.OwnerIncarnation)
-	w.u(s.OwnerLiveness)
-	w.u(uint64(s.State))
-	w.str(s.Target)
-	w.i(s.ChangedAt)
-	w.str(s.Reason)
-	w.str(s.AvoidOwner)
-}
-
-func decodeShard(r *reader) ShardRecord {
-	s := ShardRecord{Shard: r.u32(), Epoch: r.u(), Owner: r.str(), OwnerIncarnation: r.u(),
-		OwnerLiveness: r.u(), State: ShardState(r.u8()), Target: r.str(), ChangedAt: r.i(), Reason: r.str()}
-	if r.ver >= 2 {
-		s.AvoidOwner = r.str()
+// shardFields, nodeFields and jobFields declare the records' wire layout
+// once, walked to encode and to decode results and snapshots (see codec).
+func shardFields(cd codec, s ShardRecord) ShardRecord {
+	cd.u32(&s.Shard)
+	cd.u(&s.Epoch)
+	cd.str("", &s.Owner)
+	cd.u(&s.OwnerIncarnation)
+	cd.u(&s.OwnerLiveness)
+	enum8(cd, &s.State)
+	cd.str("", &s.Target)
+	cd.i(&s.ChangedAt)
+	cd.str("", &s.Reason)
+	if cd.has(2) {
+		cd.str("", &s.AvoidOwner)
 	}
 	return s
 }
 
-func encodeNode(w *writer, n NodeRecord) {
-	w.str(n.ID)
-	w.u(n.Incarnation)
-	w.u(n.Liveness)
-	w.u(n.Seq)
-	w.i(n.HeartbeatAt)
-	w.bool(n.Draining)
-	if w.ver >= 3 { // snapshots from version 3 (results never carry these)
-		w.u(uint64(n.MinVersion))
-		w.u(uint64(n.MaxVersion))
-	}
-}
-
-func decodeNode(r *reader) NodeRecord {
-	n := NodeRecord{ID: r.str(), Incarnation: r.u(), Liveness: r.u(), Seq: r.u(), HeartbeatAt: r.i(), Draining: r.bool()}
-	if r.ver >= 3 {
-		n.MinVersion, n.MaxVersion = r.u32(), r.u32()
+func nodeFields(cd codec, n NodeRecord) NodeRecord {
+	cd.str("", &n.ID)
+	cd.u(&n.Incarnation)
+	cd.u(&n.Liveness)
+	cd.u(&n.Seq)
+	cd.i(&n.HeartbeatAt)
+	cd.bool(&n.Draining)
+	if cd.has(3) { // snapshots from version 3 (results never carry these)
+		cd.u32(&n.MinVersion)
+		cd.u32(&n.MaxVersion)
 	}
 	return n
 }
 
-func encodeJob(w *writer, j JobRecord) {
-	w.u(j.ID)
-	w.u(uint64(j.Shard))
-	w.str(j.Key)
-	w.str(j.Type)
-	w.bytes(j.Payload)
-	w.u(uint64(j.State))
-	w.u(uint64(j.Attempt))
-	w.u(uint64(j.MaxAttempts))
-	w.str(j.Owner)
-	w.u(j.Epoch)
-	w.i(j.StartedAt)
-	w.i(j.Timeout)
-	w.i(j.NotBefore)
-	w.i(j.EnqueuedAt)
-	w.i(j.FinishedAt)
-	w.str(j.LastError)
-	w.bytes(j.Result)
-}
-
-func decodeJob(r *reader) JobRecord {
-	return JobRecord{ID: r.u(), Shard: r.u32(), Key: r.str(), Type: r.str(), Payload: r.bytes(),
-		State: JobState(r.u8()), Attempt: r.u32(), MaxAttempts: r.u32(), Owner: r.str(), Epoch: r.u(),
-		StartedAt: r.i(), Timeout: r.i(), NotBefore: r.i(), EnqueuedAt: r.i(), FinishedAt: r.i(),
-		LastError: r.str(), Result: r.bytes()}
+func jobFields(cd codec, j JobRecord) JobRecord {
+	cd.u(&j.ID)
+	cd.u32(&j.Shard)
+	cd.str("", &j.Key)
+	cd.str("", &j.Type)
+	cd.bytes(&j.Payload)
+	enum8(cd, &j.State)
+	cd.u32(&j.Attempt)
+	cd.u32(&j.MaxAttempts)
+	cd.str("", &j.Owner)
+	cd.u(&j.Epoch)
+	cd.i(&j.StartedAt)
+	cd.i(&j.Timeout)
+	cd.i(&j.NotBefore)
+	cd.i(&j.EnqueuedAt)
+	cd.i(&j.FinishedAt)
+	cd.str("", &j.LastError)
+	cd.bytes(&j.Result)
+	return j
 }

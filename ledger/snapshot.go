@@ -110,16 +110,16 @@ func (s *fsmSnapshot) writeTo(out io.Writer) error {
 	w.u(uint64(st.settings.MaxFinishedJobs))
 	w.u(uint64(st.settings.DefaultMaxAttempts))
 	w.u(uint64(st.shards.Len()))
-	st.shards.Ascend(func(r ShardRecord) bool { encodeShard(w, r); flush(); return err == nil })
+	st.shards.Ascend(func(r ShardRecord) bool { shardFields(codec{w: w}, r); flush(); return err == nil })
 	w.u(uint64(st.nodes.Len()))
-	st.nodes.Ascend(func(r NodeRecord) bool { encodeNode(w, r); flush(); return err == nil })
+	st.nodes.Ascend(func(r NodeRecord) bool { nodeFields(codec{w: w}, r); flush(); return err == nil })
 	w.u(uint64(st.jobs.Len()))
-	st.jobs.Ascend(func(it jobItem) bool { encodeJob(w, *it.j); flush(); return err == nil })
+	st.jobs.Ascend(func(it jobItem) bool { jobFields(codec{w: w}, *it.j); flush(); return err == nil })
 	w.u(uint64(st.finished.Len()))
 	st.finished.Ascend(func(k finishedKey) bool { w.u(k.seq); w.u(k.id); flush(); return err == nil })
 	w.u(uint64(st.partitions))
 	w.u(uint64(st.elections.Len()))
-	st.elections.Ascend(func(e ElectionRecord) bool { encodeElection(w, e); flush(); return err == nil })
+	st.elections.Ascend(func(e ElectionRecord) bool { electionFields(codec{w: w}, e); flush(); return err == nil })
 	w.str(st.cluster.Name)
 	w.u(uint64(st.cluster.Partitions))
 	w.u(uint64(st.cluster.Version))
@@ -232,13 +232,13 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 		return n
 	}
 	for n := count(); n > 0 && r.err == nil; n-- {
-		st.shards.ReplaceOrInsert(decodeShard(r))
+		st.shards.ReplaceOrInsert(shardFields(codec{r: r}, ShardRecord{}))
 	}
 	for n := count(); n > 0 && r.err == nil; n-- {
-		st.nodes.ReplaceOrInsert(decodeNode(r))
+		st.nodes.ReplaceOrInsert(nodeFields(codec{r: r}, NodeRecord{}))
 	}
 	for n := count(); n > 0 && r.err == nil; n-- {
-		j := decodeJob(r)
+		j := jobFields(codec{r: r}, JobRecord{})
 		st.jobs.ReplaceOrInsert(jobItem{j.ID, &j})
 		st.jobIdx.ReplaceOrInsert(jobIndexKey{j.Shard, j.State, j.ID})
 		if j.Key != "" {
@@ -251,7 +251,7 @@ func decodeSnapshot(b []byte) (*State, []appSnap, error) {
 	if r.ver >= 2 {
 		st.partitions = r.u32()
 		for n := count(); n > 0 && r.err == nil; n-- {
-			st.elections.ReplaceOrInsert(decodeElection(r))
+			st.elections.ReplaceOrInsert(electionFields(codec{r: r}, ElectionRecord{}))
 		}
 	}
 	if r.ver >= 3 {
