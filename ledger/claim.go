@@ -40,10 +40,7 @@ func init() {
 	register(kindSpec[ClaimIncarnation]{
 		kind: KindClaimIncarnation, name: "ClaimIncarnation", since: 5,
 		fields: func(cd codec, c ClaimIncarnation) ClaimIncarnation {
-			cd.str("node", &c.Node)
-			cd.i(&c.Now)
-			cd.u32(&c.MinVersion)
-			cd.u32(&c.MaxVersion)
+			cd.walk(limited{"node", &c.Node}, &c.Now, &c.MinVersion, &c.MaxVersion)
 			return c
 		},
 		apply:     func(f *FSM, index uint64, c ClaimIncarnation) Result { return f.claimIncarnation(index, c) },

@@ -59,13 +59,9 @@ func init() {
 			return minVersion
 		},
 		fields: func(cd codec, c Heartbeat) Heartbeat {
-			cd.str("node", &c.Node)
-			cd.u(&c.Incarnation)
-			cd.u(&c.Liveness)
-			cd.i(&c.Now)
+			cd.walk(limited{"node", &c.Node}, &c.Incarnation, &c.Liveness, &c.Now)
 			if cd.has(3) {
-				cd.u32(&c.MinVersion)
-				cd.u32(&c.MaxVersion)
+				cd.walk(&c.MinVersion, &c.MaxVersion)
 			}
 			return c
 		},
@@ -110,11 +106,7 @@ func init() {
 // a node record at (Incarnation, Liveness, Seq): ExpireNode and ForgetNode
 // (which converts to ExpireNode: same fields).
 func nodeCASFields(cd codec, c ExpireNode) ExpireNode {
-	cd.str("node", &c.Node)
-	cd.u(&c.Incarnation)
-	cd.u(&c.Liveness)
-	cd.u(&c.Seq)
-	cd.i(&c.Now)
+	cd.walk(limited{"node", &c.Node}, &c.Incarnation, &c.Liveness, &c.Seq, &c.Now)
 	return c
 }
 
@@ -136,10 +128,7 @@ func init() {
 	register(kindSpec[SetDraining]{
 		kind: KindSetDraining, name: "SetDraining",
 		fields: func(cd codec, c SetDraining) SetDraining {
-			cd.str("node", &c.Node)
-			cd.u(&c.Incarnation)
-			cd.bool(&c.Draining)
-			cd.i(&c.Now)
+			cd.walk(limited{"node", &c.Node}, &c.Incarnation, &c.Draining, &c.Now)
 			return c
 		},
 		apply: func(f *FSM, _ uint64, c SetDraining) Result { return f.setDraining(c) },
@@ -181,14 +170,8 @@ func init() {
 	register(kindSpec[Grant]{
 		kind: KindGrant, name: "Grant",
 		fields: func(cd codec, c Grant) Grant {
-			cd.u32(&c.Shard)
-			cd.u(&c.ExpectedEpoch)
-			cd.str("owner", &c.Owner)
-			cd.u(&c.OwnerIncarnation)
-			cd.u(&c.OwnerLiveness)
-			cd.bool(&c.Takeover)
-			cd.i(&c.Now)
-			cd.str("reason", &c.Reason)
+			cd.walk(&c.Shard, &c.ExpectedEpoch, limited{"owner", &c.Owner}, &c.OwnerIncarnation,
+				&c.OwnerLiveness, &c.Takeover, &c.Now, limited{"reason", &c.Reason})
 			return c
 		},
 		apply:        func(f *FSM, _ uint64, c Grant) Result { return f.grant(c) },
@@ -222,11 +205,7 @@ func init() {
 	register(kindSpec[Revoke]{
 		kind: KindRevoke, name: "Revoke",
 		fields: func(cd codec, c Revoke) Revoke {
-			cd.u32(&c.Shard)
-			cd.u(&c.Epoch)
-			cd.str("target", &c.Target)
-			cd.i(&c.Now)
-			cd.str("reason", &c.Reason)
+			cd.walk(&c.Shard, &c.Epoch, limited{"target", &c.Target}, &c.Now, limited{"reason", &c.Reason})
 			return c
 		},
 		apply:        func(f *FSM, _ uint64, c Revoke) Result { return f.revoke(c) },
@@ -264,12 +243,9 @@ func init() {
 			return minVersion
 		},
 		fields: func(cd codec, c Release) Release {
-			cd.u32(&c.Shard)
-			cd.u(&c.Epoch)
-			cd.str("owner", &c.Owner)
-			cd.i(&c.Now)
+			cd.walk(&c.Shard, &c.Epoch, limited{"owner", &c.Owner}, &c.Now)
 			if cd.has(2) {
-				cd.bool(&c.Avoid)
+				cd.walk(&c.Avoid)
 			}
 			return c
 		},
@@ -302,14 +278,8 @@ func init() {
 	register(kindSpec[Transfer]{
 		kind: KindTransfer, name: "Transfer",
 		fields: func(cd codec, c Transfer) Transfer {
-			cd.u32(&c.Shard)
-			cd.u(&c.Epoch)
-			cd.str("from", &c.From)
-			cd.str("to", &c.To)
-			cd.u(&c.ToIncarnation)
-			cd.u(&c.ToLiveness)
-			cd.i(&c.Now)
-			cd.str("reason", &c.Reason)
+			cd.walk(&c.Shard, &c.Epoch, limited{"from", &c.From}, limited{"to", &c.To}, &c.ToIncarnation,
+				&c.ToLiveness, &c.Now, limited{"reason", &c.Reason})
 			return c
 		},
 		apply:        func(f *FSM, _ uint64, c Transfer) Result { return f.transfer(c) },
@@ -355,14 +325,10 @@ func init() {
 			return minVersion
 		},
 		fields: func(cd codec, c JobEnqueue) JobEnqueue {
-			cd.u32(&c.Shard)
-			cd.str("key", &c.Key)
-			cd.str("type", &c.Type)
-			cd.bytes(&c.Payload)
-			cd.u32(&c.MaxAttempts)
-			cd.i(&c.Now)
+			cd.walk(&c.Shard, limited{"key", &c.Key}, limited{"type", &c.Type}, &c.Payload, &c.MaxAttempts,
+				&c.Now)
 			if cd.has(encodingJobsAPI) {
-				cd.u32(&c.MaxPending)
+				cd.walk(&c.MaxPending)
 			}
 			return c
 		},
@@ -414,13 +380,7 @@ func init() {
 	register(kindSpec[JobStart]{
 		kind: KindJobStart, name: "JobStart",
 		fields: func(cd codec, c JobStart) JobStart {
-			cd.u32(&c.Shard)
-			cd.u(&c.Epoch)
-			cd.str("owner", &c.Owner)
-			cd.u(&c.Job)
-			cd.u32(&c.Attempt)
-			cd.i(&c.Timeout)
-			cd.i(&c.Now)
+			cd.walk(&c.Shard, &c.Epoch, limited{"owner", &c.Owner}, &c.Job, &c.Attempt, &c.Timeout, &c.Now)
 			return c
 		},
 		apply: func(f *FSM, _ uint64, c JobStart) Result {
@@ -460,12 +420,7 @@ func init() {
 	register(kindSpec[JobComplete]{
 		kind: KindJobComplete, name: "JobComplete",
 		fields: func(cd codec, c JobComplete) JobComplete {
-			cd.u32(&c.Shard)
-			cd.u(&c.Epoch)
-			cd.u(&c.Job)
-			cd.u32(&c.Attempt)
-			cd.bytes(&c.Result)
-			cd.i(&c.Now)
+			cd.walk(&c.Shard, &c.Epoch, &c.Job, &c.Attempt, &c.Result, &c.Now)
 			return c
 		},
 		apply: func(f *FSM, _ uint64, c JobComplete) Result {
@@ -500,13 +455,7 @@ func init() {
 	register(kindSpec[JobFail]{
 		kind: KindJobFail, name: "JobFail",
 		fields: func(cd codec, c JobFail) JobFail {
-			cd.u32(&c.Shard)
-			cd.u(&c.Epoch)
-			cd.u(&c.Job)
-			cd.u32(&c.Attempt)
-			cd.str("error", &c.Error)
-			cd.i(&c.Backoff)
-			cd.i(&c.Now)
+			cd.walk(&c.Shard, &c.Epoch, &c.Job, &c.Attempt, limited{"error", &c.Error}, &c.Backoff, &c.Now)
 			return c
 		},
 		apply: func(f *FSM, _ uint64, c JobFail) Result {
@@ -540,11 +489,7 @@ func init() {
 	register(kindSpec[App]{
 		kind: KindApp, name: "App",
 		fields: func(cd codec, c App) App {
-			cd.u32(&c.Shard)
-			cd.u(&c.Epoch)
-			cd.str("type", &c.Type)
-			cd.bytes(&c.Payload)
-			cd.i(&c.Now)
+			cd.walk(&c.Shard, &c.Epoch, limited{"type", &c.Type}, &c.Payload, &c.Now)
 			return c
 		},
 		apply:        func(f *FSM, index uint64, c App) Result { return f.app(index, c) },
@@ -575,10 +520,7 @@ func init() {
 	register(kindSpec[Settings]{
 		kind: KindSettings, name: "Settings",
 		fields: func(cd codec, c Settings) Settings {
-			cd.i(&c.JobRetention)
-			cd.u32(&c.MaxFinishedJobs)
-			cd.u32(&c.DefaultMaxAttempts)
-			cd.i(&c.Now)
+			cd.walk(&c.JobRetention, &c.MaxFinishedJobs, &c.DefaultMaxAttempts, &c.Now)
 			return c
 		},
 		apply:      thenPrune((*FSM).settings, func(c Settings) int64 { return c.Now }),

@@ -36,10 +36,7 @@ func init() {
 	register(kindSpec[DeclareElection]{
 		kind: KindDeclareElection, name: "DeclareElection", since: 2,
 		fields: func(cd codec, c DeclareElection) DeclareElection {
-			cd.str("group", &c.Group)
-			cd.str("name", &c.Name)
-			cd.u32(&c.Partitions)
-			cd.i(&c.Now)
+			cd.walk(limited{"group", &c.Group}, limited{"name", &c.Name}, &c.Partitions, &c.Now)
 			return c
 		},
 		apply: func(f *FSM, _ uint64, c DeclareElection) Result { return f.declareElection(c) },
@@ -113,9 +110,6 @@ func (f *FSM) declareElection(c DeclareElection) Result {
 // electionFields declares an ElectionRecord's wire layout (results and
 // snapshots; see codec).
 func electionFields(cd codec, e ElectionRecord) ElectionRecord {
-	cd.str("", &e.Group)
-	cd.str("", &e.Name)
-	cd.u32(&e.Shard)
-	cd.i(&e.DeclaredAt)
+	cd.walk(&e.Group, &e.Name, &e.Shard, &e.DeclaredAt)
 	return e
 }

@@ -48,13 +48,8 @@ func init() {
 	register(kindSpec[LogSettings]{
 		kind: KindLogSettings, name: "LogSettings", since: encodingLogSettings,
 		fields: func(cd codec, c LogSettings) LogSettings {
-			cd.u32(&c.MaxPayload)
-			cd.i(&c.JobRetention)
-			cd.u32(&c.MaxFinishedJobs)
-			cd.u32(&c.DefaultMaxAttempts)
-			cd.i(&c.SessionWindow)
-			cd.u32(&c.MaxSessions)
-			cd.i(&c.Now)
+			cd.walk(&c.MaxPayload, &c.JobRetention, &c.MaxFinishedJobs, &c.DefaultMaxAttempts,
+				&c.SessionWindow, &c.MaxSessions, &c.Now)
 			return c
 		},
 		apply:      thenPrune((*FSM).logSettings, func(c LogSettings) int64 { return c.Now }),

@@ -58,10 +58,7 @@ func init() {
 	register(kindSpec[PinShard]{
 		kind: KindPinShard, name: "PinShard", since: 5,
 		fields: func(cd codec, c PinShard) PinShard {
-			cd.u32(&c.Shard)
-			cd.str("node", &c.Node)
-			cd.str("reason", &c.Reason)
-			cd.i(&c.Now)
+			cd.walk(&c.Shard, limited{"node", &c.Node}, limited{"reason", &c.Reason}, &c.Now)
 			return c
 		},
 		apply:      func(f *FSM, _ uint64, c PinShard) Result { return f.pinShard(c) },
@@ -74,10 +71,7 @@ func init() {
 	register(kindSpec[ExcludeNode]{
 		kind: KindExcludeNode, name: "ExcludeNode", since: 5,
 		fields: func(cd codec, c ExcludeNode) ExcludeNode {
-			cd.str("node", &c.Node)
-			cd.bool(&c.Exclude)
-			cd.str("reason", &c.Reason)
-			cd.i(&c.Now)
+			cd.walk(limited{"node", &c.Node}, &c.Exclude, limited{"reason", &c.Reason}, &c.Now)
 			return c
 		},
 		apply:      func(f *FSM, _ uint64, c ExcludeNode) Result { return f.excludeNode(c) },

@@ -166,52 +166,25 @@ func trimPrefix(s, p string) string {
 // shardFields, nodeFields and jobFields declare the records' wire layout
 // once, walked to encode and to decode results and snapshots (see codec).
 func shardFields(cd codec, s ShardRecord) ShardRecord {
-	cd.u32(&s.Shard)
-	cd.u(&s.Epoch)
-	cd.str("", &s.Owner)
-	cd.u(&s.OwnerIncarnation)
-	cd.u(&s.OwnerLiveness)
-	enum8(cd, &s.State)
-	cd.str("", &s.Target)
-	cd.i(&s.ChangedAt)
-	cd.str("", &s.Reason)
+	cd.walk(&s.Shard, &s.Epoch, &s.Owner, &s.OwnerIncarnation, &s.OwnerLiveness, &s.State, &s.Target,
+		&s.ChangedAt, &s.Reason)
 	if cd.has(2) {
-		cd.str("", &s.AvoidOwner)
+		cd.walk(&s.AvoidOwner)
 	}
 	return s
 }
 
 func nodeFields(cd codec, n NodeRecord) NodeRecord {
-	cd.str("", &n.ID)
-	cd.u(&n.Incarnation)
-	cd.u(&n.Liveness)
-	cd.u(&n.Seq)
-	cd.i(&n.HeartbeatAt)
-	cd.bool(&n.Draining)
+	cd.walk(&n.ID, &n.Incarnation, &n.Liveness, &n.Seq, &n.HeartbeatAt, &n.Draining)
 	if cd.has(3) { // snapshots from version 3 (results never carry these)
-		cd.u32(&n.MinVersion)
-		cd.u32(&n.MaxVersion)
+		cd.walk(&n.MinVersion, &n.MaxVersion)
 	}
 	return n
 }
 
 func jobFields(cd codec, j JobRecord) JobRecord {
-	cd.u(&j.ID)
-	cd.u32(&j.Shard)
-	cd.str("", &j.Key)
-	cd.str("", &j.Type)
-	cd.bytes(&j.Payload)
-	enum8(cd, &j.State)
-	cd.u32(&j.Attempt)
-	cd.u32(&j.MaxAttempts)
-	cd.str("", &j.Owner)
-	cd.u(&j.Epoch)
-	cd.i(&j.StartedAt)
-	cd.i(&j.Timeout)
-	cd.i(&j.NotBefore)
-	cd.i(&j.EnqueuedAt)
-	cd.i(&j.FinishedAt)
-	cd.str("", &j.LastError)
-	cd.bytes(&j.Result)
+	cd.walk(&j.ID, &j.Shard, &j.Key, &j.Type, &j.Payload, &j.State, &j.Attempt, &j.MaxAttempts, &j.Owner,
+		&j.Epoch, &j.StartedAt, &j.Timeout, &j.NotBefore, &j.EnqueuedAt, &j.FinishedAt, &j.LastError,
+		&j.Result)
 	return j
 }

@@ -58,11 +58,8 @@ func init() {
 	register(kindSpec[RevokeNode]{
 		kind: KindRevokeNode, name: "RevokeNode", since: encodingRevocation,
 		fields: func(cd codec, c RevokeNode) RevokeNode {
-			cd.str("node", &c.Node)
-			cd.str("serial", &c.Serial)
-			cd.str("reason", &c.Reason)
-			cd.bool(&c.Lift)
-			cd.i(&c.Now)
+			cd.walk(limited{"node", &c.Node}, limited{"serial", &c.Serial}, limited{"reason", &c.Reason},
+				&c.Lift, &c.Now)
 			return c
 		},
 		apply:      func(f *FSM, _ uint64, c RevokeNode) Result { return f.revokeNode(c) },

@@ -57,10 +57,7 @@ func init() {
 	register(kindSpec[SetTakeoverPolicy]{
 		kind: KindSetTakeoverPolicy, name: "SetTakeoverPolicy", since: encodingFencedTakeover,
 		fields: func(cd codec, c SetTakeoverPolicy) SetTakeoverPolicy {
-			cd.u32(&c.First)
-			cd.u32(&c.Last)
-			cd.bool(&c.Fenced)
-			cd.i(&c.Now)
+			cd.walk(&c.First, &c.Last, &c.Fenced, &c.Now)
 			return c
 		},
 		apply: func(f *FSM, _ uint64, c SetTakeoverPolicy) Result { return f.setTakeoverPolicy(c) },

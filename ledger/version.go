@@ -78,10 +78,7 @@ func init() {
 	register(kindSpec[ClusterConfig]{
 		kind: KindClusterConfig, name: "ClusterConfig", since: 3,
 		fields: func(cd codec, c ClusterConfig) ClusterConfig {
-			cd.str("name", &c.Name)
-			cd.u32(&c.Partitions)
-			cd.u32(&c.Version)
-			cd.i(&c.Now)
+			cd.walk(limited{"name", &c.Name}, &c.Partitions, &c.Version, &c.Now)
 			return c
 		},
 		apply:      func(f *FSM, _ uint64, c ClusterConfig) Result { return f.clusterConfig(c) },
