@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
-	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -181,8 +180,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil && key == "" {
 		err = ErrNoKey
 	}
-	if err == nil && len(key) > ledger.MaxStringLen {
-		err = fmt.Errorf("key of %d bytes: want at most %d", len(key), ledger.MaxStringLen)
+	if err == nil && len(key) > node.MaxStringLen {
+		err = fmt.Errorf("key of %d bytes: want at most %d", len(key), node.MaxStringLen)
 	}
 	if err != nil {
 		h.refuse(w, http.StatusBadRequest, apitypes.RouteBadRequest, 0, fmt.Sprintf("routing key: %v", err))
