@@ -279,6 +279,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			self:          cfg.NodeID,
 			unknownLeader: g.requestVouch,
 		},
+		raftRunning: g.HasRaft,
 		maxMessage:  cfg.MaxRPCMessage,
 		idleTimeout: cfg.RPCIdleTimeout,
 		msgTimeout:  cfg.RPCMessageTimeout,

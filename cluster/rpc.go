@@ -155,6 +155,11 @@ type muxOptions struct {
 	maxPending, maxPendingPerSource, maxInflight int
 	// maxSnapshot bounds one InstallSnapshot stream (0: the default).
 	maxSnapshot int64
+	// raftRunning reports whether this node runs Raft now (nil: always).
+	// A member on the stream runs none (raftless.go): its Raft streams are
+	// closed on the first byte, so nothing queues for a Raft that is not
+	// there.
+	raftRunning func() bool
 }
 
 func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger) *mux {
@@ -293,6 +298,12 @@ func (m *mux) handle(c net.Conn, release func()) {
 		m.opts.server(peer, authenticated).ServeCodec(newGobServerCodec(conn, m.opts.maxInflight))
 		m.untrack(c)
 	case b[0] == protoRaft && m.raft != nil:
+		if m.opts.raftRunning != nil && !m.opts.raftRunning() {
+			m.log.Debug("cluster: raft stream refused: this node runs no raft", "remote", c.RemoteAddr().String())
+			m.untrack(c)
+			_ = c.Close()
+			return
+		}
 		// Only a node (voter-capable) certificate speaks Raft: a member's
 		// or an operator's is cut off on this first byte.
 		if authenticated && !peer.VoterCapable() && !m.guard.off.Load() {

@@ -578,3 +578,29 @@ func TestStreamLeaderChangeReachesMember(t *testing.T) {
 		}
 	})
 }
+
+// A member on the stream runs no Raft: its Raft port closes a Raft stream
+// on the first byte instead of queueing the message for a Raft that is not
+// there (the sender would wait for its timeout).
+func TestMemberRefusesRaftStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real network")
+	}
+	h := newTCPHarness(t)
+	defer h.closeAll()
+	fsm := &seqFSM{}
+	h.cfg = func(c *ControlConfig) {
+		c.FSM, c.AppliedIndex, c.StreamActive = fsm, fsm.appliedIndex, func() bool { return true }
+		c.Voter = VoterNever
+	}
+	m := h.start("m1")
+	if m.g.HasRaft() {
+		t.Fatal("a member runs raft")
+	}
+	start := time.Now()
+	err := outsider{t: t, addr: m.addr}.raft(raftRequestVote, &raft.RequestVoteRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n1"), Addr: []byte("127.0.0.1:1")}, Term: 9})
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("RequestVote to a member: %v after %v, want the connection closed at once", err, time.Since(start))
+	}
+}
