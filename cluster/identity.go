@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/cluster/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -143,7 +144,7 @@ func loadNodeID(dir, defaultID string) (string, error) {
 	if err := ValidateNodeID(id); err != nil {
 		return "", err
 	}
-	if err := writeFileSync(dir, identityIDFile, []byte(id+"\n")); err != nil {
+	if err := atomicfile.Write(dir, identityIDFile, []byte(id+"\n")); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -166,7 +167,7 @@ func bumpIncarnation(dir string) (uint64, error) {
 		return 0, fmt.Errorf("%w: %s: incarnation counter exhausted", ErrBadIdentity, path)
 	}
 	next := cur + 1
-	if err := writeFileSync(dir, identityIncarnationFile, []byte(strconv.FormatUint(next, 10)+"\n")); err != nil {
+	if err := atomicfile.Write(dir, identityIncarnationFile, []byte(strconv.FormatUint(next, 10)+"\n")); err != nil {
 		return 0, err
 	}
 	return next, nil
@@ -175,38 +176,4 @@ func bumpIncarnation(dir string) (uint64, error) {
 // WriteFileAtomic replaces dir/name atomically and durably (temp file,
 // fsync, rename, fsync of dir), readable by its owner only. The node keeps
 // its small state files with it.
-func WriteFileAtomic(dir, name string, data []byte) error { return writeFileSync(dir, name, data) }
-
-// writeFileSync replaces dir/name atomically and durably: write a temp file,
-// fsync it, rename it over the target, fsync the directory.
-func writeFileSync(dir, name string, data []byte) error {
-	tmp, err := os.CreateTemp(dir, name+".tmp*")
-	if err != nil {
-		return fmt.Errorf("cluster: write %s: %w", name, err)
-	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // no-op after a successful rename
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("cluster: write %s: %w", name, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("cluster: fsync %s: %w", name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cluster: write %s: %w", name, err)
-	}
-	if err := os.Rename(tmpName, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("cluster: write %s: %w", name, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("cluster: fsync dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("cluster: fsync dir %s: %w", dir, err)
-	}
-	return nil
-}
+func WriteFileAtomic(dir, name string, data []byte) error { return atomicfile.Write(dir, name, data) }

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/cluster/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -93,7 +94,7 @@ func SaveKeyring(path string, keys [][]byte) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(filepath.Dir(path), filepath.Base(path), append(b, '\n'))
+	return atomicfile.Write(filepath.Dir(path), filepath.Base(path), append(b, '\n'))
 }
 
 // ParseGossipKey decodes a base64 gossip key of 16, 24 or 32 bytes.

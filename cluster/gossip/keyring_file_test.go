@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"bytes"
@@ -45,4 +45,49 @@ func TestKeyringFile(t *testing.T) {
 			t.Errorf("%s: LoadKeyring = %v, want ErrBadKeyring naming %s", name, err, path)
 		}
 	}
+}
+
+// FuzzLoadKeyring: any keyring file either loads 1..maxKeyringKeys valid
+// keys (which save and load back the same) or fails with ErrBadKeyring;
+// nothing panics.
+func FuzzLoadKeyring(f *testing.F) {
+	f.Add([]byte(`{"keys":["AAAAAAAAAAAAAAAAAAAAAA=="]}`))
+	f.Add([]byte(`{"keys":[]}`))
+	f.Add([]byte(`{"keys":["AAAAAAAAAAAAAAAAAAAAAA==","AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="],"x":1}`))
+	f.Add([]byte(`{"keys":["not base64"]}`))
+	f.Add([]byte("\x00\xff{"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "gossip.keyring")
+		if err := os.WriteFile(path, in, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		keys, err := LoadKeyring(path)
+		if err != nil {
+			if !errors.Is(err, ErrBadKeyring) {
+				t.Fatalf("error %v does not wrap ErrBadKeyring", err)
+			}
+			return
+		}
+		if len(keys) == 0 || len(keys) > maxKeyringKeys {
+			t.Fatalf("loaded %d keys", len(keys))
+		}
+		for _, k := range keys {
+			if n := len(k); n != 16 && n != 24 && n != 32 {
+				t.Fatalf("loaded a %d-byte key", n)
+			}
+		}
+		if err := SaveKeyring(path, keys); err != nil {
+			t.Fatal(err)
+		}
+		again, err := LoadKeyring(path)
+		if err != nil || len(again) != len(keys) {
+			t.Fatalf("saved keyring reloads as %d keys, %v", len(again), err)
+		}
+		for i := range keys {
+			if !bytes.Equal(keys[i], again[i]) {
+				t.Fatalf("key %d changed in a save and load", i)
+			}
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package cluster
+package gossip
 
 import (
 	"bytes"
@@ -6,11 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/cluster/internal/logadapt"
 	"log"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,7 +123,7 @@ func NewMembership(cfg Config, meta Meta) (*Membership, error) {
 	mlc.Alive = d
 	mlc.Merge = d
 	mlc.Conflict = d
-	mlc.Logger = log.New(&logWriter{log: m.log, limit: &peerLimiter{every: raftLogEvery, now: time.Now}}, "", 0)
+	mlc.Logger = log.New(logadapt.NewMemberlistWriter(m.log), "", 0)
 	mlc.LogOutput = nil
 	if cfg.KeyringFile != "" {
 		keys, err := LoadKeyring(cfg.KeyringFile)
@@ -611,45 +611,6 @@ func (m *Membership) checkPeer(name string, raw []byte) error {
 		}
 	}
 	return nil
-}
-
-// logWriter forwards memberlist's "[LEVEL] memberlist: msg" lines to slog
-// at the matching level, without a timestamp a line carries (slog adds
-// its own). With a limit, a WARN or ERROR line repeated word for word (the
-// same failing peer every probe) is logged at most once per limit.every.
-type logWriter struct {
-	log   *slog.Logger
-	limit *peerLimiter
-}
-
-// logStamp matches the timestamp a log.Logger or hclog line starts with.
-var logStamp = regexp.MustCompile(`^(\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?) `)
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	line := string(bytes.TrimRight(p, "\n"))
-	line = logStamp.ReplaceAllString(line, "")
-	level := slog.LevelInfo
-	for prefix, l := range map[string]slog.Level{
-		"[DEBUG] ": slog.LevelDebug, "[INFO] ": slog.LevelInfo,
-		"[WARN] ": slog.LevelWarn, "[ERR] ": slog.LevelError, "[ERROR] ": slog.LevelError,
-	} {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			line, level = rest, l
-			break
-		}
-	}
-	var attrs []any
-	if w.limit != nil && level >= slog.LevelWarn {
-		emit, suppressed := w.limit.allow(line)
-		if !emit {
-			return len(p), nil
-		}
-		if suppressed > 0 {
-			attrs = append(attrs, "suppressed", suppressed)
-		}
-	}
-	w.log.Log(context.Background(), level, line, attrs...)
-	return len(p), nil
 }
 
 // hostPort formats ip:port.

@@ -1,27 +1,27 @@
-package cluster_test
+package gossip_test
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
 // Two nodes on an in-memory network: start, subscribe, join, react to
 // events, publish a health change, leave.
 func ExampleNewMembership() {
-	network := cluster.NewMemNetwork(1)
-	start := func(id, addr string) *cluster.Membership {
+	network := gossip.NewMemNetwork(1)
+	start := func(id, addr string) *gossip.Membership {
 		tr, err := network.NewTransport(addr)
 		if err != nil {
 			panic(err)
 		}
-		cfg := cluster.DefaultTestConfig()
+		cfg := gossip.DefaultTestConfig()
 		cfg.Name = id
 		cfg.Transport = tr
 		cfg.Seeds = []string{"10.0.0.1:7946"}
-		m, err := cluster.NewMembership(cfg, cluster.Meta{Health: 1, RaftAddr: addr})
+		m, err := gossip.NewMembership(cfg, gossip.Meta{Health: 1, RaftAddr: addr})
 		if err != nil {
 			panic(err)
 		}
@@ -38,13 +38,13 @@ func ExampleNewMembership() {
 	if _, err := b.Join(ctx, nil); err != nil {
 		panic(err)
 	}
-	_ = b.UpdateMeta(func(m *cluster.Meta) { m.Health = 0.5 })
+	_ = b.UpdateMeta(func(m *gossip.Meta) { m.Health = 0.5 })
 	_ = b.Leave(ctx)
 
 	for batch := range events.C() {
 		for _, e := range batch {
 			fmt.Println(e.Kind, e.Member.ID, e.Member.State, e.Member.Health)
-			if e.Member.ID == "b" && e.Kind == cluster.EventLeave {
+			if e.Member.ID == "b" && e.Kind == gossip.EventLeave {
 				return
 			}
 		}

@@ -1,11 +1,19 @@
-package cluster
+// Package logadapt turns the logs of cluster's libraries into slog records:
+// hashicorp/raft's hclog.Logger and memberlist's log.Logger lines. Both keep
+// their level, lose the timestamp they carry (slog adds its own), and one
+// peer's repeated complaints are logged at most once per raftLogEvery with
+// how many were held back.
+package logadapt
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +32,9 @@ import (
 // raftLogEvery is how often one message about one peer is logged.
 const raftLogEvery = 10 * time.Second
 
-// newRaftLogger returns the hclog.Logger raft and its transport log to.
+// NewRaftLogger returns the hclog.Logger raft and its transport log to.
+func NewRaftLogger(l *slog.Logger) hclog.Logger { return newRaftLogger(l) }
+
 func newRaftLogger(l *slog.Logger) hclog.Logger {
 	lv := new(atomic.Int32)
 	lv.Store(int32(hclog.Info))
@@ -188,4 +198,50 @@ func (p *peerLimiter) allow(key string) (bool, int) {
 	n := e.suppressed
 	e.last, e.suppressed = now, 0
 	return true, n
+}
+
+// NewMemberlistWriter returns the writer memberlist's log.Logger writes to:
+// its lines go to l at their level, a repeated WARN or ERROR line at most
+// once per raftLogEvery.
+func NewMemberlistWriter(l *slog.Logger) io.Writer {
+	return &logWriter{log: l, limit: &peerLimiter{every: raftLogEvery, now: time.Now}}
+}
+
+// logWriter forwards memberlist's "[LEVEL] memberlist: msg" lines to slog
+// at the matching level, without a timestamp a line carries (slog adds
+// its own). With a limit, a WARN or ERROR line repeated word for word (the
+// same failing peer every probe) is logged at most once per limit.every.
+type logWriter struct {
+	log   *slog.Logger
+	limit *peerLimiter
+}
+
+// logStamp matches the timestamp a log.Logger or hclog line starts with.
+var logStamp = regexp.MustCompile(`^(\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?) `)
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimRight(p, "\n"))
+	line = logStamp.ReplaceAllString(line, "")
+	level := slog.LevelInfo
+	for prefix, l := range map[string]slog.Level{
+		"[DEBUG] ": slog.LevelDebug, "[INFO] ": slog.LevelInfo,
+		"[WARN] ": slog.LevelWarn, "[ERR] ": slog.LevelError, "[ERROR] ": slog.LevelError,
+	} {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			line, level = rest, l
+			break
+		}
+	}
+	var attrs []any
+	if w.limit != nil && level >= slog.LevelWarn {
+		emit, suppressed := w.limit.allow(line)
+		if !emit {
+			return len(p), nil
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "suppressed", suppressed)
+		}
+	}
+	w.log.Log(context.Background(), level, line, attrs...)
+	return len(p), nil
 }
