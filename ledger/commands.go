@@ -332,12 +332,7 @@ func init() {
 			}
 			return c
 		},
-		apply: func(f *FSM, _ uint64, c JobEnqueue) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobEnqueue(c)
-			f.prune(c.Now)
-			return r
-		},
+		apply: thenPrune((*FSM).jobEnqueue, func(c JobEnqueue) int64 { return c.Now }),
 		// Members serve the API clients' enqueues.
 		who:          whoAnyone,
 		authorize:    anyone[JobEnqueue],
@@ -383,13 +378,8 @@ func init() {
 			cd.walk(&c.Shard, &c.Epoch, limited{"owner", &c.Owner}, &c.Job, &c.Attempt, &c.Timeout, &c.Now)
 			return c
 		},
-		apply: func(f *FSM, _ uint64, c JobStart) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobStart(c)
-			f.prune(c.Now)
-			return r
-		},
-		who: whoOwner,
+		apply: thenPrune((*FSM).jobStart, func(c JobStart) int64 { return c.Now }),
+		who:   whoOwner,
 		authorize: func(a authz, c JobStart) error {
 			if err := a.self("Owner", c.Owner); err != nil {
 				return err
@@ -423,12 +413,7 @@ func init() {
 			cd.walk(&c.Shard, &c.Epoch, &c.Job, &c.Attempt, &c.Result, &c.Now)
 			return c
 		},
-		apply: func(f *FSM, _ uint64, c JobComplete) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobComplete(c)
-			f.prune(c.Now)
-			return r
-		},
+		apply:        thenPrune((*FSM).jobComplete, func(c JobComplete) int64 { return c.Now }),
 		who:          whoOwner,
 		authorize:    func(a authz, c JobComplete) error { return a.fenced(c.Shard, c.Epoch) },
 		sessionNow:   func(c JobComplete) int64 { return c.Now },
@@ -458,12 +443,7 @@ func init() {
 			cd.walk(&c.Shard, &c.Epoch, &c.Job, &c.Attempt, limited{"error", &c.Error}, &c.Backoff, &c.Now)
 			return c
 		},
-		apply: func(f *FSM, _ uint64, c JobFail) Result {
-			c.Now = f.jobNow(c.Now)
-			r := f.jobFail(c)
-			f.prune(c.Now)
-			return r
-		},
+		apply:        thenPrune((*FSM).jobFail, func(c JobFail) int64 { return c.Now }),
 		who:          whoOwner,
 		authorize:    func(a authz, c JobFail) error { return a.fenced(c.Shard, c.Epoch) },
 		sessionNow:   func(c JobFail) int64 { return c.Now },

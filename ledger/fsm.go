@@ -381,8 +381,8 @@ func (f *FSM) applyOne(index uint64, c Command) Result {
 	return r
 }
 
-// thenPrune applies a settings change and then drops the finished jobs
-// the (new) retention lets go at the job clock.
+// thenPrune applies a settings change or a job command and then drops the
+// finished jobs the (new) retention lets go at the job clock.
 func thenPrune[C Command](apply func(*FSM, C) Result, now func(C) int64) func(*FSM, uint64, C) Result {
 	return func(f *FSM, _ uint64, c C) Result {
 		r := apply(f, c)
@@ -592,6 +592,7 @@ func (f *FSM) putJob(old *JobRecord, j *JobRecord) {
 }
 
 func (f *FSM) jobEnqueue(c JobEnqueue) Result {
+	c.Now = f.jobNow(c.Now) // the job clock (thenPrune prunes at the same time)
 	if limit := f.st.settings.MaxPayload; len(c.Payload) > int(limit) {
 		return Result{Err: errf(ErrTooLarge, "job payload of %d bytes exceeds %d", len(c.Payload), limit)}
 	}
@@ -649,6 +650,7 @@ func satAdd(a, b int64) int64 {
 }
 
 func (f *FSM) jobStart(c JobStart) Result {
+	c.Now = f.jobNow(c.Now) // the job clock (thenPrune prunes at the same time)
 	if c.Timeout < 0 {
 		return Result{Err: errf(ErrInvalid, "job %d start with negative timeout %d", c.Job, c.Timeout)}
 	}
@@ -739,6 +741,7 @@ func (f *FSM) checkFinish(shard uint32, epoch, id uint64, attempt uint32) (*JobR
 }
 
 func (f *FSM) jobComplete(c JobComplete) Result {
+	c.Now = f.jobNow(c.Now) // the job clock (thenPrune prunes at the same time)
 	if limit := f.st.settings.MaxPayload; len(c.Result) > int(limit) {
 		return Result{Err: errf(ErrTooLarge, "job result of %d bytes exceeds %d", len(c.Result), limit)}
 	}
@@ -755,6 +758,7 @@ func (f *FSM) jobComplete(c JobComplete) Result {
 }
 
 func (f *FSM) jobFail(c JobFail) Result {
+	c.Now = f.jobNow(c.Now) // the job clock (thenPrune prunes at the same time)
 	if c.Backoff < 0 {
 		return Result{Err: errf(ErrInvalid, "job %d fail with negative backoff %d", c.Job, c.Backoff)}
 	}
