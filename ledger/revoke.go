@@ -91,8 +91,6 @@ type Revocation struct {
 	At     int64 // unix ns the command was proposed
 }
 
-func (r Revocation) key() string { return r.Node + "\x00" + r.Serial }
-
 // NormalizeSerial is the form a serial takes on the deny-list: lowercase
 // hex, no colons or spaces, no leading zeros ("" stays "").
 func NormalizeSerial(s string) string {
