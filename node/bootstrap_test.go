@@ -18,6 +18,7 @@ import (
 // real leader's log then overwrote).
 func TestBootstrapExpectOneJoinsSeeds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(21)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

@@ -131,6 +131,7 @@ func TestStartDamagedDataDir(t *testing.T) {
 // and the same node under a new id joins.
 func TestStartWipedDataDirReusingID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(7)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()

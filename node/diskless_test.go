@@ -45,6 +45,7 @@ func startAll(t *testing.T, ctx context.Context, cfgs []Config) []*Node {
 // member's id is refused and the first keeps its incarnation.
 func TestDisklessMembers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(7)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -150,6 +151,7 @@ func TestDisklessMembers(t *testing.T) {
 // ErrDisklessUnsupported, and nothing reaches the log.
 func TestDisklessNeedsVersion3(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(8)
 		var mu sync.Mutex
 		claims := 0
@@ -229,6 +231,7 @@ func TestDisklessConfig(t *testing.T) {
 // timeouts, instead of failing with "no raft leader".
 func TestDisklessMemberClosesAfterVoters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(11)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -271,6 +274,7 @@ func TestDisklessMemberForgotten(t *testing.T) {
 	defer func(old func(*ownership.Config)) { tuneOwnership = old }(tuneOwnership)
 	tuneOwnership = func(c *ownership.Config) { c.ForgetAfter = 5 * time.Second }
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(13)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

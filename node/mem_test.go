@@ -35,6 +35,7 @@ func memNetConfig(tr *MemNetwork, i, n int) Config {
 // restarts with its log and the next incarnation.
 func TestMemNetworkCrashRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(1)
 		var mu sync.Mutex
 		applied := map[string]uint64{}

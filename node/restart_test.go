@@ -19,6 +19,7 @@ import (
 // 5. The restarted member never runs Raft.
 func TestMemberFailoverAndRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(5)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

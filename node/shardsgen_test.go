@@ -17,6 +17,7 @@ import (
 // with no entry applied) and a drain move it.
 func TestShardsGenerationMovesWithShards(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(1)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -78,6 +78,7 @@ func raftServers(n *Node) []cluster.ServerInfo {
 // member follows crashes, the member resumes on another and stays equal.
 func TestMembersFollowTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(settleBubble)
 		tr := seededNetwork(11)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
