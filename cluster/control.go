@@ -539,6 +539,17 @@ func (g *ControlGroup) Shutdown(ctx context.Context) error {
 	return errors.Join(leaveErr, closeErr)
 }
 
+// isClosing reports whether Close has begun: RPC handlers and proposers
+// refuse new work from then on.
+func (g *ControlGroup) isClosing() bool {
+	select {
+	case <-g.closing:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close stops the node without leaving the Raft configuration (a crash or a
 // restart, as far as the cluster is concerned). It closes Leadership's
 // channel. Safe to call more than once.

@@ -132,10 +132,8 @@ func (g *ControlGroup) mapRaftErr(err error) error {
 // on: the group closed (ErrControlClosed), or ctx ended (ErrNoLeader
 // wrapping ctx's error and, if any, the last attempt's).
 func (g *ControlGroup) applyStopped(ctx context.Context, lastErr error) error {
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		return ErrControlClosed
-	default:
 	}
 	if err := ctx.Err(); err != nil {
 		if lastErr != nil {

@@ -191,10 +191,8 @@ func (g *ControlGroup) voterAddrs() map[string]string {
 
 // confirmOnce runs one round.
 func (g *ControlGroup) confirmOnce() error {
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		return ErrControlClosed
-	default:
 	}
 	term := g.currentTerm()
 	// This node's own yes: record first, then check (as every voter does).

@@ -22,10 +22,8 @@ import (
 // confirmed by a quorum round. Errors (ErrNoLeader, ErrNotLeader,
 // ErrTimeout, ErrLeadershipLost, ErrUnauthorized) mean no barrier: retry.
 func (g *ControlGroup) ReadIndex(ctx context.Context) (uint64, error) {
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		return 0, ErrControlClosed
-	default:
 	}
 	id, addr := g.Leader()
 	switch {
@@ -88,11 +86,9 @@ func (s *controlRPC) ReadIndex(args *wire.ReadIndexArgs, reply *wire.ReadIndexRe
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad read-index request"
 		return nil
 	}
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		reply.Code, reply.Msg = wire.CodeClosed, "closing"
 		return nil
-	default:
 	}
 	ctx, cancel := s.ctx(args.Timeout)
 	defer cancel()

@@ -46,10 +46,8 @@ type RenewResult struct {
 // ErrLeadershipLost, ErrRenewUnsupported, ErrUnauthorized) mean the renewal
 // failed.
 func (g *ControlGroup) Renew(ctx context.Context, req RenewRequest) (RenewResult, error) {
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		return RenewResult{}, ErrControlClosed
-	default:
 	}
 	id, addr := g.Leader()
 	switch {
@@ -143,11 +141,9 @@ func (s *controlRPC) Renew(args *wire.RenewArgs, reply *wire.RenewReply) error {
 		g.log.Warn("cluster: refused a renewal", "peer", s.peer.String(), "node", args.Node)
 		return nil
 	}
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		reply.Code, reply.Msg = wire.CodeClosed, "closing"
 		return nil
-	default:
 	}
 	if g.cfg.Renew == nil {
 		reply.Code, reply.Msg = wire.CodeUnsupported, "renewals not offered"

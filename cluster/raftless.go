@@ -122,10 +122,8 @@ func (g *ControlGroup) startRaft() error {
 	if g.rft() != nil {
 		return nil
 	}
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		return ErrControlClosed
-	default:
 	}
 	cfg := g.cfg
 	rc := raft.DefaultConfig()

@@ -138,11 +138,9 @@ func (s *controlRPC) Apply(args *wire.ApplyArgs, reply *wire.ApplyReply) error {
 		reply.Code, reply.Msg = wire.CodeBadRequest, "nil args"
 		return nil
 	}
-	select {
-	case <-g.closing:
+	if g.isClosing() {
 		reply.Code, reply.Msg = wire.CodeClosed, "closing"
 		return nil
-	default:
 	}
 	if !g.isRaftLeader() {
 		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
