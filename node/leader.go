@@ -11,7 +11,7 @@ import (
 	"github.com/tenurehq/tenure/ownership"
 )
 
-// The leader shell's adapters: node/ runs ownership.LeaderLoop (the
+// The leader shell's adapters: node/ runs leaderLoop (leaderloop.go, the
 // goroutine around the pure ownership.Leader core) over the control group
 // (Barrier, proposals through the batcher), gossip and this replica (the
 // planner's input), and serves lease renewals through it.
@@ -37,7 +37,7 @@ func (p loopProposer) Propose(ctx context.Context, cmd ledger.Command) error {
 	return r.Err
 }
 
-// ProposeAll implements ownership.BatchProposer: the round's commands go
+// ProposeAll implements batchProposer: the round's commands go
 // through the backend's batcher at once, in order (a round's expiries come
 // before the grants they make possible), which commits them in a few Batch
 // entries (each command with its own result) instead of one entry and one
@@ -89,7 +89,7 @@ func (b *netBackend) sawVersion(v uint32) {
 	}
 }
 
-// renewalsSince is LoopConfig.RenewalsSince: the local time this process
+// renewalsSince is loopConfig.RenewalsSince: the local time this process
 // first saw cluster version 4 active in its replica (zero: not yet), read
 // after the leader's Barrier; the leader core never puts its bound
 // earlier (ownership.EstablishBound).
@@ -102,7 +102,7 @@ func (b *netBackend) renewalsSince() time.Time {
 }
 
 // serveRenew judges a renewal this node received as the control-group
-// leader: the planner accepts it or refuses it (LeaderLoop.Renew); the
+// leader: the planner accepts it or refuses it (leaderLoop.Renew); the
 // control group then confirms leadership before acknowledging it.
 func (b *netBackend) serveRenew(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error) {
 	st := b.fsm.State()

@@ -105,10 +105,10 @@ type netBackend struct {
 	gossip  *cluster.Membership
 	ctl     controlPlane
 	batcher *commit.Batcher
-	loop    *ownership.LeaderLoop
+	loop    *leaderLoop
 	// loopReady is loop once it exists: renewals can reach the control
 	// group before realBackend built the loop.
-	loopReady atomic.Pointer[ownership.LeaderLoop]
+	loopReady atomic.Pointer[leaderLoop]
 	// v4At is the local time this process first saw cluster version 4
 	// active in its replica (zero: not yet); the leader's bound is never
 	// earlier (design step 9, ownership.EstablishBound).
@@ -212,6 +212,10 @@ func membershipConfig(cfg Config) (cluster.Config, error) {
 	return mc, nil
 }
 
+// realBackend assembles a node over real storage, gossip and Raft, in the
+// order each step needs the last: the data dir, the replica, gossip, the
+// control group and the join, a disk-less member's incarnation, then the
+// shells. On an error, what was started is stopped again, in reverse.
 func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err error) {
 	ocfg := ownershipConfig(cfg)
 	b := &netBackend{
@@ -228,34 +232,67 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 			}
 		}
 	}()
-
-	// The store's file lock makes this process the only one using the
-	// data dir, which the incarnation counter relies on.
-	b.store, err = b.openStore()
+	if err := b.openDataDir(&cleanup); err != nil {
+		return nil, err
+	}
+	if err := b.newReplica(); err != nil {
+		return nil, err
+	}
+	meta, err := b.startGossip(&cleanup)
 	if err != nil {
 		return nil, err
 	}
-	cleanup = append(cleanup, func() { _ = b.closeStore() })
-	b.id, b.inc, err = b.loadIdentity()
-	if err != nil {
+	if err := b.startControl(ctx, meta, &cleanup); err != nil {
 		return nil, err
 	}
-	if b.id != cfg.NodeID {
-		return nil, fmt.Errorf("node: data dir %s belongs to node %q, not %q", cfg.DataDir, b.id, cfg.NodeID)
-	}
-	if dir := b.versionDir(); dir != "" {
-		if b.versionSeen, err = checkVersionFile(dir, cfg.speakMax); err != nil {
+	if cfg.diskless() {
+		if err := b.claimDiskless(ctx); err != nil {
 			return nil, err
 		}
 	}
+	// After the claim: a disk-less member's incarnation is the claimed one.
+	cfg.Network.hook(b.fsm, b.id, b.inc)
+	if err := b.startShells(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
 
+// openDataDir opens the store and reads the identity and the recorded
+// cluster version. The store's file lock makes this process the only one
+// using the data dir, which the incarnation counter relies on.
+func (b *netBackend) openDataDir(cleanup *[]func()) (err error) {
+	b.store, err = b.openStore()
+	if err != nil {
+		return err
+	}
+	*cleanup = append(*cleanup, func() { _ = b.closeStore() })
+	b.id, b.inc, err = b.loadIdentity()
+	if err != nil {
+		return err
+	}
+	if b.id != b.cfg.NodeID {
+		return fmt.Errorf("node: data dir %s belongs to node %q, not %q", b.cfg.DataDir, b.id, b.cfg.NodeID)
+	}
+	if dir := b.versionDir(); dir != "" {
+		if b.versionSeen, err = checkVersionFile(dir, b.cfg.speakMax); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newReplica builds the ledger replica with the embedder's state machines
+// and wakes the agent on every applied entry and on a halt.
+func (b *netBackend) newReplica() (err error) {
+	cfg := b.cfg
 	b.fsm, err = ledger.NewFSM(ledger.DefaultConfig())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, typ := range sortedKeys(cfg.StateMachines) {
 		if err := b.fsm.RegisterStateMachine(typ, cfg.StateMachines[typ]); err != nil {
-			return nil, fmt.Errorf("node: register state machine %q: %w", typ, err)
+			return fmt.Errorf("node: register state machine %q: %w", typ, err)
 		}
 	}
 	b.fsm.OnApply(func(uint64, ledger.Command, ledger.Result) { b.kick() })
@@ -266,16 +303,13 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 		}
 		b.kick()
 	})
+	return nil
+}
 
-	mc, err := membershipConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Network.attachGossip(&mc, cfg, &cleanup); err != nil {
-		return nil, err
-	}
+// gossipMeta is what this node first gossips about itself.
+func gossipMeta(cfg Config, id string, inc uint64) cluster.Meta {
 	meta := cluster.Meta{
-		ID: b.id, Group: cfg.Cluster, Incarnation: b.inc, Health: 1,
+		ID: id, Group: cfg.Cluster, Incarnation: inc, Health: 1,
 		RaftAddr: firstNonEmpty(cfg.RaftAdvertise, cfg.RaftAddr), HTTPAddr: cfg.HTTPAddr,
 		Version: "tenure", Tags: maps.Clone(cfg.Tags),
 	}
@@ -302,30 +336,49 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	// Until ClaimID finds no other live process with this id, peers never
 	// take this instance for the node (cluster.TagClaiming).
 	meta.Tags[cluster.TagClaiming] = "1"
+	return meta
+}
+
+// startGossip starts the membership (not yet joined) and returns the meta
+// it gossips.
+func (b *netBackend) startGossip(cleanup *[]func()) (cluster.Meta, error) {
+	mc, err := membershipConfig(b.cfg)
+	if err != nil {
+		return cluster.Meta{}, err
+	}
+	if err := b.cfg.Network.attachGossip(&mc, b.cfg, cleanup); err != nil {
+		return cluster.Meta{}, err
+	}
+	meta := gossipMeta(b.cfg, b.id, b.inc)
 	b.gossip, err = cluster.NewMembership(mc, meta)
 	if err != nil {
-		return nil, fmt.Errorf("node: gossip: %w", err)
+		return cluster.Meta{}, fmt.Errorf("node: gossip: %w", err)
 	}
-	cleanup = append(cleanup, func() { _ = b.gossip.Shutdown() })
+	*cleanup = append(*cleanup, func() { _ = b.gossip.Shutdown() })
+	return meta, nil
+}
 
-	// The control group starts before the join (gossip must carry its
-	// Raft address), but bootstraps only after it: a node that has not
-	// heard from its seeds would take itself for the whole cluster.
+// startControl starts the control group, joins the seeds and claims the
+// node id. The control group starts before the join (gossip must carry
+// its Raft address), but bootstraps only after it: a node that has not
+// heard from its seeds would take itself for the whole cluster.
+func (b *netBackend) startControl(ctx context.Context, meta cluster.Meta, cleanup *[]func()) (err error) {
+	cfg := b.cfg
 	joined := make(chan struct{})
 	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing, joined: joined,
 		renew: b.serveRenew})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cleanup = append(cleanup, func() { _ = b.ctl.Shutdown(context.Background()) })
+	*cleanup = append(*cleanup, func() { _ = b.ctl.Shutdown(context.Background()) })
 	if addr := b.ctl.Addr(); addr != "" && addr != meta.RaftAddr {
 		if err := b.gossip.UpdateMeta(func(m *cluster.Meta) { m.RaftAddr = addr }); err != nil {
-			return nil, fmt.Errorf("node: gossip raft address: %w", err)
+			return fmt.Errorf("node: gossip raft address: %w", err)
 		}
 	}
 	if len(cfg.Seeds) > 0 {
 		if _, err := b.gossip.Join(ctx, nil); errors.Is(err, cluster.ErrForeignCluster) {
-			return nil, fmt.Errorf("%w: %w", ErrClusterMismatch, err)
+			return fmt.Errorf("%w: %w", ErrClusterMismatch, err)
 		} else if err != nil {
 			// Not fatal: seeds may start later; gossip re-joins them.
 			if cfg.Logger != nil {
@@ -338,72 +391,78 @@ func realBackend(ctx context.Context, cfg Config, notify func()) (_ backend, err
 	// must exit without registering (docs/operations.md).
 	if err := b.gossip.ClaimID(ctx); errors.Is(err, cluster.ErrIDInUse) {
 		_ = b.gossip.Leave(context.Background())
-		return nil, fmt.Errorf("%w: %w", ErrDuplicateID, err)
+		return fmt.Errorf("%w: %w", ErrDuplicateID, err)
 	} else if err != nil {
-		return nil, fmt.Errorf("node: claim node id: %w", err)
+		return fmt.Errorf("node: claim node id: %w", err)
 	}
+	return nil
+}
 
-	if cfg.diskless() {
-		// After ClaimID: a duplicate must be refused before it claims an
-		// incarnation, which would fence the live process it duplicates.
-		cl, ok := b.ctl.(incarnationClaimer)
-		if !ok {
-			return nil, fmt.Errorf("node: disk-less member: the control plane cannot claim an incarnation")
-		}
-		var index uint64
-		if b.inc, index, err = b.claimIncarnation(ctx, cl); err != nil {
-			_ = b.gossip.Leave(context.Background())
-			return nil, err
-		}
-		cl.SetIncarnation(b.inc)
-		// Gossip the new incarnation (the control group adds the node as a
-		// non-voter only once gossip shows an incarnation above any that
-		// left) with health 0 until the replica has caught up to the
-		// claim: the planner grants an unhealthy node nothing, so the
-		// member is not given shards it could not act on yet. The claim's
-		// own lease may lapse meanwhile; the first heartbeat then rejoins
-		// at the new liveness.
-		// Queued, not awaited (here and at health 1 below): waiting for
-		// each broadcast cost a restarted member up to 2·GossipInterval
-		// before it could act (TestMemberFailoverAndRestart), and nothing
-		// it does next needs peers to have seen it.
-		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
-			return nil, fmt.Errorf("node: gossip incarnation: %w", err)
-		}
-		if err := b.fsm.WaitApplied(ctx, index); err != nil {
-			_ = b.gossip.Leave(context.Background())
-			return nil, fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
-		}
-		if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
-			return nil, fmt.Errorf("node: gossip health: %w", err)
-		}
-		if cfg.Logger != nil {
-			cfg.Logger.Info("node: disk-less member registered", "node", b.id, "incarnation", b.inc)
-		}
+// claimDiskless claims a disk-less member's incarnation through the
+// control group and waits for the replica to catch up to the claim. It
+// runs after ClaimID: a duplicate must be refused before it claims an
+// incarnation, which would fence the live process it duplicates.
+func (b *netBackend) claimDiskless(ctx context.Context) (err error) {
+	cl, ok := b.ctl.(incarnationClaimer)
+	if !ok {
+		return fmt.Errorf("node: disk-less member: the control plane cannot claim an incarnation")
 	}
-	// After the claim: a disk-less member's incarnation is the claimed one.
-	cfg.Network.hook(b.fsm, b.id, b.inc)
+	var index uint64
+	if b.inc, index, err = b.claimIncarnation(ctx, cl); err != nil {
+		_ = b.gossip.Leave(context.Background())
+		return err
+	}
+	cl.SetIncarnation(b.inc)
+	// Gossip the new incarnation (the control group adds the node as a
+	// non-voter only once gossip shows an incarnation above any that
+	// left) with health 0 until the replica has caught up to the
+	// claim: the planner grants an unhealthy node nothing, so the
+	// member is not given shards it could not act on yet. The claim's
+	// own lease may lapse meanwhile; the first heartbeat then rejoins
+	// at the new liveness.
+	// Queued, not awaited (here and at health 1 below): waiting for
+	// each broadcast cost a restarted member up to 2·GossipInterval
+	// before it could act (TestMemberFailoverAndRestart), and nothing
+	// it does next needs peers to have seen it.
+	if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Incarnation, m.Health = b.inc, 0 }); err != nil {
+		return fmt.Errorf("node: gossip incarnation: %w", err)
+	}
+	if err := b.fsm.WaitApplied(ctx, index); err != nil {
+		_ = b.gossip.Leave(context.Background())
+		return fmt.Errorf("node: disk-less member %q: rebuild the ledger replica up to its claim (index %d): %w", b.id, index, err)
+	}
+	if err := b.gossip.QueueMeta(func(m *cluster.Meta) { m.Health = 1 }); err != nil {
+		return fmt.Errorf("node: gossip health: %w", err)
+	}
+	if b.cfg.Logger != nil {
+		b.cfg.Logger.Info("node: disk-less member registered", "node", b.id, "incarnation", b.inc)
+	}
+	return nil
+}
+
+// startShells builds the agent, the commit batcher and the leader shell,
+// and starts their goroutines.
+func (b *netBackend) startShells() (err error) {
 	b.agent, err = ownership.NewAgent(b.ocfg, b.id, b.inc)
 	if err != nil {
-		return nil, err
+		return err
 	}
-
 	b.batcher, err = commit.NewBatcher(b.ctl, commit.BatcherConfig{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	planner, err := ownership.NewPlanner(b.ocfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	b.loop = ownership.NewLeaderLoop(planner, loopProposer{b}, loopSource{b}, ownership.LoopConfig{Logger: cfg.Logger,
+	b.loop = newLeaderLoop(planner, loopProposer{b}, loopSource{b}, loopConfig{Logger: b.cfg.Logger,
 		ConfirmBound: b.ctl.EstablishBound, RenewalsSince: b.renewalsSince})
 	b.loopReady.Store(b.loop)
 
 	b.goLoop(b.agentLoop)
 	b.goLoop(b.membershipLoop)
 	b.goLoop(func() { _ = b.loop.Run(b.ctx, b.ctl.Leadership()) })
-	return b, nil
+	return nil
 }
 
 func (b *netBackend) goLoop(f func()) {

@@ -17,8 +17,8 @@ import (
 // Time enters as the now of every Step, events as LeaderInputs, and what
 // the shell must do leaves as a LeaderReady.
 //
-// Two shells drive it: LeaderLoop (the goroutine node/ runs, over
-// hashicorp/raft) and the simulator (simulation/, over its modelled
+// Two shells drive it: node's leader loop (node/leaderloop.go, a goroutine
+// over hashicorp/raft) and the simulator (simulation/, over its modelled
 // control group). Both carry out a LeaderReady the same way:
 //
 //   - Barrier: wait until this replica applied everything committed
@@ -342,4 +342,15 @@ func (l *Leader) wake(plannedAt, now time.Time) time.Time {
 func InputOf(st *ledger.State, members []Member) Input {
 	return Input{Members: members, Shards: st.Shards(), Nodes: st.Nodes(), Elections: st.Elections(), Cluster: st.Cluster(),
 		Pins: st.Pins(), Excluded: st.PlacementExcluded(), Fenced: st.FencedRanges(), Settings: st.Settings(), Applied: st.AppliedIndex()}
+}
+
+// LoopStats are cumulative counters of a Leader (the shell in node/ reports
+// them).
+type LoopStats struct {
+	Terms          uint64 // leadership terms established
+	Rounds         uint64 // planner rounds run
+	Proposed       uint64 // commands proposed
+	Accepted       uint64 // commands the ledger accepted
+	Rejected       uint64 // commands the ledger rejected (lost a CAS: harmless)
+	LeadershipLost uint64 // proposals with unknown outcome
 }

@@ -13,7 +13,7 @@ import (
 
 // Planner is the leader-side decision core: a pure state machine that turns
 // (membership view, committed table, now) into ledger proposals. It reads no
-// clock, starts no goroutines and does no I/O; the LeaderLoop (or the
+// clock, starts no goroutines and does no I/O; node's leaderLoop (or the
 // simulator) feeds it. It is not safe for concurrent use.
 //
 // Where each decision is made:
@@ -179,7 +179,7 @@ func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 // (lastSeen + Lease·(1+δ)), a Revoking shard's takeover
 // ((Lease+Drain)·(1+δ) after the Revoke was seen) or, while shards are
 // fenced, a node's FencedAfter. A round at that time makes the decision,
-// so the shell (LeaderLoop, the simulator) wakes then instead of at its
+// so the shell (node's leaderLoop, the simulator) wakes then instead of at its
 // next periodic round: detecting an expiry adds no delay. Renewals only
 // move deadlines later, so a wake set from an earlier answer is early at
 // worst (one more round). Zero when not leading or nothing is pending.

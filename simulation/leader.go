@@ -8,8 +8,8 @@ import (
 )
 
 // The leader shell: each voter process runs the very ownership.Leader core
-// node/ runs (through ownership.LeaderLoop), and this file carries out its
-// LeaderReady over the modelled control group, as LeaderLoop does over
+// node/ runs (through node.leaderLoop), and this file carries out its
+// LeaderReady over the modelled control group, as node.leaderLoop does over
 // hashicorp/raft. No leader decision lives here: when to establish, the
 // bound's clamp, when a round runs, what an unknown outcome means and when
 // the next round is due are the core's.
@@ -87,7 +87,7 @@ func (s *Sim) leaderReady(n *node, rd ownership.LeaderReady) {
 }
 
 // proposeRound commits round's proposals together and in order, as the
-// LeaderLoop's BatchProposer (a round's expiries commit before the grants
+// node.leaderLoop's batchProposer (a round's expiries commit before the grants
 // they make possible), and Steps their outcomes once all returned.
 func (s *Sim) proposeRound(n *node, round uint64, cmds []ledger.Command) {
 	for _, c := range cmds {

@@ -203,7 +203,7 @@ func (r *raftModel) propose(n *node, cmd ledger.Command, done func(ledger.Result
 	r.proposeAll(n, []ledger.Command{cmd}, done)
 }
 
-// proposeAll sends cmds from n to the leader together, as the LeaderLoop's
+// proposeAll sends cmds from n to the leader together, as node.leaderLoop's
 // BatchProposer does with a round's proposals: they commit at one instant,
 // in the given order, each with its own result (a Batch entry's
 // sub-commands). done (may be nil) receives each command's result on n,

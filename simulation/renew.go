@@ -12,7 +12,7 @@ import (
 // Lease renewals off the log (cluster version 4, docs/protocol.md). A node's
 // renewal is a message to the control-group leader, dropped on a cut link
 // or when there is none. On delivery the leader's real planner judges it
-// (ownership.Leader.Renew, as node/ through LeaderLoop); an accepted renewal waits
+// (ownership.Leader.Renew, as node/ through its leaderLoop); an accepted renewal waits
 // for the leader's next confirm round. A round asks every voter; a voter
 // that receives the Confirm first records the time (its clock) and then
 // answers yes iff the sender still leads the same term. The outcome is

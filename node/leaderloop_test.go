@@ -1,4 +1,4 @@
-package ownership
+package node
 
 import (
 	"context"
@@ -9,21 +9,44 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
 )
 
-// fakeRaft is a Proposer over a testLedger, with one injectable failure.
+// The leader loop's tests: the shell (node/leaderloop.go) around the pure
+// ownership.Leader core, over a fake control group that applies proposals
+// to a real ledger replica.
+
+// fakeRaft is a proposer and inputSource over a ledger replica, with one
+// injectable failure.
 type fakeRaft struct {
 	mu       sync.Mutex
-	l        *testLedger
-	members  []Member
+	fsm      *ledger.FSM
+	index    uint64
+	members  []ownership.Member
 	barriers int
 	// loseNext makes the next Propose apply the command but report
 	// ErrLeadershipLost (outcome unknown, actually committed).
 	loseNext bool
 }
 
-var _ Proposer = (*fakeRaft)(nil)
-var _ Source = (*fakeRaft)(nil)
+var _ proposer = (*fakeRaft)(nil)
+var _ inputSource = (*fakeRaft)(nil)
+
+// newFakeRaft returns a fakeRaft whose members ids are alive and healthy
+// and have registered (one heartbeat each).
+func newFakeRaft(t *testing.T, ids ...string) *fakeRaft {
+	t.Helper()
+	fsm, err := ledger.NewFSM(ledger.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRaft{fsm: fsm}
+	for _, id := range ids {
+		f.members = append(f.members, ownership.Member{ID: id, Incarnation: 1, State: ownership.GossipAlive, Health: 1})
+	}
+	f.heartbeatAll()
+	return f
+}
 
 func (f *fakeRaft) Barrier(ctx context.Context) error {
 	f.mu.Lock()
@@ -32,56 +55,76 @@ func (f *fakeRaft) Barrier(ctx context.Context) error {
 	return nil
 }
 
+func (f *fakeRaft) apply(c ledger.Command) error {
+	f.index++
+	return f.fsm.ApplyCommand(f.index, c).Err
+}
+
 func (f *fakeRaft) Propose(ctx context.Context, c ledger.Command) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	err := f.l.apply(c)
+	err := f.apply(c)
 	if f.loseNext {
 		f.loseNext = false
-		return fmt.Errorf("raft: %w", ErrLeadershipLost)
+		return fmt.Errorf("raft: %w", ownership.ErrLeadershipLost)
 	}
 	return err
 }
 
-func (f *fakeRaft) Input() Input {
+func (f *fakeRaft) Input() ownership.Input {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Input{Members: f.members, Shards: f.l.shards(), Nodes: f.l.nodes()}
+	return ownership.InputOf(f.fsm.State(), f.members)
 }
 
 func (f *fakeRaft) heartbeatAll() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, m := range f.members {
-		f.l.heartbeat(m.ID, 1, false)
+		if err := f.apply(ledger.Heartbeat{Node: m.ID, Incarnation: m.Incarnation, Now: time.Now().UnixNano()}); err != nil {
+			panic(fmt.Sprintf("heartbeat %s: %v", m.ID, err))
+		}
 	}
+}
+
+// node is id's record in the replica.
+func (f *fakeRaft) node(id string) ledger.NodeRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec, _ := f.fsm.State().Node(id)
+	return rec
 }
 
 func (f *fakeRaft) owners() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	st := f.fsm.State()
 	out := map[string]int{}
-	for _, r := range f.l.shards() {
-		if r.State == ledger.ShardOwned && f.l.validRec(r) {
+	for _, r := range st.Shards() {
+		n, ok := st.Node(r.Owner)
+		if r.State == ledger.ShardOwned && ownership.Valid(r, n, ok) {
 			out[r.Owner]++
 		}
 	}
 	return out
 }
 
+// expireAfter is how long after its last renewal (or the bound) the
+// leader expires a node: Lease·(1+δ).
+func expireAfter(cfg ownership.Config) time.Duration {
+	return time.Duration(float64(cfg.Lease) * (1 + cfg.MaxDrift))
+}
+
 func TestLeaderLoopGrantsAndSurvivesLeadershipLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := TestConfig()
-		p, err := NewPlanner(cfg)
+		cfg := ownership.TestConfig()
+		p, err := ownership.NewPlanner(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &fakeRaft{l: newTestLedger(), loseNext: true}
-		for _, id := range []string{"n1", "n2", "n3"} {
-			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
-		}
-		f.heartbeatAll()
-		loop := NewLeaderLoop(p, f, f, LoopConfig{})
+		f := newFakeRaft(t, "n1", "n2", "n3")
+		f.loseNext = true
+		loop := newLeaderLoop(p, f, f, loopConfig{})
 		leaderCh := make(chan bool, 1)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -119,10 +162,9 @@ func TestLeaderLoopGrantsAndSurvivesLeadershipLoss(t *testing.T) {
 
 func TestLeaderLoopFollowerProposesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, _ := NewPlanner(TestConfig())
-		f := &fakeRaft{l: newTestLedger(), members: []Member{{ID: "n1", Incarnation: 1, Health: 1}}}
-		f.heartbeatAll()
-		loop := NewLeaderLoop(p, f, f, LoopConfig{})
+		p, _ := ownership.NewPlanner(ownership.TestConfig())
+		f := newFakeRaft(t, "n1")
+		loop := newLeaderLoop(p, f, f, loopConfig{})
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		loop.Notify()
@@ -157,7 +199,7 @@ type orderSource struct {
 	log *[]string
 }
 
-func (s orderSource) Input() Input {
+func (s orderSource) Input() ownership.Input {
 	in := s.fakeRaft.Input()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -170,12 +212,11 @@ func (s orderSource) Input() Input {
 // the planner would judge that state at a time before it existed.
 func TestLeaderLoopReadsInputBeforeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, _ := NewPlanner(TestConfig())
-		f := &fakeRaft{l: newTestLedger(), members: []Member{{ID: "n1", Incarnation: 1, Health: 1}}}
-		f.heartbeatAll()
+		p, _ := ownership.NewPlanner(ownership.TestConfig())
+		f := newFakeRaft(t, "n1")
 		var mu sync.Mutex
 		var log []string
-		loop := NewLeaderLoop(p, f, orderSource{f, &mu, &log}, LoopConfig{Clock: orderClock{&mu, &log}})
+		loop := newLeaderLoop(p, f, orderSource{f, &mu, &log}, loopConfig{Clock: orderClock{&mu, &log}})
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 		defer cancel()
 		leaderCh := make(chan bool, 1)
@@ -203,50 +244,42 @@ func TestLeaderLoopReadsInputBeforeClock(t *testing.T) {
 
 // renewalsSource is a Source whose table runs cluster version 4 (renewals
 // off the log, settings logged): the core asks for the voters' bound.
-type renewalsSource struct{ input func() Input }
+type renewalsSource struct{ input func() ownership.Input }
 
-func (s renewalsSource) Input() Input {
+func (s renewalsSource) Input() ownership.Input {
 	in := s.input()
 	in.Cluster.Version, in.Settings.Logged = ledger.VersionLeaseRenewals, true
 	return in
 }
 
-// longAgo is a LoopConfig.RenewalsSince: version 4 seen active an hour
+// longAgo is a loopConfig.RenewalsSince: version 4 seen active an hour
 // before the test's clock started.
 func longAgo() time.Time { return time.Now().Add(-time.Hour) }
 
 // The loop refuses renewals until its term is established, calls
-// LoopConfig.ConfirmBound after the Barrier with the clock it establishes at, and
+// loopConfig.ConfirmBound after the Barrier with the clock it establishes at, and
 // expires a silent node from that bound; renewals through LeaderLoop.Renew
 // keep a node alive (run under -race: Renew and the rounds share the
 // planner).
 func TestLeaderLoopRenewAndBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := TestConfig()
-		p, err := NewPlanner(cfg)
+		cfg := ownership.TestConfig()
+		p, err := ownership.NewPlanner(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &fakeRaft{l: newTestLedger()}
-		for _, id := range []string{"n1", "n2"} {
-			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
-		}
-		f.heartbeatAll()
+		f := newFakeRaft(t, "n1", "n2")
 		var boundAt time.Time
 		boundCalled := make(chan struct{})
-		loop := NewLeaderLoop(p, f, renewalsSource{f.Input}, LoopConfig{ConfirmBound: func(ctx context.Context, now time.Time) time.Time {
+		loop := newLeaderLoop(p, f, renewalsSource{f.Input}, loopConfig{ConfirmBound: func(ctx context.Context, now time.Time) time.Time {
 			boundAt = now
 			close(boundCalled)
 			// The voters' last confirm: half a lease ago.
 			return now.Add(-cfg.Lease / 2)
 		}, RenewalsSince: longAgo})
-		rec := func(id string) ledger.NodeRecord {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return f.l.node[id]
-		}
-		if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != ErrNotLeader {
-			t.Fatalf("renew before the term: %v, want ErrNotLeader", err)
+		rec := f.node
+		if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != ownership.ErrNotLeader {
+			t.Fatalf("renew before the term: %v, want ownership.ErrNotLeader", err)
 		}
 		leaderCh := make(chan bool, 1)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -258,7 +291,7 @@ func TestLeaderLoopRenewAndBound(t *testing.T) {
 		// n1 renews every RenewEvery; n2 is silent. n2 is expired
 		// Lease·(1+δ) after the bound, i.e. about Lease·(1+δ) − Lease/2
 		// after establishing.
-		expireAt := boundAt.Add(-cfg.Lease / 2).Add(cfg.expireAfter())
+		expireAt := boundAt.Add(-cfg.Lease / 2).Add(expireAfter(cfg))
 		for time.Now().Before(boundAt.Add(2 * cfg.Lease)) {
 			if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != nil {
 				t.Fatalf("renew n1: %v", err)
@@ -266,7 +299,7 @@ func TestLeaderLoopRenewAndBound(t *testing.T) {
 			if r := rec("n2"); r.Liveness != 1 && time.Now().Before(expireAt) {
 				t.Fatalf("n2 expired at %v after establishing, before bound + Lease·(1+δ) (%v)", time.Since(boundAt), expireAt.Sub(boundAt))
 			}
-			if r := rec("n2"); r.Liveness == 1 && !time.Now().Before(boundAt.Add(cfg.expireAfter()-cfg.RenewEvery/2)) {
+			if r := rec("n2"); r.Liveness == 1 && !time.Now().Before(boundAt.Add(expireAfter(cfg)-cfg.RenewEvery/2)) {
 				t.Fatalf("n2 not expired %v after establishing: the bound was ignored (expiry due at %v)", time.Since(boundAt), expireAt.Sub(boundAt))
 			}
 			time.Sleep(cfg.RenewEvery)
@@ -306,17 +339,14 @@ func (b *batchRaft) ProposeAll(ctx context.Context, cmds []ledger.Command) []err
 // when proposing one by one.
 func TestLeaderLoopBatchProposer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := TestConfig()
-		p, err := NewPlanner(cfg)
+		cfg := ownership.TestConfig()
+		p, err := ownership.NewPlanner(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &batchRaft{fakeRaft: &fakeRaft{l: newTestLedger(), loseNext: true}}
-		for _, id := range []string{"n1", "n2", "n3"} {
-			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
-		}
-		f.heartbeatAll()
-		loop := NewLeaderLoop(p, f, f, LoopConfig{})
+		f := &batchRaft{fakeRaft: newFakeRaft(t, "n1", "n2", "n3")}
+		f.loseNext = true
+		loop := newLeaderLoop(p, f, f, loopConfig{})
 		leaderCh := make(chan bool, 1)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -360,28 +390,20 @@ func TestLeaderLoopBatchProposer(t *testing.T) {
 // and a node renewing through LeaderLoop.Renew is not.
 func TestLeaderLoopExpiresOnDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := TestConfig()
-		p, err := NewPlanner(cfg)
+		cfg := ownership.TestConfig()
+		p, err := ownership.NewPlanner(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &fakeRaft{l: newTestLedger()}
-		for _, id := range []string{"n1", "n2"} {
-			f.members = append(f.members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
-		}
-		f.heartbeatAll()
+		f := newFakeRaft(t, "n1", "n2")
 		var boundAt time.Time
 		boundCalled := make(chan struct{})
-		loop := NewLeaderLoop(p, f, renewalsSource{f.Input}, LoopConfig{Interval: 10 * cfg.Lease, ConfirmBound: func(ctx context.Context, now time.Time) time.Time {
+		loop := newLeaderLoop(p, f, renewalsSource{f.Input}, loopConfig{Interval: 10 * cfg.Lease, ConfirmBound: func(ctx context.Context, now time.Time) time.Time {
 			boundAt = now.Add(-cfg.Lease / 2)
 			close(boundCalled)
 			return boundAt
 		}, RenewalsSince: longAgo})
-		rec := func(id string) ledger.NodeRecord {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return f.l.node[id]
-		}
+		rec := f.node
 		leaderCh := make(chan bool, 1)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -389,7 +411,7 @@ func TestLeaderLoopExpiresOnDeadline(t *testing.T) {
 		leaderCh <- true
 		<-boundCalled
 		synctest.Wait()
-		expireAt := boundAt.Add(cfg.expireAfter())
+		expireAt := boundAt.Add(expireAfter(cfg))
 		lastRenew := time.Now()
 		for rec("n2").Liveness == 1 {
 			if time.Now().After(expireAt.Add(time.Millisecond)) {

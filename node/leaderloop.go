@@ -1,4 +1,4 @@
-package ownership
+package node
 
 import (
 	"context"
@@ -9,44 +9,45 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
 )
 
-// Proposer commits commands through the control group. node/ implements it
+// proposer commits commands through the control group. node/ implements it
 // over hashicorp/raft; tests use a fake.
-type Proposer interface {
+type proposer interface {
 	// Barrier returns once this node's replica has applied every entry
 	// committed before the call (raft.Barrier). It fails when this node is
 	// not the leader.
 	Barrier(ctx context.Context) error
 	// Propose commits cmd and returns the ledger's verdict: nil when
 	// accepted, a ledger sentinel (errors.Is) when rejected. An error
-	// matching ErrLeadershipLost or ErrNotLeader means the outcome is
+	// matching ownership.ErrLeadershipLost or ownership.ErrNotLeader means the outcome is
 	// unknown or that this node cannot propose.
 	Propose(ctx context.Context, cmd ledger.Command) error
 }
 
-// BatchProposer is a Proposer that can commit many commands together
-// (group commit into ledger.Batch entries). LeaderLoop commits a round's
-// proposals through it when the Proposer has it: a cold start's thousands
+// batchProposer is a proposer that can commit many commands together
+// (group commit into ledger.Batch entries). leaderLoop commits a round's
+// proposals through it when the proposer has it: a cold start's thousands
 // of grants then cost a few log entries instead of one commit round trip
 // each. Every command is a CAS on what the planner saw, so committing them
 // together or in any order is as safe as one by one.
-type BatchProposer interface {
-	Proposer
+type batchProposer interface {
+	proposer
 	// ProposeAll commits cmds and returns each one's outcome, in order,
 	// with Propose's meaning.
 	ProposeAll(ctx context.Context, cmds []ledger.Command) []error
 }
 
-// Source supplies the planner's input: the leader's gossip view and its
-// committed ledger table. It must reflect at least every entry applied
-// before the call.
-type Source interface {
-	Input() Input
+// inputSource supplies the planner's input: the leader's gossip view and
+// its committed ledger table (loopSource). It must reflect at least every
+// entry applied before the call.
+type inputSource interface {
+	Input() ownership.Input
 }
 
-// Clock is the time source of the leader loop; nil means the real clock.
-type Clock interface {
+// loopClock is the time source of the leader loop; nil means the real clock.
+type loopClock interface {
 	Now() time.Time
 	After(d time.Duration) <-chan time.Time
 }
@@ -56,20 +57,20 @@ type realClock struct{}
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// LoopConfig configures a LeaderLoop.
-type LoopConfig struct {
+// loopConfig configures a leaderLoop.
+type loopConfig struct {
 	// Interval is the period of timer-driven rounds (0: the planner's
 	// RenewEvery). Rounds also run on Notify, coalesced.
 	Interval time.Duration
 	// Clock is the time source; nil means the real clock.
-	Clock Clock
+	Clock loopClock
 	// Logger receives proposals and errors; nil discards.
 	Logger *slog.Logger
-	// ConfirmBound, when the core asks (LeaderReady.AskBound: cluster
+	// ConfirmBound, when the core asks (ownership.LeaderReady.AskBound: cluster
 	// version 4 active), returns the voters' bound from their confirm
 	// records (cluster.ControlGroup.EstablishBound): now when unsure. nil
 	// means now. It may block on RPCs until ctx ends; renewals are refused
-	// (ErrNotLeader) until the term is established. The core clamps it
+	// (ownership.ErrNotLeader) until the term is established. The core clamps it
 	// (EstablishBound).
 	ConfirmBound func(ctx context.Context, now time.Time) time.Time
 	// RenewalsSince returns the local time this process first saw cluster
@@ -78,41 +79,31 @@ type LoopConfig struct {
 	RenewalsSince func() time.Time
 }
 
-// LoopStats are cumulative counters of a LeaderLoop.
-type LoopStats struct {
-	Terms          uint64 // leadership terms established
-	Rounds         uint64 // planner rounds run
-	Proposed       uint64 // commands proposed
-	Accepted       uint64 // commands the ledger accepted
-	Rejected       uint64 // commands the ledger rejected (lost a CAS: harmless)
-	LeadershipLost uint64 // proposals with unknown outcome
-}
-
-// LeaderLoop is the thin goroutine shell that runs the Leader core on the
+// leaderLoop is the thin goroutine shell that runs the ownership.Leader core on the
 // control group's leader: it feeds it leadership changes, notifications
 // (Notify: coalesced, a burst of events causes one round) and its
-// wake-ups, and carries out its LeaderReady — the Barrier, the voters'
-// bound, a round's proposals (committed together if the Proposer is a
-// BatchProposer, else one by one). Every decision is the core's (Leader);
+// wake-ups, and carries out its ownership.LeaderReady — the Barrier, the voters'
+// bound, a round's proposals (committed together if the proposer is a
+// batchProposer, else one by one). Every decision is the core's (ownership.Leader);
 // this shell only waits and talks to Raft. A proposal whose outcome is
 // unknown is never specially handled: the next term sees the committed
 // table and, because every command is a CAS on what the planner saw,
 // re-proposing is safe.
-type LeaderLoop struct {
-	prop Proposer
-	src  Source
-	cfg  LoopConfig
+type leaderLoop struct {
+	prop proposer
+	src  inputSource
+	cfg  loopConfig
 	log  *slog.Logger
 	kick chan struct{}
 
 	// mu guards the core: Run's Steps and Renew.
 	mu   sync.Mutex
-	core *Leader
+	core *ownership.Leader
 }
 
-// NewLeaderLoop returns a loop around planner; the planner must not be used
+// newLeaderLoop returns a loop around planner; the planner must not be used
 // by anyone else while Run runs (Renew goes through the loop).
-func NewLeaderLoop(planner *Planner, prop Proposer, src Source, cfg LoopConfig) *LeaderLoop {
+func newLeaderLoop(planner *ownership.Planner, prop proposer, src inputSource, cfg loopConfig) *leaderLoop {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
@@ -120,12 +111,12 @@ func NewLeaderLoop(planner *Planner, prop Proposer, src Source, cfg LoopConfig) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LeaderLoop{core: NewLeader(planner, cfg.Interval), prop: prop, src: src, cfg: cfg, log: log, kick: make(chan struct{}, 1)}
+	return &leaderLoop{core: ownership.NewLeader(planner, cfg.Interval), prop: prop, src: src, cfg: cfg, log: log, kick: make(chan struct{}, 1)}
 }
 
 // Notify asks for a round soon (membership or ledger change). It never
 // blocks; notifications before the round starts coalesce into one.
-func (l *LeaderLoop) Notify() {
+func (l *leaderLoop) Notify() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
@@ -133,23 +124,23 @@ func (l *LeaderLoop) Notify() {
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
-func (l *LeaderLoop) Stats() LoopStats {
+func (l *leaderLoop) Stats() ownership.LoopStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.core.Stats()
 }
 
-// Renew judges one lease renewal received by this node (Leader.Renew),
+// Renew judges one lease renewal received by this node (ownership.Leader.Renew),
 // serialized with the loop's rounds: now is the clock read after receipt,
 // rec the node's record in this replica. Safe for concurrent use; it
-// returns ErrNotLeader until the term is established.
-func (l *LeaderLoop) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness uint64) error {
+// returns ownership.ErrNotLeader until the term is established.
+func (l *leaderLoop) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.core.Renew(now, rec, inc, liveness)
 }
 
-func (l *LeaderLoop) step(in LeaderInput) LeaderReady {
+func (l *leaderLoop) step(in ownership.LeaderInput) ownership.LeaderReady {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -159,9 +150,9 @@ func (l *LeaderLoop) step(in LeaderInput) LeaderReady {
 // Run runs the loop until ctx ends, following leadership changes from
 // leaderCh (true: this node became leader; false: it lost leadership). It
 // returns ctx's error.
-func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
-	defer l.step(LeadershipChanged{Leading: false})
-	var rd LeaderReady
+func (l *leaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
+	defer l.step(ownership.LeadershipChanged{Leading: false})
+	var rd ownership.LeaderReady
 	for {
 		rd = l.carryOut(ctx, rd)
 		if ctx.Err() != nil {
@@ -175,7 +166,7 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case leader := <-leaderCh:
-			rd = l.step(LeadershipChanged{Leading: leader})
+			rd = l.step(ownership.LeadershipChanged{Leading: leader})
 			if !leader {
 				l.log.Info("ownership: leadership lost")
 			}
@@ -187,24 +178,24 @@ func (l *LeaderLoop) Run(ctx context.Context, leaderCh <-chan bool) error {
 	}
 }
 
-// roundDue steps RoundDue with the input read before the clock: a now
+// roundDue steps ownership.RoundDue with the input read before the clock: a now
 // read first can be older than state the input holds (a heartbeat
 // committed in between), and the planner would judge that state at a
 // time before it existed.
-func (l *LeaderLoop) roundDue() LeaderReady {
+func (l *leaderLoop) roundDue() ownership.LeaderReady {
 	l.mu.Lock()
 	wants := l.core.WantsInput()
 	l.mu.Unlock()
-	var in Input
+	var in ownership.Input
 	if wants {
 		in = l.src.Input()
 	}
-	return l.step(RoundDue{In: in})
+	return l.step(ownership.RoundDue{In: in})
 }
 
 // carryOut does what rd asks until what is left is waiting (a WakeAt, or
 // nothing until the next event), and returns that.
-func (l *LeaderLoop) carryOut(ctx context.Context, rd LeaderReady) LeaderReady {
+func (l *leaderLoop) carryOut(ctx context.Context, rd ownership.LeaderReady) ownership.LeaderReady {
 	for ctx.Err() == nil {
 		if rd.PlanErr != nil {
 			l.log.Error("ownership: planner", "err", rd.PlanErr)
@@ -217,10 +208,10 @@ func (l *LeaderLoop) carryOut(ctx context.Context, rd LeaderReady) LeaderReady {
 			err := l.prop.Barrier(ctx)
 			if err != nil {
 				l.log.Warn("ownership: barrier failed; will retry", "err", err)
-				rd = l.step(Barriered{Err: err})
+				rd = l.step(ownership.Barriered{Err: err})
 				continue
 			}
-			ev := Barriered{In: l.src.Input()} // the input first: now must not precede it
+			ev := ownership.Barriered{In: l.src.Input()} // the input first: now must not precede it
 			if l.cfg.RenewalsSince != nil {
 				ev.RenewalsSince = l.cfg.RenewalsSince()
 			}
@@ -231,13 +222,13 @@ func (l *LeaderLoop) carryOut(ctx context.Context, rd LeaderReady) LeaderReady {
 			if l.cfg.ConfirmBound != nil {
 				confirm = l.cfg.ConfirmBound(ctx, now)
 			}
-			rd = l.step(BoundFound{Confirm: confirm})
+			rd = l.step(ownership.BoundFound{Confirm: confirm})
 		case len(rd.Proposals) > 0:
 			errs := l.propose(ctx, rd.Proposals)
 			if ctx.Err() != nil {
-				return LeaderReady{}
+				return ownership.LeaderReady{}
 			}
-			rd = l.step(Proposed{Round: rd.Round, Errs: errs})
+			rd = l.step(ownership.Proposed{Round: rd.Round, Errs: errs})
 			if rd.Lost {
 				l.log.Warn("ownership: a proposal's outcome is unknown; establishing the term again")
 			}
@@ -247,20 +238,20 @@ func (l *LeaderLoop) carryOut(ctx context.Context, rd LeaderReady) LeaderReady {
 			return rd
 		}
 	}
-	return LeaderReady{}
+	return ownership.LeaderReady{}
 }
 
 // propose commits a round's proposals and returns their outcomes: together
-// through a BatchProposer, else one by one, stopping at the first unknown
+// through a batchProposer, else one by one, stopping at the first unknown
 // outcome (the rest count as unknown too: the term ends).
-func (l *LeaderLoop) propose(ctx context.Context, cmds []ledger.Command) []error {
-	if bp, ok := l.prop.(BatchProposer); ok && len(cmds) > 1 {
+func (l *leaderLoop) propose(ctx context.Context, cmds []ledger.Command) []error {
+	if bp, ok := l.prop.(batchProposer); ok && len(cmds) > 1 {
 		errs := bp.ProposeAll(ctx, cmds)
 		if len(errs) != len(cmds) {
 			l.log.Error("ownership: ProposeAll returned the wrong number of outcomes", "cmds", len(cmds), "outcomes", len(errs))
 			errs = make([]error, len(cmds))
 			for i := range errs {
-				errs[i] = fmt.Errorf("ownership: no outcome from ProposeAll: %w", ErrLeadershipLost)
+				errs[i] = fmt.Errorf("ownership: no outcome from ProposeAll: %w", ownership.ErrLeadershipLost)
 			}
 		}
 		l.logOutcomes(cmds, errs)
@@ -270,7 +261,7 @@ func (l *LeaderLoop) propose(ctx context.Context, cmds []ledger.Command) []error
 	for _, c := range cmds {
 		err := l.prop.Propose(ctx, c)
 		errs = append(errs, err)
-		if errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrNotLeader) || ctx.Err() != nil {
+		if errors.Is(err, ownership.ErrLeadershipLost) || errors.Is(err, ownership.ErrNotLeader) || ctx.Err() != nil {
 			break
 		}
 	}
@@ -278,12 +269,12 @@ func (l *LeaderLoop) propose(ctx context.Context, cmds []ledger.Command) []error
 	return errs
 }
 
-func (l *LeaderLoop) logOutcomes(cmds []ledger.Command, errs []error) {
+func (l *leaderLoop) logOutcomes(cmds []ledger.Command, errs []error) {
 	for i, c := range cmds {
 		switch err := errs[i]; {
 		case err == nil:
 			l.log.Debug("ownership: committed", "cmd", ledger.KindOf(c).String())
-		case errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrNotLeader):
+		case errors.Is(err, ownership.ErrLeadershipLost) || errors.Is(err, ownership.ErrNotLeader):
 			l.log.Warn("ownership: proposal outcome unknown", "cmd", ledger.KindOf(c).String(), "err", err)
 		default:
 			l.log.Debug("ownership: proposal rejected", "cmd", ledger.KindOf(c).String(), "err", err)
