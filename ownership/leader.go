@@ -241,6 +241,29 @@ func EstablishBound(now, renewalsSince, confirm time.Time) time.Time {
 	return bound
 }
 
+// VotersBound is the voters' confirm bound a new leader asks for
+// (design step 8; BoundFound.Confirm): every renewal an earlier leader
+// acknowledged was received before it. seen holds one time per voter that
+// answered (this node included): the voter's receipt of the answer minus
+// the age it reported of its newest confirm record of an earlier term.
+// With answers from a quorum (a majority of voters) it is the latest of
+// them, never later than now; with fewer it is now (nothing is known).
+func VotersBound(now time.Time, seen []time.Time, voters int) time.Time {
+	if len(seen) < voters/2+1 {
+		return now
+	}
+	bound := seen[0]
+	for _, t := range seen[1:] {
+		if t.After(bound) {
+			bound = t
+		}
+	}
+	if bound.After(now) {
+		return now
+	}
+	return bound
+}
+
 func (l *Leader) establish(now time.Time, in Input, bound time.Time) LeaderReady {
 	l.planner.Establish(now, in, bound)
 	l.established, l.barrier = true, false

@@ -178,3 +178,25 @@ func TestEstablishBound(t *testing.T) {
 		}
 	}
 }
+
+func TestVotersBound(t *testing.T) {
+	now := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return now.Add(d) }
+	for _, c := range []struct {
+		name   string
+		seen   []time.Time
+		voters int
+		bound  time.Time
+	}{
+		{"no answers", nil, 3, now},
+		{"no quorum of 3", []time.Time{at(-time.Second)}, 3, now},
+		{"no quorum of 4", []time.Time{at(-time.Second), at(-2 * time.Second)}, 4, now},
+		{"the latest of a quorum", []time.Time{at(-2 * time.Second), at(-time.Second)}, 3, at(-time.Second)},
+		{"no later than now", []time.Time{at(-time.Second), at(time.Second)}, 3, now},
+		{"one voter", []time.Time{at(-time.Minute)}, 1, at(-time.Minute)},
+	} {
+		if got := VotersBound(now, c.seen, c.voters); !got.Equal(c.bound) {
+			t.Errorf("%s: VotersBound = %v, want %v", c.name, got.Sub(now), c.bound.Sub(now))
+		}
+	}
+}

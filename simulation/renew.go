@@ -1,7 +1,6 @@
 package simulation
 
 import (
-	"math"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/mutation"
@@ -170,34 +169,31 @@ func (s *Sim) renewAnswer(req *renewReq, d time.Duration, out ownership.RenewOut
 // ways) reports how long ago by its clock it last received a Confirm of an
 // earlier term (or its process start, if later: an earlier process of it
 // may have confirmed just before it died); the bound is the latest of the
-// answers' receipt − age, with a quorum of answers, else now. The leader
+// answers' receipt − age, with a quorum of answers, else now
+// (ownership.VotersBound, as cluster/ decides it). The leader
 // core clamps it (ownership.EstablishBound).
 func (s *Sim) confirmBound(n *node) time.Time {
 	now := n.local(s.now)
 	r := s.raft
-	answers, total := 0, 0
-	b := int64(math.MinInt64)
+	var seen []time.Time
+	voters := 0
 	for _, v := range s.nodes {
 		if !v.voter {
 			continue
 		}
-		total++
+		voters++
 		if !s.running(v) || !(r.link(n.idx, v.idx) && r.link(v.idx, n.idx)) {
 			continue
 		}
-		answers++
 		last := v.confirmFloor
 		for term, at := range v.confirms {
 			if term < r.term && at > last {
 				last = at
 			}
 		}
-		b = max(b, now-(v.local(s.now)-last))
+		seen = append(seen, time.Unix(0, now-(v.local(s.now)-last)))
 	}
-	if answers*2 <= total {
-		return time.Unix(0, now)
-	}
-	return time.Unix(0, min(b, now))
+	return ownership.VotersBound(time.Unix(0, now), seen, voters)
 }
 
 // upgrade restarts every node in turn with a binary that speaks
