@@ -20,7 +20,7 @@ type DigestBackend interface {
 
 func (a *nodeAdapter) StateDigest(ctx context.Context, index uint64) (uint64, error) {
 	d, err := a.n.StateDigest(ctx, index)
-	return d, classifyUnsupported(err)
+	return d, classify(err)
 }
 
 // digestJSON is the answer of GET /v1/debug/digest.

@@ -24,7 +24,7 @@ type FencedBackend interface {
 func (a *nodeAdapter) FencedPolicy() (apitypes.FencedPolicy, error) {
 	rs, err := a.n.FencedShards()
 	if err != nil {
-		return apitypes.FencedPolicy{}, classifyPlacement(err)
+		return apitypes.FencedPolicy{}, classify(err)
 	}
 	out := apitypes.FencedPolicy{Ranges: []apitypes.FencedRange{}}
 	for _, r := range rs {
@@ -34,7 +34,7 @@ func (a *nodeAdapter) FencedPolicy() (apitypes.FencedPolicy, error) {
 }
 
 func (a *nodeAdapter) SetFenced(ctx context.Context, req apitypes.FencedRequest) error {
-	return classifyPlacement(a.n.SetFencedTakeover(ctx, req.First, req.Last, req.Fenced))
+	return classify(a.n.SetFencedTakeover(ctx, req.First, req.Last, req.Fenced))
 }
 
 func (h *Handler) fencedPolicy(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -18,7 +17,7 @@ import (
 func (a *nodeAdapter) GossipKeys() ([]apitypes.GossipKey, error) {
 	ks, err := a.n.GossipKeys()
 	if err != nil {
-		return nil, classifyUnsupported(err)
+		return nil, classify(err)
 	}
 	out := make([]apitypes.GossipKey, len(ks))
 	for i, k := range ks {
@@ -38,15 +37,6 @@ func (a *nodeAdapter) GossipKeyOp(op string, key []byte) error {
 		err = a.n.RemoveGossipKey(key)
 	default:
 		err = fmt.Errorf("%w: unknown keyring operation %q", ErrBadInput, op)
-	}
-	return classifyUnsupported(err)
-}
-
-// classifyUnsupported is classify, with node.ErrUnsupported as
-// ErrNotImplemented.
-func classifyUnsupported(err error) error {
-	if errors.Is(err, node.ErrUnsupported) {
-		return fmt.Errorf("%w: %w", ErrNotImplemented, err)
 	}
 	return classify(err)
 }

@@ -183,7 +183,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case errors.Is(err, node.ErrJobNotFound):
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case errors.Is(err, node.ErrJobState), errors.Is(err, node.ErrStaleToken), errors.Is(err, node.ErrNotOwner):
+	case errors.Is(err, node.ErrJobState), errors.Is(err, node.ErrStaleToken), errors.Is(err, node.ErrNotOwner),
+		errors.Is(err, node.ErrVersionInactive):
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, node.ErrQueueFull):
 		return fmt.Errorf("%w: %w", ErrQueueFull, err)

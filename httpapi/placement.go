@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -18,7 +17,7 @@ import (
 func (a *nodeAdapter) PlacementRules() (apitypes.PlacementRules, error) {
 	r, err := a.n.PlacementRules()
 	if err != nil {
-		return apitypes.PlacementRules{}, classifyPlacement(err)
+		return apitypes.PlacementRules{}, classify(err)
 	}
 	out := apitypes.PlacementRules{Pins: []apitypes.Pin{}, Excluded: []apitypes.Exclusion{}}
 	for _, p := range r.Pins {
@@ -31,21 +30,14 @@ func (a *nodeAdapter) PlacementRules() (apitypes.PlacementRules, error) {
 }
 
 func (a *nodeAdapter) Pin(ctx context.Context, req apitypes.PinRequest) error {
-	return classifyPlacement(a.n.PinShard(ctx, req.Shard, req.Node, req.Reason))
+	return classify(a.n.PinShard(ctx, req.Shard, req.Node, req.Reason))
 }
 
 func (a *nodeAdapter) Exclude(ctx context.Context, req apitypes.ExcludeRequest) error {
 	if req.Exclude {
-		return classifyPlacement(a.n.ExcludeNode(ctx, req.Node, req.Reason))
+		return classify(a.n.ExcludeNode(ctx, req.Node, req.Reason))
 	}
-	return classifyPlacement(a.n.IncludeNode(ctx, req.Node))
-}
-
-func classifyPlacement(err error) error {
-	if errors.Is(err, node.ErrVersionInactive) {
-		return fmt.Errorf("%w: %w", ErrConflict, err)
-	}
-	return classifyUnsupported(err)
+	return classify(a.n.IncludeNode(ctx, req.Node))
 }
 
 func (h *Handler) placementRules(w http.ResponseWriter, r *http.Request) {

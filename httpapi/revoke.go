@@ -23,7 +23,7 @@ type RevokeBackend interface {
 func (a *nodeAdapter) Revocations() (apitypes.Revocations, error) {
 	rs, err := a.n.Revocations()
 	if err != nil {
-		return apitypes.Revocations{}, classifyPlacement(err)
+		return apitypes.Revocations{}, classify(err)
 	}
 	out := apitypes.Revocations{Revoked: []apitypes.Revocation{}}
 	for _, r := range rs {
@@ -33,7 +33,7 @@ func (a *nodeAdapter) Revocations() (apitypes.Revocations, error) {
 }
 
 func (a *nodeAdapter) Revoke(ctx context.Context, req apitypes.RevokeRequest) error {
-	return classifyPlacement(a.n.RevokeNode(ctx, req.Node, req.Serial, req.Reason, req.Lift))
+	return classify(a.n.RevokeNode(ctx, req.Node, req.Serial, req.Reason, req.Lift))
 }
 
 func (h *Handler) revokeNode(w http.ResponseWriter) (RevokeBackend, bool) {

@@ -16,7 +16,7 @@ import (
 
 func (a *nodeAdapter) UpgradeStatus() (apitypes.UpgradeStatus, error) {
 	us, err := a.n.UpgradeStatus()
-	return us, classifyUnsupported(err)
+	return us, classify(err)
 }
 
 func (a *nodeAdapter) FinalizeUpgrade(ctx context.Context) (apitypes.UpgradeStatus, error) {
@@ -24,7 +24,7 @@ func (a *nodeAdapter) FinalizeUpgrade(ctx context.Context) (apitypes.UpgradeStat
 	if errors.Is(err, node.ErrNothingToFinalize) {
 		return us, fmt.Errorf("%w: %w", ErrConflict, err)
 	}
-	return us, classifyUnsupported(err)
+	return us, classify(err)
 }
 
 func (h *Handler) upgradeStatus(w http.ResponseWriter, r *http.Request) {

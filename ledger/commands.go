@@ -372,23 +372,20 @@ type JobStart struct {
 func (JobStart) kind() Kind { return KindJobStart }
 
 func init() {
-	register(kindSpec[JobStart]{
+	register(fencedOwner(kindSpec[JobStart]{
 		kind: KindJobStart, name: "JobStart",
 		fields: func(cd codec, c JobStart) JobStart {
 			cd.walk(&c.Shard, &c.Epoch, limited{"owner", &c.Owner}, &c.Job, &c.Attempt, &c.Timeout, &c.Now)
 			return c
 		},
 		apply: thenPrune((*FSM).jobStart, func(c JobStart) int64 { return c.Now }),
-		who:   whoOwner,
 		authorize: func(a authz, c JobStart) error {
 			if err := a.self("Owner", c.Owner); err != nil {
 				return err
 			}
 			return a.fenced(c.Shard, c.Epoch)
 		},
-		sessionNow:   func(c JobStart) int64 { return c.Now },
-		sessionShard: func(c JobStart) uint32 { return c.Shard },
-	})
+	}, func(c JobStart) (uint32, uint64, int64) { return c.Shard, c.Epoch, c.Now }))
 }
 
 // JobComplete finishes a started job. Fenced: Epoch must be the shard's
@@ -407,18 +404,14 @@ type JobComplete struct {
 func (JobComplete) kind() Kind { return KindJobComplete }
 
 func init() {
-	register(kindSpec[JobComplete]{
+	register(fencedOwner(kindSpec[JobComplete]{
 		kind: KindJobComplete, name: "JobComplete",
 		fields: func(cd codec, c JobComplete) JobComplete {
 			cd.walk(&c.Shard, &c.Epoch, &c.Job, &c.Attempt, &c.Result, &c.Now)
 			return c
 		},
-		apply:        thenPrune((*FSM).jobComplete, func(c JobComplete) int64 { return c.Now }),
-		who:          whoOwner,
-		authorize:    func(a authz, c JobComplete) error { return a.fenced(c.Shard, c.Epoch) },
-		sessionNow:   func(c JobComplete) int64 { return c.Now },
-		sessionShard: func(c JobComplete) uint32 { return c.Shard },
-	})
+		apply: thenPrune((*FSM).jobComplete, func(c JobComplete) int64 { return c.Now }),
+	}, func(c JobComplete) (uint32, uint64, int64) { return c.Shard, c.Epoch, c.Now }))
 }
 
 // JobFail records a failed attempt, fenced like JobComplete. The job goes
@@ -437,18 +430,14 @@ type JobFail struct {
 func (JobFail) kind() Kind { return KindJobFail }
 
 func init() {
-	register(kindSpec[JobFail]{
+	register(fencedOwner(kindSpec[JobFail]{
 		kind: KindJobFail, name: "JobFail",
 		fields: func(cd codec, c JobFail) JobFail {
 			cd.walk(&c.Shard, &c.Epoch, &c.Job, &c.Attempt, limited{"error", &c.Error}, &c.Backoff, &c.Now)
 			return c
 		},
-		apply:        thenPrune((*FSM).jobFail, func(c JobFail) int64 { return c.Now }),
-		who:          whoOwner,
-		authorize:    func(a authz, c JobFail) error { return a.fenced(c.Shard, c.Epoch) },
-		sessionNow:   func(c JobFail) int64 { return c.Now },
-		sessionShard: func(c JobFail) uint32 { return c.Shard },
-	})
+		apply: thenPrune((*FSM).jobFail, func(c JobFail) int64 { return c.Now }),
+	}, func(c JobFail) (uint32, uint64, int64) { return c.Shard, c.Epoch, c.Now }))
 }
 
 // App is an application command: the shard's owner at Epoch proposes a
@@ -466,23 +455,19 @@ type App struct {
 func (App) kind() Kind { return KindApp }
 
 func init() {
-	register(kindSpec[App]{
+	register(fencedOwner(kindSpec[App]{
 		kind: KindApp, name: "App",
 		fields: func(cd codec, c App) App {
 			cd.walk(&c.Shard, &c.Epoch, limited{"type", &c.Type}, &c.Payload, &c.Now)
 			return c
 		},
-		apply:        func(f *FSM, index uint64, c App) Result { return f.app(index, c) },
-		who:          whoOwner,
-		authorize:    func(a authz, c App) error { return a.fenced(c.Shard, c.Epoch) },
-		sessionNow:   func(c App) int64 { return c.Now },
-		sessionShard: func(c App) uint32 { return c.Shard },
+		apply: func(f *FSM, index uint64, c App) Result { return f.app(index, c) },
 		digest: func(w *writer, c App) {
 			w.u(uint64(c.Shard))
 			w.str(c.Type)
 			w.bytes(c.Payload)
 		},
-	})
+	}, func(c App) (uint32, uint64, int64) { return c.Shard, c.Epoch, c.Now }))
 }
 
 // Settings changes the ledger's replicated settings (job retention and

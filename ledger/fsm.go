@@ -479,8 +479,8 @@ func (f *FSM) checkNewOwner(node string, inc, liveness uint64) error {
 
 func (f *FSM) grant(c Grant) Result {
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.ExpectedEpoch && !mutation.On(mutation.AcceptStaleEpoch) {
-		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, grant expected %d", c.Shard, rec.Epoch, c.ExpectedEpoch)}
+	if err := staleEpoch(rec, c.ExpectedEpoch, "grant expected", mutation.AcceptStaleEpoch); err != nil {
+		return Result{Shard: rec, Err: err}
 	}
 	if c.Owner == "" && !mutation.On(mutation.GrantEmptyOwner) {
 		return Result{Shard: rec, Err: errf(ErrInvalid, "grant of shard %d to empty owner", c.Shard)}
@@ -502,10 +502,20 @@ func (f *FSM) grant(c Grant) Result {
 	return Result{Shard: rec}
 }
 
+// staleEpoch is the ErrStaleEpoch rejection of a shard command (what:
+// "revoke for") made at epoch when the shard's record is at another one;
+// nil when the epochs match or the mutation sw disables the rule.
+func staleEpoch(rec ShardRecord, epoch uint64, what string, sw mutation.Switch) error {
+	if rec.Epoch == epoch || mutation.On(sw) {
+		return nil
+	}
+	return errf(ErrStaleEpoch, "shard %d at epoch %d, %s %d", rec.Shard, rec.Epoch, what, epoch)
+}
+
 func (f *FSM) revoke(c Revoke) Result {
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.Epoch && !mutation.On(mutation.RevokeStaleEpoch) {
-		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, revoke for %d", c.Shard, rec.Epoch, c.Epoch)}
+	if err := staleEpoch(rec, c.Epoch, "revoke for", mutation.RevokeStaleEpoch); err != nil {
+		return Result{Shard: rec, Err: err}
 	}
 	if rec.State != ShardOwned && !mutation.On(mutation.RevokeNotOwned) {
 		return Result{Shard: rec, Err: errf(ErrConflict, "revoke of shard %d in state %s", c.Shard, rec.State)}
@@ -520,8 +530,8 @@ func (f *FSM) revoke(c Revoke) Result {
 
 func (f *FSM) release(c Release) Result {
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.Epoch && !mutation.On(mutation.ReleaseStaleEpoch) {
-		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, release for %d", c.Shard, rec.Epoch, c.Epoch)}
+	if err := staleEpoch(rec, c.Epoch, "release for", mutation.ReleaseStaleEpoch); err != nil {
+		return Result{Shard: rec, Err: err}
 	}
 	if rec.Owner != c.Owner && !mutation.On(mutation.ReleaseNotOwner) {
 		return Result{Shard: rec, Err: errf(ErrNotOwner, "release of shard %d by %q, owner %q", c.Shard, c.Owner, rec.Owner)}
@@ -544,8 +554,8 @@ func (f *FSM) release(c Release) Result {
 
 func (f *FSM) transfer(c Transfer) Result {
 	rec := f.shard(c.Shard)
-	if rec.Epoch != c.Epoch && !mutation.On(mutation.TransferStaleEpoch) {
-		return Result{Shard: rec, Err: errf(ErrStaleEpoch, "shard %d at epoch %d, transfer for %d", c.Shard, rec.Epoch, c.Epoch)}
+	if err := staleEpoch(rec, c.Epoch, "transfer for", mutation.TransferStaleEpoch); err != nil {
+		return Result{Shard: rec, Err: err}
 	}
 	if (rec.Owner != c.From || !f.st.OwnershipValid(rec)) && !mutation.On(mutation.TransferInvalidOwner) {
 		return Result{Shard: rec, Err: errf(ErrNotOwner, "transfer of shard %d by %q, owner %q (%s, valid %v)",

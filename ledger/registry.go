@@ -71,6 +71,30 @@ type kindEntry = kindSpec[Command]
 // read-only afterwards.
 var kinds [256]*kindEntry
 
+// fencedOwner completes the declaration of a command the shard's owner
+// proposes at an epoch (JobStart, JobComplete, JobFail, App): only the owner
+// proposes it; a forwarded one is fenced at its shard and epoch (unless s
+// authorizes it itself); a Session wrapping it is remembered with its
+// shard and clock.
+func fencedOwner[C Command](s kindSpec[C], at func(c C) (shard uint32, epoch uint64, now int64)) kindSpec[C] {
+	s.who = whoOwner
+	if s.authorize == nil {
+		s.authorize = func(a authz, c C) error {
+			shard, epoch, _ := at(c)
+			return a.fenced(shard, epoch)
+		}
+	}
+	s.sessionNow = func(c C) int64 {
+		_, _, now := at(c)
+		return now
+	}
+	s.sessionShard = func(c C) uint32 {
+		shard, _, _ := at(c)
+		return shard
+	}
+	return s
+}
+
 // register declares a command kind. It panics (at program start) on a
 // kind declared twice or a declaration without its wire code.
 func register[C Command](s kindSpec[C]) {

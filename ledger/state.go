@@ -258,19 +258,16 @@ func (s *State) NumJobs() int { return s.jobs.Len() }
 // attempt began at an older epoch of the shard (fenced out) or timed out,
 // sorted by id. (The start is still subject to the ownership rules.)
 func (s *State) RunnableJobs(shard uint32, now int64) []JobRecord {
-	var out []JobRecord
-	for _, j := range s.Jobs(shard, JobPending) {
-		if now >= j.NotBefore {
-			out = append(out, j)
-		}
-	}
 	epoch := uint64(0)
 	if rec, ok := s.Shard(shard); ok {
 		epoch = rec.Epoch
 	}
-	for _, j := range s.Jobs(shard, JobStarted) {
-		if _, ok := abandoned(j, epoch, now); ok {
-			out = append(out, j)
+	var out []JobRecord
+	for _, st := range []JobState{JobPending, JobStarted} {
+		for _, j := range s.Jobs(shard, st) {
+			if j.Runnable(epoch, now) {
+				out = append(out, j)
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b JobRecord) int { return cmp.Compare(a.ID, b.ID) })

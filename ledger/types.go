@@ -145,6 +145,23 @@ type JobRecord struct {
 // side effects keyed by it happen at most once per attempt.
 func (j JobRecord) Token() string { return itoa(j.ID) + "/" + itoa(uint64(j.Attempt)) }
 
+// Runnable reports whether a JobStart at now on the job's shard, at
+// epoch, may start a new attempt: the job is pending and past its retry
+// backoff, or its started attempt is abandoned — it began at an older
+// epoch of the shard (fenced out) or timed out. The one statement of the
+// rule: State.RunnableJobs and node's Job.Runnable and RunnableJobs read
+// it; JobStart makes the same two checks (abandoned) with an error each.
+func (j JobRecord) Runnable(epoch uint64, now int64) bool {
+	switch j.State {
+	case JobPending:
+		return now >= j.NotBefore
+	case JobStarted:
+		_, ok := abandoned(j, epoch, now)
+		return ok
+	}
+	return false
+}
+
 // LedgerSettings are the settings Apply judges with. The job fields are
 // replicated (the Settings command changes them; a replica starts from its
 // Config). MaxPayload, SessionWindow (ns) and MaxSessions are this

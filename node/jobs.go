@@ -100,25 +100,18 @@ func (j Job) Token() Token { return Token{Shard: j.Shard, Epoch: j.Epoch} }
 // AttemptToken identifies the current attempt, "id/attempt" (e.g. "17/2").
 // Pass it to side effects that must be deduplicated per attempt; pass Key
 // to those that must happen once per job, across attempts.
-func (j Job) AttemptToken() string { return fmt.Sprintf("%d/%d", j.ID, j.Attempt) }
+func (j Job) AttemptToken() string { return j.record().Token() }
 
 // Runnable reports whether the shard's owner may start an attempt at now:
 // the job is pending and past its retry backoff, or its running attempt
-// timed out (its node failed, or is stuck).
-func (j Job) Runnable(now time.Time) bool {
-	switch j.State {
-	case JobPending:
-		return !now.Before(j.NotBefore)
-	case JobStarted:
-		return j.Timeout > 0 && now.After(j.StartedAt.Add(j.Timeout))
-	}
-	return false
-}
+// timed out (its node failed, or is stuck). The rule is the ledger's
+// (ledger.JobRecord.Runnable).
+func (j Job) Runnable(now time.Time) bool { return runnableAt(j, 0, now) }
 
 // runnableAt is Job.Runnable on a shard at epoch: a started attempt from
 // an older epoch may be superseded at once (the ledger fences it out).
 func runnableAt(j Job, epoch uint64, now time.Time) bool {
-	return j.Runnable(now) || (j.State == JobStarted && j.Epoch < epoch)
+	return j.record().Runnable(epoch, now.UnixNano())
 }
 
 // JobQuery selects jobs. Zero fields match everything.

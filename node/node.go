@@ -327,21 +327,12 @@ func (n *Node) Close(ctx context.Context) error {
 		return ErrClosed
 	}
 	drainErr := n.drainForClose(ctx)
-	n.mu.Lock()
-	n.closed = true
-	n.mu.Unlock()
-	close(n.done)
+	n.markClosed()
 	n.wg.Wait()
 	// Publish the final losses so subscribers and workers see them.
 	n.refresh(time.Now())
 	err := n.be.close(ctx)
-	n.events.close()
-	n.jobEvents.close()
-	n.mu.Lock()
-	for _, e := range n.elections {
-		e.hub.close()
-	}
-	n.mu.Unlock()
+	n.closeHubs()
 	if drainErr != nil && ctx.Err() == nil {
 		return errors.Join(drainErr, err)
 	}
@@ -365,10 +356,7 @@ func (n *Node) kill() {
 	if !n.beginClose() {
 		return
 	}
-	n.mu.Lock()
-	n.closed = true
-	n.mu.Unlock()
-	close(n.done)
+	n.markClosed()
 	if k, ok := n.be.(interface{ kill() }); ok {
 		k.kill()
 	} else {
@@ -376,6 +364,20 @@ func (n *Node) kill() {
 	}
 	n.wg.Wait()
 	n.refresh(time.Now())
+	n.closeHubs()
+}
+
+// markClosed marks the node closed and closes Done.
+func (n *Node) markClosed() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	close(n.done)
+}
+
+// closeHubs ends every subscription: ownership and job events and each
+// election's.
+func (n *Node) closeHubs() {
 	n.events.close()
 	n.jobEvents.close()
 	n.mu.Lock()

@@ -29,6 +29,19 @@ func jobFromRecord(j ledger.JobRecord) Job {
 	}
 }
 
+// record is the part of j's ledger record the job rules read
+// (ledger.JobRecord.Runnable): jobFromRecord's inverse on those fields.
+func (j Job) record() ledger.JobRecord {
+	ns := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixNano()
+	}
+	return ledger.JobRecord{ID: j.ID, Shard: j.Shard, State: j.State, Attempt: j.Attempt, Epoch: j.Epoch,
+		StartedAt: ns(j.StartedAt), Timeout: int64(j.Timeout), NotBefore: ns(j.NotBefore)}
+}
+
 func (b *netBackend) enqueueJob(ctx context.Context, shard uint32, spec JobSpec, maxPending int) (Job, bool, error) {
 	c := ledger.JobEnqueue{Shard: shard, Key: spec.Key, Type: spec.Type, Payload: spec.Payload,
 		MaxAttempts: uint32(spec.MaxAttempts), Now: time.Now().UnixNano(), MaxPending: uint32(min(maxPending, math.MaxUint32))}
