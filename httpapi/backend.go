@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/node"
 )
 
 // Backend is what the API serves. New adapts a *node.Node to it (Adapt);
@@ -132,14 +132,9 @@ var (
 )
 
 // OwnershipEvent is one change of a shard's committed owner, as a node saw
-// it.
-type OwnershipEvent struct {
-	Shard    uint32
-	Epoch    uint64
-	Owner    string // "" while unowned
-	Previous string
-	At       time.Time
-}
+// it: node's OwnerChanged event (Kind is node.OwnerChanged, or zero from a
+// Backend that does not set it; the API reads only the other fields).
+type OwnershipEvent = node.Event
 
 // JobQuery filters Backend.Jobs.
 type JobQuery struct {

@@ -321,7 +321,7 @@ func (a *nodeAdapter) Subscribe() (<-chan OwnershipEvent, func()) {
 			if ev.Kind != node.OwnerChanged {
 				continue
 			}
-			oe := OwnershipEvent{Shard: ev.Shard, Epoch: ev.Epoch, Owner: ev.Owner, Previous: ev.Previous, At: ev.At}
+			oe := ev
 			if oe.At.IsZero() {
 				oe.At = time.Now()
 			}
