@@ -89,9 +89,9 @@ var statusOf = map[error]int{
 func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrQueueFull:
-		return e.Status == http.StatusTooManyRequests || e.Code == "queue_full"
+		return e.Status == apitypes.CodeStatus[apitypes.CodeQueueFull] || e.Code == apitypes.CodeQueueFull
 	case ErrKeyReused:
-		return e.Status == http.StatusUnprocessableEntity && e.Code == "idempotency_key_reused"
+		return e.Status == apitypes.CodeStatus[apitypes.CodeKeyReused] && e.Code == apitypes.CodeKeyReused
 	}
 	status, ok := statusOf[target]
 	return ok && e.Status == status

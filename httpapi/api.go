@@ -336,7 +336,7 @@ func (h *Handler) shards(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) owner(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" || len(key) > node.MaxStringLen {
-		writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("key: want 1..%d bytes", node.MaxStringLen))
+		writeCode(w, apitypes.CodeInvalid, fmt.Sprintf("key: want 1..%d bytes", node.MaxStringLen))
 		return
 	}
 	id := h.node.ShardFor(key)

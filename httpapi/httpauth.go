@@ -280,13 +280,13 @@ func (t *tokenAuth) require(need scope, next http.HandlerFunc) http.HandlerFunc 
 			next(w, r)
 		case got == scopeNone && !presented:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
-			writeErrorCode(w, http.StatusUnauthorized, "unauthorized", "missing bearer token: send Authorization: Bearer <token> (tenure --token / TENURE_TOKEN)")
+			writeCode(w, apitypes.CodeUnauthorized, "missing bearer token: send Authorization: Bearer <token> (tenure --token / TENURE_TOKEN)")
 		case got == scopeNone:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tenure", error="invalid_token"`)
-			writeErrorCode(w, http.StatusUnauthorized, "unauthorized", "wrong bearer token")
+			writeCode(w, apitypes.CodeUnauthorized, "wrong bearer token")
 		default:
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="tenure", error="insufficient_scope", scope=%q`, need.String()))
-			writeErrorCode(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this token has the %s scope; %s %s needs the %s scope", got, r.Method, r.URL.Path, need))
+			writeCode(w, apitypes.CodeForbidden, fmt.Sprintf("this token has the %s scope; %s %s needs the %s scope", got, r.Method, r.URL.Path, need))
 		}
 	}
 }

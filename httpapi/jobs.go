@@ -36,12 +36,12 @@ func (h *Handler) enqueue(w http.ResponseWriter, r *http.Request) {
 	// The ledger's limits, checked before anything is proposed.
 	for _, f := range []struct{ name, v string }{{"key", req.Key}, {"type", req.Type}, {"shard_key", req.ShardKey}} {
 		if len(f.v) > node.MaxStringLen {
-			writeErrorCode(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%q is %d bytes long: at most %d", f.name, len(f.v), node.MaxStringLen))
+			writeCode(w, apitypes.CodeInvalid, fmt.Sprintf("%q is %d bytes long: at most %d", f.name, len(f.v), node.MaxStringLen))
 			return
 		}
 	}
 	if len(req.Payload) > node.DefaultMaxPayload {
-		writeErrorCode(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf(`"payload" is %d bytes: at most %d`, len(req.Payload), node.DefaultMaxPayload))
+		writeCode(w, apitypes.CodeTooLarge, fmt.Sprintf(`"payload" is %d bytes: at most %d`, len(req.Payload), node.DefaultMaxPayload))
 		return
 	}
 	id, keyed, ok := idempotencyKey(w, r)

@@ -70,7 +70,7 @@ func (h *Handler) keyringOp(w http.ResponseWriter, r *http.Request) {
 	}
 	key, err := node.ParseGossipKey(req.Key)
 	if err != nil {
-		writeErrorCode(w, http.StatusBadRequest, "invalid", `"key": `+err.Error())
+		writeCode(w, apitypes.CodeInvalid, `"key": `+err.Error())
 		return
 	}
 	if err := kn.GossipKeyOp(op, key); err != nil {

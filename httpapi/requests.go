@@ -63,12 +63,12 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (id [16]byte, given,
 		return id, false, true
 	case 1:
 	default:
-		writeErrorCode(w, http.StatusBadRequest, "invalid", "more than one Idempotency-Key header")
+		writeCode(w, apitypes.CodeInvalid, "more than one Idempotency-Key header")
 		return id, false, false
 	}
 	key, err := ParseIdempotencyKey(vals[0])
 	if err != nil {
-		writeErrorCode(w, http.StatusBadRequest, "invalid", err.Error())
+		writeCode(w, apitypes.CodeInvalid, err.Error())
 		return id, false, false
 	}
 	return RequestIDFromKey(key), true, true

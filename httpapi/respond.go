@@ -125,15 +125,15 @@ func writeNodeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrQueueFull):
 		w.Header().Set("Retry-After", "1")
-		writeErrorCode(w, http.StatusTooManyRequests, "queue_full", err.Error())
+		writeCode(w, apitypes.CodeQueueFull, err.Error())
 		return
 	case errors.Is(err, ErrRequestIDReused):
-		writeErrorCode(w, http.StatusUnprocessableEntity, "idempotency_key_reused", err.Error())
+		writeCode(w, apitypes.CodeKeyReused, err.Error())
 		return
 	case errors.Is(err, ErrForbidden), errors.Is(err, node.ErrUnauthorized):
 		// The leader refused this node's certificate (a member asking for
 		// an operator action): send it to a voter-capable node's API.
-		writeErrorCode(w, http.StatusForbidden, "forbidden", err.Error())
+		writeCode(w, apitypes.CodeForbidden, err.Error())
 		return
 	case errors.Is(err, ErrBadInput):
 		code = http.StatusBadRequest
@@ -155,9 +155,15 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, apitypes.ErrorBody{Error: msg})
 }
 
+// writeCode is writeError with one of the API's codes (apitypes.Code*),
+// at its status (apitypes.CodeStatus).
+func writeCode(w http.ResponseWriter, code, msg string) {
+	writeErrorCode(w, apitypes.CodeStatus[code], code, msg)
+}
+
 // writeErrorCode is writeError with a machine-readable code.
-func writeErrorCode(w http.ResponseWriter, code int, errCode, msg string) {
-	writeJSON(w, code, apitypes.ErrorBody{Error: msg, Code: errCode})
+func writeErrorCode(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, apitypes.ErrorBody{Error: msg, Code: code})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

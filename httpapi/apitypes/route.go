@@ -52,9 +52,9 @@ const (
 	// (failover in progress, owner without an address, owner unreachable).
 	RouteNoOwner = "no_owner"
 	// RouteBadRequest (400): a routing header or the key is malformed.
-	RouteBadRequest = "invalid"
+	RouteBadRequest = CodeInvalid
 	// RouteTooLarge (413): the body is over the forwarding limit.
-	RouteTooLarge = "too_large"
+	RouteTooLarge = CodeTooLarge
 )
 
 // FormatRouteToken renders a token for HeaderToken.

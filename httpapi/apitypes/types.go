@@ -6,6 +6,7 @@ package apitypes
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"time"
 	"unicode"
 )
@@ -303,9 +304,31 @@ type UpgradeStatus struct {
 // ErrorBody is every error answer's body.
 type ErrorBody struct {
 	Error string `json:"error"`
-	// Code, when set, classifies the error for programs: "unauthorized",
-	// "forbidden", "queue_full", "too_large", "invalid".
+	// Code, when set, classifies the error for programs: one of the Code
+	// constants (or, from a routing node, a RouteError code).
 	Code string `json:"code,omitempty"`
+}
+
+// The ErrorBody codes: the server sends each with its CodeStatus, and the
+// client tells its errors apart by them (client.ErrQueueFull,
+// client.ErrKeyReused).
+const (
+	CodeInvalid      = "invalid"
+	CodeUnauthorized = "unauthorized"
+	CodeForbidden    = "forbidden"
+	CodeTooLarge     = "too_large"
+	CodeKeyReused    = "idempotency_key_reused"
+	CodeQueueFull    = "queue_full"
+)
+
+// CodeStatus is the HTTP status an answer with each code carries.
+var CodeStatus = map[string]int{
+	CodeInvalid:      http.StatusBadRequest,
+	CodeUnauthorized: http.StatusUnauthorized,
+	CodeForbidden:    http.StatusForbidden,
+	CodeTooLarge:     http.StatusRequestEntityTooLarge,
+	CodeKeyReused:    http.StatusUnprocessableEntity,
+	CodeQueueFull:    http.StatusTooManyRequests,
 }
 
 // CheckToken refuses bearer tokens that cannot travel in a header intact.
