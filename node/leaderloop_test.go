@@ -109,12 +109,6 @@ func (f *fakeRaft) owners() map[string]int {
 	return out
 }
 
-// expireAfter is how long after its last renewal (or the bound) the
-// leader expires a node: Lease·(1+δ).
-func expireAfter(cfg ownership.Config) time.Duration {
-	return time.Duration(float64(cfg.Lease) * (1 + cfg.MaxDrift))
-}
-
 func TestLeaderLoopGrantsAndSurvivesLeadershipLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := ownership.TestConfig()
@@ -291,7 +285,7 @@ func TestLeaderLoopRenewAndBound(t *testing.T) {
 		// n1 renews every RenewEvery; n2 is silent. n2 is expired
 		// Lease·(1+δ) after the bound, i.e. about Lease·(1+δ) − Lease/2
 		// after establishing.
-		expireAt := boundAt.Add(-cfg.Lease / 2).Add(expireAfter(cfg))
+		expireAt := boundAt.Add(-cfg.Lease / 2).Add(cfg.ExpireAfter())
 		for time.Now().Before(boundAt.Add(2 * cfg.Lease)) {
 			if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != nil {
 				t.Fatalf("renew n1: %v", err)
@@ -299,7 +293,7 @@ func TestLeaderLoopRenewAndBound(t *testing.T) {
 			if r := rec("n2"); r.Liveness != 1 && time.Now().Before(expireAt) {
 				t.Fatalf("n2 expired at %v after establishing, before bound + Lease·(1+δ) (%v)", time.Since(boundAt), expireAt.Sub(boundAt))
 			}
-			if r := rec("n2"); r.Liveness == 1 && !time.Now().Before(boundAt.Add(expireAfter(cfg)-cfg.RenewEvery/2)) {
+			if r := rec("n2"); r.Liveness == 1 && !time.Now().Before(boundAt.Add(cfg.ExpireAfter()-cfg.RenewEvery/2)) {
 				t.Fatalf("n2 not expired %v after establishing: the bound was ignored (expiry due at %v)", time.Since(boundAt), expireAt.Sub(boundAt))
 			}
 			time.Sleep(cfg.RenewEvery)
@@ -411,7 +405,7 @@ func TestLeaderLoopExpiresOnDeadline(t *testing.T) {
 		leaderCh <- true
 		<-boundCalled
 		synctest.Wait()
-		expireAt := boundAt.Add(expireAfter(cfg))
+		expireAt := boundAt.Add(cfg.ExpireAfter())
 		lastRenew := time.Now()
 		for rec("n2").Liveness == 1 {
 			if time.Now().After(expireAt.Add(time.Millisecond)) {

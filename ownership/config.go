@@ -226,8 +226,8 @@ func (c Config) Validate() error {
 		return bad("Load.Settle = %v, want ≥ 0", c.Load.Settle)
 	case c.FencedAfter < 0 || (c.FencedAfter != 0 && c.FencedAfter <= c.RenewEvery):
 		return bad("FencedAfter = %v, want > RenewEvery = %v (0: 3·RenewEvery)", c.FencedAfter, c.RenewEvery)
-	case c.FencedAfter != 0 && c.FencedAfter >= c.expireAfter():
-		return bad("FencedAfter = %v, want < Lease·(1+MaxDrift) = %v", c.FencedAfter, c.expireAfter())
+	case c.FencedAfter != 0 && c.FencedAfter >= c.ExpireAfter():
+		return bad("FencedAfter = %v, want < Lease·(1+MaxDrift) = %v", c.FencedAfter, c.ExpireAfter())
 	}
 	// The node counts its lease as Lease·(1−δ) from the ask; a renewal
 	// period that does not fit twice into that would let one lost heartbeat
@@ -245,9 +245,9 @@ func (c Config) Validate() error {
 // clock, which is at most D of real time.
 func (c Config) nodeLease() time.Duration { return scale(c.Lease, 1-c.MaxDrift) }
 
-// expireAfter is how long the leader waits, on its own clock, after the last
+// ExpireAfter is how long the leader waits, on its own clock, after the last
 // heartbeat it saw before expiring a node: D·(1+δ), at least D of real time.
-func (c Config) expireAfter() time.Duration { return scale(c.Lease, 1+c.MaxDrift) }
+func (c Config) ExpireAfter() time.Duration { return scale(c.Lease, 1+c.MaxDrift) }
 
 // establishGrace is how long a new leader gives every node to renew with it
 // before it may expire it (Planner.Establish), however long the election
@@ -259,10 +259,10 @@ func (c Config) establishGrace() time.Duration { return 2 * c.RenewEvery }
 // to drain: T·(1−δ) on its clock, at most T real.
 func (c Config) nodeDrain() time.Duration { return scale(c.DrainTimeout, 1-c.MaxDrift) }
 
-// takeoverAfter is how long the leader waits after seeing a Revoke before it
+// TakeoverAfter is how long the leader waits after seeing a Revoke before it
 // may grant the shard away from an owner that never released:
 // (D+T)·(1+δ) on its clock, at least D+T real.
-func (c Config) takeoverAfter() time.Duration {
+func (c Config) TakeoverAfter() time.Duration {
 	return scale(c.Lease+c.DrainTimeout, 1+c.MaxDrift)
 }
 

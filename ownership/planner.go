@@ -150,7 +150,7 @@ func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 		seen = seen.Add(-p.cfg.Lease)
 	}
 	if mutation.On(mutation.IgnoreEstablish) {
-		seen, revoked = now.Add(-p.cfg.expireAfter()), now.Add(-p.cfg.takeoverAfter())
+		seen, revoked = now.Add(-p.cfg.ExpireAfter()), now.Add(-p.cfg.TakeoverAfter())
 	}
 	t := newTable(in.Shards, in.Nodes)
 	for _, id := range t.ids {
@@ -386,7 +386,7 @@ func (p *Planner) expireAfter() time.Duration {
 	if mutation.On(mutation.NoDriftMargin) {
 		return p.cfg.Lease
 	}
-	return p.cfg.expireAfter()
+	return p.cfg.ExpireAfter()
 }
 
 func (p *Planner) takeoverAfter() time.Duration {
@@ -394,9 +394,9 @@ func (p *Planner) takeoverAfter() time.Duration {
 		return p.cfg.Lease + p.cfg.DrainTimeout
 	}
 	if mutation.On(mutation.TakeoverWithoutDrain) {
-		return p.cfg.expireAfter()
+		return p.cfg.ExpireAfter()
 	}
-	return p.cfg.takeoverAfter()
+	return p.cfg.TakeoverAfter()
 }
 
 // expiries proposes ExpireNode for every node whose last heartbeat the

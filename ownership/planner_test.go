@@ -488,12 +488,12 @@ func TestPlannerExpiresAndGrantsInOneRound(t *testing.T) {
 		return Input{Members: members, Nodes: []ledger.NodeRecord{n1, n2}, Shards: slices.Clone(shards)}
 	}
 	p.Establish(t0, in(), time.Time{})
-	for at := 100 * time.Millisecond; at < cfg.expireAfter(); at += 100 * time.Millisecond {
+	for at := 100 * time.Millisecond; at < cfg.ExpireAfter(); at += 100 * time.Millisecond {
 		if cmds, _ := p.Plan(t0.Add(at), in()); len(cmds) > 0 {
 			t.Fatalf("at %v (before the expiry): %v", at, cmds)
 		}
 	}
-	now := t0.Add(cfg.expireAfter())
+	now := t0.Add(cfg.ExpireAfter())
 	cmds, err := p.Plan(now, in())
 	if err != nil {
 		t.Fatal(err)
@@ -571,7 +571,7 @@ func TestPlannerEstablishGraceAfterSlowElection(t *testing.T) {
 	if e, ok := cmds[0].(ledger.ExpireNode); !ok || e.Node != "n2" {
 		t.Fatalf("first proposal %v, want expire n2", FormatCommand(cmds[0]))
 	}
-	if got, want := p.NextDeadline(), t0.Add(grace/2+cfg.expireAfter()); !got.Equal(want) {
+	if got, want := p.NextDeadline(), t0.Add(grace/2+cfg.ExpireAfter()); !got.Equal(want) {
 		t.Fatalf("NextDeadline %v, want n1's expiry %v (n2 is expiring)", got.Sub(t0), want.Sub(t0))
 	}
 }

@@ -91,7 +91,7 @@ func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 	// L3 is judged once the cluster has settled after the faults stopped
 	// (dead incarnations expired, restarted nodes stable in the ring).
 	o := s.cfg.Ownership
-	settled := int64(s.cfg.FaultsUntil) + int64(float64(o.Lease)*(1+o.MaxDrift)+float64(o.StableFor)) + int64(time.Second)
+	settled := int64(s.cfg.FaultsUntil) + int64(o.ExpireAfter()+o.StableFor) + int64(time.Second)
 	t, ok := c.lastStop[shard]
 	delete(c.lastStop, shard)
 	if ok && t >= settled {
@@ -113,10 +113,8 @@ func (c *checker) stoppedActing(n *node, shard uint32, epoch uint64) {
 // takeover, and rebalancing in waves of MaxMovesInFlight.
 func quietNeeded(cfg Config) time.Duration {
 	o := cfg.Ownership
-	expire := time.Duration(float64(o.Lease) * (1 + o.MaxDrift))
-	takeover := time.Duration(float64(o.Lease+o.DrainTimeout) * (1 + o.MaxDrift))
 	waves := (o.Ring.Partitions + o.MaxMovesInFlight - 1) / o.MaxMovesInFlight
-	return time.Second + expire + o.StableFor + takeover + time.Duration(waves)*(o.DrainTimeout+200*time.Millisecond)
+	return time.Second + o.ExpireAfter() + o.StableFor + o.TakeoverAfter() + time.Duration(waves)*(o.DrainTimeout+200*time.Millisecond)
 }
 
 // final runs the end-of-run checks.
