@@ -394,7 +394,7 @@ func (c Config) Validate() error {
 	if _, err := cluster.ParseVoterPreference(string(c.Voter)); err != nil {
 		bad("Voter %q: want %q, %q or %q", c.Voter, VoterAuto, VoterAlways, VoterNever)
 	}
-	if n := len(c.EncryptionKey); n != 0 && n != 16 && n != 24 && n != 32 {
+	if n := len(c.EncryptionKey); n != 0 && !gossipKeySize(n) {
 		bad("EncryptionKey of %d bytes: want 16, 24 or 32", n)
 	}
 	for _, k := range sortedKeys(c.Tags) {

@@ -99,7 +99,7 @@ func (k *keyFlag) Set(v string) error {
 	if err != nil {
 		return errors.New("not valid base64 (generate one with `head -c 32 /dev/urandom | base64`)")
 	}
-	if n := len(b); n != 16 && n != 24 && n != 32 {
+	if n := len(b); !gossipKeySize(n) {
 		return fmt.Errorf("decodes to %d bytes, want 16, 24 or 32", n)
 	}
 	*k = b

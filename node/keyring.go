@@ -27,6 +27,10 @@ func KeyFingerprint(key []byte) string {
 // GossipKeyOp takes).
 func ParseGossipKey(s string) ([]byte, error) { return cluster.ParseGossipKey(s) }
 
+// gossipKeySize reports whether a gossip key of n bytes is valid: AES-128,
+// -192 or -256 (16, 24 or 32 bytes), what memberlist's keyring accepts.
+func gossipKeySize(n int) bool { return n == 16 || n == 24 || n == 32 }
+
 // keyringBackend is the part of a backend that owns a gossip keyring.
 type keyringBackend interface {
 	gossipKeyring() (*cluster.Membership, error)
@@ -78,7 +82,7 @@ func (n *Node) RemoveGossipKey(key []byte) error {
 }
 
 func (n *Node) keyringOp(key []byte, op func(*cluster.Membership, []byte) error) error {
-	if l := len(key); l != 16 && l != 24 && l != 32 {
+	if l := len(key); !gossipKeySize(l) {
 		return fmt.Errorf("%w: gossip key of %d bytes, want 16, 24 or 32", ErrInvalid, l)
 	}
 	m, err := n.keyring()
