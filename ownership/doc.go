@@ -15,12 +15,14 @@
 //     LeaderInput) → LeaderReady decides when a term is established (a
 //     Barrier, then the voters' bound clamped by EstablishBound), when a
 //     round runs, what its outcomes mean and when the next one is due;
-//     InputOf builds the planner's input for every caller.
-//   - leaderloop.go — the thin goroutine shell that carries out the
-//     Leader's Readys on the control group's leader (Barrier, bound,
-//     commits, timers, coalesced notifications) behind narrow interfaces
-//     (Proposer, Source, Clock).
+//     InputOf builds the planner's input for every caller; VotersBound is
+//     the voters' confirm bound a shell asks for.
 //   - config.go — timings and policy, profiles (Fast/Default/Safe/Test).
+//
+// The goroutine shell that carries out the Leader's Readys on the control
+// group's leader (Barrier, bound, commits, timers, coalesced
+// notifications) is node's (node/leaderloop.go); the simulator is the
+// other shell.
 //
 // The planner, the leader core and the tracker read no clock, start no goroutines and do no
 // I/O: node/ and the simulator (simulation/) drive the very same code.
