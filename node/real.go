@@ -11,10 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -180,38 +177,6 @@ func ownershipConfig(cfg Config) ownership.Config {
 // tuneOwnership overrides ownership settings in tests.
 var tuneOwnership = func(*ownership.Config) {}
 
-// membershipConfig maps a node profile to the gossip configuration.
-func membershipConfig(cfg Config) (cluster.Config, error) {
-	row, _ := cfg.Profile.row()
-	mc := row.membership()
-	mc.Name = cfg.NodeID
-	mc.ClusterLabel = cfg.Cluster
-	host, port, err := splitHostPort(cfg.GossipAddr)
-	if err != nil {
-		return mc, fmt.Errorf("GossipAddr: %w", err)
-	}
-	mc.BindAddr, mc.BindPort = host, port
-	if cfg.GossipAdvertise != "" {
-		host, port, err := splitHostPort(cfg.GossipAdvertise)
-		if err != nil {
-			return mc, fmt.Errorf("GossipAdvertise: %w", err)
-		}
-		mc.AdvertiseAddr, mc.AdvertisePort = host, port
-	}
-	mc.Seeds = slices.Clone(cfg.Seeds)
-	if len(cfg.EncryptionKey) > 0 {
-		mc.SecretKeys = [][]byte{slices.Clone(cfg.EncryptionKey)}
-	}
-	if cfg.DataDir != "" && cfg.Network == nil {
-		mc.KeyringFile = filepath.Join(cfg.DataDir, keyringFileName)
-	}
-	mc.CheckPeer = checkPartitions(cfg.Partitions)
-	if cfg.Logger != nil {
-		mc.Logger = cfg.Logger.With("component", "gossip")
-	}
-	return mc, nil
-}
-
 // realBackend assembles a node over real storage, gossip and Raft, in the
 // order each step needs the last: the data dir, the replica, gossip, the
 // control group and the join, a disk-less member's incarnation, then the
@@ -304,58 +269,6 @@ func (b *netBackend) newReplica() (err error) {
 		b.kick()
 	})
 	return nil
-}
-
-// gossipMeta is what this node first gossips about itself.
-func gossipMeta(cfg Config, id string, inc uint64) cluster.Meta {
-	meta := cluster.Meta{
-		ID: id, Group: cfg.Cluster, Incarnation: inc, Health: 1,
-		RaftAddr: firstNonEmpty(cfg.RaftAdvertise, cfg.RaftAddr), HTTPAddr: cfg.HTTPAddr,
-		Version: "tenure", Tags: maps.Clone(cfg.Tags),
-	}
-	if meta.Tags == nil {
-		meta.Tags = make(map[string]string)
-	}
-	meta.Tags[groupTag] = cfg.Group
-	meta.Tags[partitionsTag] = strconv.Itoa(cfg.Partitions)
-	if cfg.Voter != "" && cfg.Voter != VoterAuto {
-		meta.Tags[cluster.TagVoter] = string(cfg.Voter)
-	}
-	// This binary follows the committed-state stream when out of Raft
-	// (cluster version 5): the leader may keep it out.
-	meta.Tags[cluster.TagStream] = "1"
-	if cfg.VoterOwnsNoShards {
-		meta.Tags[voterShardsTag] = "no"
-	}
-	if cfg.Weight > 1 {
-		meta.Tags[weightTag] = strconv.Itoa(cfg.Weight)
-	}
-	if cfg.Zone != "" {
-		meta.Tags[zoneTag] = cfg.Zone
-	}
-	// Until ClaimID finds no other live process with this id, peers never
-	// take this instance for the node (cluster.TagClaiming).
-	meta.Tags[cluster.TagClaiming] = "1"
-	return meta
-}
-
-// startGossip starts the membership (not yet joined) and returns the meta
-// it gossips.
-func (b *netBackend) startGossip(cleanup *[]func()) (cluster.Meta, error) {
-	mc, err := membershipConfig(b.cfg)
-	if err != nil {
-		return cluster.Meta{}, err
-	}
-	if err := b.cfg.Network.attachGossip(&mc, b.cfg, cleanup); err != nil {
-		return cluster.Meta{}, err
-	}
-	meta := gossipMeta(b.cfg, b.id, b.inc)
-	b.gossip, err = cluster.NewMembership(mc, meta)
-	if err != nil {
-		return cluster.Meta{}, fmt.Errorf("node: gossip: %w", err)
-	}
-	*cleanup = append(*cleanup, func() { _ = b.gossip.Shutdown() })
-	return meta, nil
 }
 
 // startControl starts the control group, joins the seeds and claims the

@@ -1,4 +1,5 @@
-// The real backend's gossip side: the tags a node gossips (group, partitions,
+// The real backend's gossip side: its start (membershipConfig, gossipMeta,
+// startGossip), the tags a node gossips (group, partitions,
 // weight, zone, voter preference, health, load) and how they are read back,
 // the member list, and the loop that wakes the node on membership changes.
 
@@ -6,6 +7,7 @@ package node
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -212,4 +214,88 @@ func (b *netBackend) setHealth(score float64, meta map[string]string) error {
 			m.Tags[healthTagPrefix+k] = v
 		}
 	})
+}
+
+// membershipConfig maps a node profile to the gossip configuration.
+func membershipConfig(cfg Config) (cluster.Config, error) {
+	row, _ := cfg.Profile.row()
+	mc := row.membership()
+	mc.Name = cfg.NodeID
+	mc.ClusterLabel = cfg.Cluster
+	host, port, err := splitHostPort(cfg.GossipAddr)
+	if err != nil {
+		return mc, fmt.Errorf("GossipAddr: %w", err)
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	if cfg.GossipAdvertise != "" {
+		host, port, err := splitHostPort(cfg.GossipAdvertise)
+		if err != nil {
+			return mc, fmt.Errorf("GossipAdvertise: %w", err)
+		}
+		mc.AdvertiseAddr, mc.AdvertisePort = host, port
+	}
+	mc.Seeds = slices.Clone(cfg.Seeds)
+	if len(cfg.EncryptionKey) > 0 {
+		mc.SecretKeys = [][]byte{slices.Clone(cfg.EncryptionKey)}
+	}
+	if cfg.DataDir != "" && cfg.Network == nil {
+		mc.KeyringFile = filepath.Join(cfg.DataDir, keyringFileName)
+	}
+	mc.CheckPeer = checkPartitions(cfg.Partitions)
+	if cfg.Logger != nil {
+		mc.Logger = cfg.Logger.With("component", "gossip")
+	}
+	return mc, nil
+}
+
+// gossipMeta is what this node first gossips about itself.
+func gossipMeta(cfg Config, id string, inc uint64) cluster.Meta {
+	meta := cluster.Meta{
+		ID: id, Group: cfg.Cluster, Incarnation: inc, Health: 1,
+		RaftAddr: firstNonEmpty(cfg.RaftAdvertise, cfg.RaftAddr), HTTPAddr: cfg.HTTPAddr,
+		Version: "tenure", Tags: maps.Clone(cfg.Tags),
+	}
+	if meta.Tags == nil {
+		meta.Tags = make(map[string]string)
+	}
+	meta.Tags[groupTag] = cfg.Group
+	meta.Tags[partitionsTag] = strconv.Itoa(cfg.Partitions)
+	if cfg.Voter != "" && cfg.Voter != VoterAuto {
+		meta.Tags[cluster.TagVoter] = string(cfg.Voter)
+	}
+	// This binary follows the committed-state stream when out of Raft
+	// (cluster version 5): the leader may keep it out.
+	meta.Tags[cluster.TagStream] = "1"
+	if cfg.VoterOwnsNoShards {
+		meta.Tags[voterShardsTag] = "no"
+	}
+	if cfg.Weight > 1 {
+		meta.Tags[weightTag] = strconv.Itoa(cfg.Weight)
+	}
+	if cfg.Zone != "" {
+		meta.Tags[zoneTag] = cfg.Zone
+	}
+	// Until ClaimID finds no other live process with this id, peers never
+	// take this instance for the node (cluster.TagClaiming).
+	meta.Tags[cluster.TagClaiming] = "1"
+	return meta
+}
+
+// startGossip starts the membership (not yet joined) and returns the meta
+// it gossips.
+func (b *netBackend) startGossip(cleanup *[]func()) (cluster.Meta, error) {
+	mc, err := membershipConfig(b.cfg)
+	if err != nil {
+		return cluster.Meta{}, err
+	}
+	if err := b.cfg.Network.attachGossip(&mc, b.cfg, cleanup); err != nil {
+		return cluster.Meta{}, err
+	}
+	meta := gossipMeta(b.cfg, b.id, b.inc)
+	b.gossip, err = cluster.NewMembership(mc, meta)
+	if err != nil {
+		return cluster.Meta{}, fmt.Errorf("node: gossip: %w", err)
+	}
+	*cleanup = append(*cleanup, func() { _ = b.gossip.Shutdown() })
+	return meta, nil
 }
