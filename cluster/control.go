@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/cluster/identity"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -48,8 +49,9 @@ var (
 	ErrUnknownServer = errors.New("cluster: server not in raft configuration")
 	// ErrBadControlConfig: ControlConfig.Validate failed.
 	ErrBadControlConfig = errors.New("cluster: invalid control config")
-	// ErrBadIdentity: a node id or identity file is invalid.
-	ErrBadIdentity = errors.New("cluster: invalid identity")
+	// ErrBadIdentity: a node id or identity file is invalid
+	// (identity.ErrBadIdentity).
+	ErrBadIdentity = identity.ErrBadIdentity
 	// ErrBadRequest: a malformed RPC request.
 	ErrBadRequest = errors.New("cluster: malformed rpc request")
 	// ErrUnauthorized: the leader refused a forwarded command or removal
@@ -150,7 +152,7 @@ type ControlGroup struct {
 	addr     string
 	// revocation checks proven peers against ControlConfig.Revoked
 	// (revoke.go); nil without it.
-	revocation *revocation
+	revocation *identity.Revocation
 	// proofs: node ids proven at Raft addresses (proof.go).
 	proofs *proofLog
 
@@ -208,6 +210,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if cfg.RPCMessageTimeout == 0 {
 		cfg.RPCMessageTimeout = DefaultRPCMessageTimeout
 	}
+	if cfg.MaxInstallSnapshot == 0 {
+		cfg.MaxInstallSnapshot = DefaultMaxInstallSnapshot
+	}
 	cfg.streamDefaults()
 	log := cfg.Logger
 	if log == nil {
@@ -235,7 +240,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if cfg.Authenticate != nil && cfg.Revoked != nil {
 		var every logLimiter
 		every.every = time.Second
-		g.revocation = &revocation{revoked: cfg.Revoked, log: func(c net.Conn, err error) {
+		g.revocation = &identity.Revocation{Revoked: cfg.Revoked, Log: func(c net.Conn, err error) {
 			if every.allow() {
 				log.Warn("cluster: refused a revoked peer (further refusals within 1s not logged)", "remote", c.RemoteAddr().String(), "err", err)
 			}
@@ -266,18 +271,18 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		},
 		authenticate: cfg.Authenticate,
 		revocation:   g.revocation,
-		raft: raftView{
-			configuration: func() raft.Configuration {
+		raft: identity.RaftView{
+			Configuration: func() raft.Configuration {
 				c, _ := g.latestConfiguration()
 				return c
 			},
-			term: g.currentTerm,
-			leader: func() string {
+			Term: g.currentTerm,
+			Leader: func() string {
 				_, id := g.leaderWithID()
 				return string(id)
 			},
-			self:          cfg.NodeID,
-			unknownLeader: g.requestVouch,
+			Self:          cfg.NodeID,
+			UnknownLeader: g.requestVouch,
 		},
 		raftRunning: g.HasRaft,
 		maxMessage:  cfg.MaxRPCMessage,

@@ -8,7 +8,7 @@ import (
 	"net/rpc"
 	"sync"
 
-	gometrics "github.com/hashicorp/go-metrics/compat"
+	"github.com/tenurehq/tenure/cluster/identity"
 )
 
 // Limits before authentication on the Raft/RPC port (docs/security.md,
@@ -32,11 +32,6 @@ const (
 	// back on the sender).
 	DefaultMaxInflightRPCs = 128
 )
-
-// countRefusal counts a refused connection or request by reason.
-func countRefusal(reason string) {
-	gometrics.IncrCounterWithLabels([]string{"control", "conn_refused"}, 1, []gometrics.Label{{Name: "reason", Value: reason}})
-}
 
 // pendingLimiter counts pending connections per port and per source.
 type pendingLimiter struct {
@@ -109,7 +104,7 @@ func (c *gobServerCodec) ReadRequestHeader(r *rpc.Request) error {
 	select {
 	case c.slot <- struct{}{}:
 	default:
-		countRefusal("inflight_rpcs") // counted once per wait
+		identity.CountRefusal("inflight_rpcs") // counted once per wait
 		select {
 		case c.slot <- struct{}{}:
 		case <-c.done:

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster/identity"
 )
 
 // The control group's RPC is net/rpc (gob) multiplexed on the Raft listener:
@@ -125,7 +127,7 @@ type mux struct {
 	stream StreamLayer
 	opts   muxOptions
 	raft   *raftStream // nil when Raft has its own transport
-	guard  *raftGuard
+	guard  *identity.Guard
 	log    *slog.Logger
 	// pending caps connections not yet past authentication (limits.go).
 	pending *pendingLimiter
@@ -145,15 +147,15 @@ type muxOptions struct {
 	// authenticate proves the peer of an accepted connection; nil trusts all.
 	authenticate func(context.Context, net.Conn) (Peer, error)
 	// revocation checks a proven peer against the deny-list (revoke.go).
-	revocation *revocation
+	revocation *identity.Revocation
 	// raft is the Raft guard's view of this node's Raft server.
-	raft raftView
+	raft identity.RaftView
 	// RPC limits (auth.go).
 	maxMessage              int
 	idleTimeout, msgTimeout time.Duration
 	// Limits before authentication (limits.go); 0 takes the default.
 	maxPending, maxPendingPerSource, maxInflight int
-	// maxSnapshot bounds one InstallSnapshot stream (0: the default).
+	// maxSnapshot bounds one InstallSnapshot stream (> 0).
 	maxSnapshot int64
 	// raftRunning reports whether this node runs Raft now (nil: always).
 	// A member on the stream runs none (raftless.go): its Raft streams are
@@ -173,7 +175,7 @@ func newMux(stream StreamLayer, opts muxOptions, withRaft bool, log *slog.Logger
 		opts.maxInflight = DefaultMaxInflightRPCs
 	}
 	m := &mux{stream: stream, opts: opts, log: log, conns: map[net.Conn]struct{}{},
-		pending: newPendingLimiter(opts.maxPending, opts.maxPendingPerSource), guard: &raftGuard{view: opts.raft, maxSnapshot: opts.maxSnapshot}}
+		pending: newPendingLimiter(opts.maxPending, opts.maxPendingPerSource), guard: identity.NewGuard(opts.raft, opts.maxSnapshot)}
 	m.refuse.every = time.Second
 	if withRaft {
 		m.raft = &raftStream{stream: stream, accept: make(chan net.Conn), closed: make(chan struct{})}
@@ -205,7 +207,7 @@ func (m *mux) start() {
 			}
 			release, reason := m.pending.acquire(c.RemoteAddr())
 			if reason != "" {
-				countRefusal(reason)
+				identity.CountRefusal(reason)
 				m.refused(c, fmt.Errorf("too many connections not yet authenticated (%s)", reason))
 				_ = c.Close()
 				continue
@@ -258,13 +260,13 @@ func (m *mux) handle(c net.Conn, release func()) {
 		p, err := m.opts.authenticate(ctx, c)
 		cancel()
 		if err != nil {
-			countRefusal("handshake")
+			identity.CountRefusal("handshake")
 			m.refused(c, err)
 			m.untrack(c)
 			_ = c.Close()
 			return
 		}
-		if m.opts.revocation.check(c, p) != nil {
+		if m.opts.revocation.Check(c, p) != nil {
 			m.untrack(c)
 			_ = c.Close()
 			return
@@ -274,7 +276,7 @@ func (m *mux) handle(c net.Conn, release func()) {
 	}
 	// conn is c checked against the deny-list at every use; c stays the
 	// tracked connection.
-	conn := m.opts.revocation.wrap(c, peer)
+	conn := m.opts.revocation.Wrap(c, peer)
 	if !authenticated {
 		conn = c
 	}
@@ -306,9 +308,9 @@ func (m *mux) handle(c net.Conn, release func()) {
 		}
 		// Only a node (voter-capable) certificate speaks Raft: a member's
 		// or an operator's is cut off on this first byte.
-		if authenticated && !peer.VoterCapable() && !m.guard.off.Load() {
-			err := refuse(refusedRole, "%s may not open a Raft stream (a node certificate is needed; a member certificate serves the RPC path only)", peer)
-			m.guard.count(err)
+		if authenticated && !peer.VoterCapable() && !m.guard.Off() {
+			err := identity.Refuse(identity.RefusedRole, "%s may not open a Raft stream (a node certificate is needed; a member certificate serves the RPC path only)", peer)
+			m.guard.Count(err)
 			m.refused(c, err)
 			m.untrack(c)
 			_ = c.Close()
@@ -318,7 +320,7 @@ func (m *mux) handle(c net.Conn, release func()) {
 		// close() can end raft's blocked reads.
 		rc := conn
 		if authenticated {
-			rc = guardRaft(conn, peer, m.guard, func(err error) { m.refused(c, err) })
+			rc = identity.GuardRaft(conn, peer, m.guard, func(err error) { m.refused(c, err) })
 		}
 		tc := &trackedConn{Conn: rc, untrack: func() { m.untrack(c) }}
 		select {
