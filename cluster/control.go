@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/rpc"
+	netrpc "net/rpc"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenurehq/tenure/cluster/identity"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // Errors returned by the control group. Match them with errors.Is.
@@ -38,8 +39,9 @@ var (
 	// ErrTimeout: the context ended while the command was in flight; the
 	// outcome is unknown if it had been submitted.
 	ErrTimeout = errors.New("cluster: timed out")
-	// ErrControlClosed: the control group is shut down.
-	ErrControlClosed = errors.New("cluster: control group closed")
+	// ErrControlClosed: the control group is shut down (rpc.ErrClosed: its
+	// RPC pool returns it too).
+	ErrControlClosed = rpc.ErrClosed
 	// ErrBadResponse: the FSM returned a response that cannot cross the RPC.
 	ErrBadResponse = errors.New("cluster: unsupported fsm response type")
 	// ErrQuorumRisk: a removal would leave fewer voters than a quorum of the
@@ -147,7 +149,7 @@ type ControlGroup struct {
 	hlog     hclog.Logger
 	trans    raft.Transport
 	waitT    *waitingTransport // under g.trans: replication waits for unreachable peers
-	mux      *mux
+	mux      *rpc.Mux
 	pool     *rpcPool
 	addr     string
 	// revocation checks proven peers against ControlConfig.Revoked
@@ -238,10 +240,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	}
 	g.inc.Store(cfg.Incarnation)
 	if cfg.Authenticate != nil && cfg.Revoked != nil {
-		var every logLimiter
-		every.every = time.Second
+		every := rpc.LogLimiter{Every: time.Second}
 		g.revocation = &identity.Revocation{Revoked: cfg.Revoked, Log: func(c net.Conn, err error) {
-			if every.allow() {
+			if every.Allow() {
 				log.Warn("cluster: refused a revoked peer (further refusals within 1s not logged)", "remote", c.RemoteAddr().String(), "err", err)
 			}
 		}}
@@ -256,22 +257,22 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		stream = s
 	}
 	if cfg.Authenticate != nil {
-		stream = &checkedDialer{StreamLayer: stream, check: g.checkDialed, revoked: g.revocation}
+		stream = rpc.NewCheckedDialer(stream, g.checkDialed, g.revocation)
 	}
-	if err := rpc.NewServer().RegisterName("Control", &controlRPC{g: g}); err != nil {
+	if err := netrpc.NewServer().RegisterName("Control", &controlRPC{g: g}); err != nil {
 		_ = stream.Close()
 		return nil, fmt.Errorf("cluster: register rpc: %w", err)
 	}
-	g.mux = newMux(stream, muxOptions{
-		server: func(p Peer, authenticated bool) *rpc.Server {
+	g.mux = rpc.NewMux(stream, rpc.MuxOptions{
+		Server: func(p Peer, authenticated bool) *netrpc.Server {
 			// One server per connection, so each call knows its peer.
-			srv := rpc.NewServer()
+			srv := netrpc.NewServer()
 			_ = srv.RegisterName("Control", &controlRPC{g: g, peer: p, authenticated: authenticated})
 			return srv
 		},
-		authenticate: cfg.Authenticate,
-		revocation:   g.revocation,
-		raft: identity.RaftView{
+		Authenticate: cfg.Authenticate,
+		Revocation:   g.revocation,
+		Raft: identity.RaftView{
 			Configuration: func() raft.Configuration {
 				c, _ := g.latestConfiguration()
 				return c
@@ -284,11 +285,11 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			Self:          cfg.NodeID,
 			UnknownLeader: g.requestVouch,
 		},
-		raftRunning: g.HasRaft,
-		maxMessage:  cfg.MaxRPCMessage,
-		idleTimeout: cfg.RPCIdleTimeout,
-		msgTimeout:  cfg.RPCMessageTimeout,
-		maxSnapshot: cfg.MaxInstallSnapshot,
+		RaftRunning: g.HasRaft,
+		MaxMessage:  cfg.MaxRPCMessage,
+		IdleTimeout: cfg.RPCIdleTimeout,
+		MsgTimeout:  cfg.RPCMessageTimeout,
+		MaxSnapshot: cfg.MaxInstallSnapshot,
 	}, cfg.Transport == nil, log)
 	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()
@@ -297,7 +298,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	g.trans = cfg.Transport
 	if g.trans == nil {
 		g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream:  g.mux.raft,
+			Stream:  g.mux.Raft(),
 			MaxPool: 3,
 			Timeout: cfg.RPCTimeout,
 			Logger:  g.hlog,
@@ -311,7 +312,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 
 	hasState, err := raft.HasExistingState(cfg.LogStore, cfg.StableStore, cfg.SnapshotStore)
 	if err != nil {
-		g.mux.close()
+		g.mux.Close()
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
 	if cfg.AppliedIndex != nil {
@@ -327,7 +328,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	// (raftless.go); every other node starts it now.
 	if !cfg.lazyRaft() {
 		if err := g.startRaft(); err != nil {
-			g.mux.close()
+			g.mux.Close()
 			if c, ok := g.trans.(raft.WithClose); ok {
 				_ = c.Close()
 			}
@@ -349,7 +350,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		}
 		return false
 	})
-	g.mux.start()
+	g.mux.Start()
 	if g.follow != nil {
 		g.goLoop(g.follow.run)
 	}
@@ -574,7 +575,7 @@ func (g *ControlGroup) Close(ctx context.Context) error {
 		// Close the transport before waiting for raft's goroutines: a
 		// replication goroutine blocked sending to a peer that is gone
 		// would otherwise hold the shutdown until ctx ends.
-		g.mux.close()
+		g.mux.Close()
 		if c, ok := g.trans.(raft.WithClose); ok {
 			_ = c.Close()
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // leaderWatchLoop turns Raft's leader observations into closes of
@@ -232,7 +233,7 @@ func (g *ControlGroup) offerInTurn(ctx context.Context, addrs []string, cmd []by
 }
 
 func isDialErr(err error) bool {
-	var d *errDial
+	var d *rpc.DialError
 	return errors.As(err, &d)
 }
 

@@ -47,49 +47,6 @@ func encodeConfig(servers ...string) []byte {
 	return raft.EncodeConfiguration(c)
 }
 
-type dialStream struct {
-	StreamLayer
-	server chan net.Conn
-}
-
-func (d *dialStream) Dial(context.Context, string) (net.Conn, error) {
-	a, b := net.Pipe()
-	d.server <- b
-	return a, nil
-}
-
-// A Raft dial goes only to a server that proved a node certificate: a
-// member's (or one with no role) is dropped before one Raft byte is sent.
-func TestRaftDialNeedsNodeServer(t *testing.T) {
-	for _, tc := range []struct {
-		role Role
-		ok   bool
-	}{{RoleNode, true}, {RoleMember, false}, {RoleOperator, false}, {RoleNone, false}} {
-		ds := &dialStream{server: make(chan net.Conn, 1)}
-		r := &raftStream{stream: &checkedDialer{StreamLayer: ds, check: func(context.Context, string, net.Conn) (Peer, error) {
-			return Peer{ID: "x", Role: tc.role}, nil
-		}}}
-		got := make(chan []byte, 1)
-		go func() {
-			srv := <-ds.server
-			defer srv.Close()
-			b := make([]byte, 1)
-			n, _ := srv.Read(b)
-			got <- b[:n]
-		}()
-		c, err := r.Dial("127.0.0.1:1", 5*time.Second)
-		if (err == nil) != tc.ok {
-			t.Errorf("%v server: Dial err = %v, want ok %v", tc.role, err, tc.ok)
-		}
-		if c != nil {
-			_ = c.Close()
-		}
-		if b := <-got; tc.ok != bytes.Equal(b, []byte{protoRaft}) {
-			t.Errorf("%v server: it read %q", tc.role, b)
-		}
-	}
-}
-
 // attacker speaks raft's NetworkTransport wire format over the TLS mux
 // with its own certificate.
 type attacker struct {
@@ -246,7 +203,7 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 	// The control: the same forged AppendEntries from the member
 	// certificate against the same voter with its guard off is appended
 	// and committed (the finding), so the test above can fail.
-	voter.g.mux.guard.SetOff(true)
+	voter.g.mux.Guard().SetOff(true)
 	ctl := before.term + 100
 	if err := attackers[0].send(voter.addr, raftAppendEntries, forgedAppend("n4", ctl, raft.LogCommand, forged), nil); err != nil {
 		t.Fatalf("unguarded voter did not answer the forged AppendEntries: %v", err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // This file is the seeded in-memory network the control group uses in tests
@@ -347,11 +349,11 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 		}
 	}()
 
-	// Until the peer takes the request, a failure is a *errDial (it never
+	// Until the peer takes the request, a failure is a *rpc.DialError (it never
 	// reached the peer), as a failed dial is on a real network.
 	d, err := t.net.route(t.addr, target)
 	if err != nil {
-		return nil, &errDial{err}
+		return nil, &rpc.DialError{Err: err}
 	}
 	if err := sleepCtx(ctx, d); err != nil {
 		return nil, err
@@ -361,7 +363,7 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 	timeout := t.net.timeout * time.Duration(timeoutScale)
 	t.net.mu.Unlock()
 	if peer == nil {
-		return nil, &errDial{fmt.Errorf("memnet: no transport at %s", target)}
+		return nil, &rpc.DialError{Err: fmt.Errorf("memnet: no transport at %s", target)}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -369,11 +371,11 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 	select {
 	case peer.consumer <- raft.RPC{Command: args, Reader: data, RespChan: respCh}:
 	case <-peer.closed:
-		return nil, &errDial{fmt.Errorf("memnet: transport %s closed", target)}
+		return nil, &rpc.DialError{Err: fmt.Errorf("memnet: transport %s closed", target)}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-timer.C:
-		return nil, &errDial{fmt.Errorf("memnet: send to %s timed out", target)}
+		return nil, &rpc.DialError{Err: fmt.Errorf("memnet: send to %s timed out", target)}
 	}
 	var resp raft.RPCResponse
 	select {
@@ -442,7 +444,7 @@ func (l *memStreamLayer) Close() error {
 	return nil
 }
 
-func (l *memStreamLayer) Addr() net.Addr { return stringAddr(l.addr) }
+func (l *memStreamLayer) Addr() net.Addr { return rpc.Addr(l.addr) }
 
 func (l *memStreamLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if l.net.inHole(l.addr, addr) {
@@ -496,8 +498,8 @@ func (c *pipeConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func (c *pipeConn) LocalAddr() net.Addr  { return stringAddr(c.local) }
-func (c *pipeConn) RemoteAddr() net.Addr { return stringAddr(c.remote) }
+func (c *pipeConn) LocalAddr() net.Addr  { return rpc.Addr(c.local) }
+func (c *pipeConn) RemoteAddr() net.Addr { return rpc.Addr(c.remote) }
 
 func (c *pipeConn) Close() error {
 	c.net.mu.Lock()
@@ -511,9 +513,3 @@ func (c *pipeConn) closeBoth() {
 	_ = c.Conn.Close()
 	_ = c.peer.Conn.Close()
 }
-
-// stringAddr is a net.Addr for a host:port string.
-type stringAddr string
-
-func (a stringAddr) Network() string { return "tcp" }
-func (a stringAddr) String() string  { return string(a) }

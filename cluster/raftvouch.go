@@ -75,7 +75,7 @@ func (g *ControlGroup) vouchLoop() {
 			g.log.Debug("cluster: no voter vouched for an unknown leader", "leader", req.id, "term", req.term, "vouched_by", by)
 			continue
 		}
-		if g.mux.guard.Vouch(req.id, req.term) {
+		if g.mux.Guard().Vouch(req.id, req.term) {
 			g.log.Info("cluster: accepting log from a leader this node's configuration does not list yet, on the word of the voters it knows",
 				"leader", req.id, "term", req.term, "vouched_by", by)
 		}

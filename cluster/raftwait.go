@@ -25,7 +25,7 @@ import (
 //
 // So log replication (not heartbeats) to an unreachable peer waits here for
 // the peer instead of failing at once: after a send that could not reach
-// the peer (a *errDial: the connection could not be made) the same request
+// the peer (a *rpc.DialError: the connection could not be made) the same request
 // is sent again every waitProbe until it gets an answer, which reaches raft
 // as the one outcome of its single call. Any other error (the peer was
 // reached, or may have been) goes to raft at once, as before: a peer that

@@ -1,11 +1,11 @@
-package cluster
+package rpc
 
 import (
 	"bufio"
 	"encoding/gob"
 	"io"
 	"net"
-	"net/rpc"
+	netrpc "net/rpc"
 	"sync"
 
 	"github.com/tenurehq/tenure/cluster/identity"
@@ -100,7 +100,7 @@ func newGobServerCodec(rwc io.ReadWriteCloser, max int) *gobServerCodec {
 		slot: make(chan struct{}, max), done: make(chan struct{})}
 }
 
-func (c *gobServerCodec) ReadRequestHeader(r *rpc.Request) error {
+func (c *gobServerCodec) ReadRequestHeader(r *netrpc.Request) error {
 	select {
 	case c.slot <- struct{}{}:
 	default:
@@ -122,7 +122,7 @@ func (c *gobServerCodec) ReadRequestBody(body any) error { return c.dec.Decode(b
 
 // WriteResponse is called once per request header read (net/rpc answers
 // even requests it cannot serve), one call at a time.
-func (c *gobServerCodec) WriteResponse(r *rpc.Response, body any) error {
+func (c *gobServerCodec) WriteResponse(r *netrpc.Response, body any) error {
 	defer func() { <-c.slot }()
 	err := c.enc.Encode(r)
 	if err == nil {

@@ -1,4 +1,4 @@
-package cluster
+package rpc
 
 import (
 	"context"
@@ -90,7 +90,7 @@ func (c *gobLimitConn) readHeader() error {
 	} else {
 		k := int(-int8(b))
 		if k < 1 || k > 8 {
-			return fmt.Errorf("%w: bad gob length prefix %#x", ErrMessageTooLarge, b)
+			return fmt.Errorf("%w: bad gob length prefix %#x", identity.ErrMessageTooLarge, b)
 		}
 		if _, err := io.ReadFull(c.Conn, c.hdr[1:1+k]); err != nil {
 			return err
@@ -101,24 +101,32 @@ func (c *gobLimitConn) readHeader() error {
 		n += k
 	}
 	if length > uint64(c.max) {
-		return fmt.Errorf("%w: %d-byte message from %s, limit %d", ErrMessageTooLarge, length, c.Conn.RemoteAddr(), c.max)
+		return fmt.Errorf("%w: %d-byte message from %s, limit %d", identity.ErrMessageTooLarge, length, c.Conn.RemoteAddr(), c.max)
 	}
 	c.remaining = int(length)
 	c.hdrPending = c.hdr[:n]
 	return nil
 }
 
-// logLimiter lets one log line through per interval: refused connections
+// LogLimiter lets one log line through per interval: refused connections
 // from a scanner or an attacker must not flood the log.
-type logLimiter struct {
-	every time.Duration
+type LogLimiter struct {
+	// Every is the interval.
+	Every time.Duration
 	last  atomic.Int64
 }
 
-func (l *logLimiter) allow() bool {
+func (l *LogLimiter) Allow() bool {
 	now := time.Now().UnixNano()
 	last := l.last.Load()
-	return now-last >= int64(l.every) && l.last.CompareAndSwap(last, now)
+	return now-last >= int64(l.Every) && l.last.CompareAndSwap(last, now)
+}
+
+// NewCheckedDialer wraps stream so that every connection it dials proves
+// its server with check (cluster's ControlGroup: the node gossip says
+// listens at that address) and against the deny-list revoked (nil: none).
+func NewCheckedDialer(stream StreamLayer, check func(ctx context.Context, addr string, c net.Conn) (identity.Peer, error), revoked *identity.Revocation) StreamLayer {
+	return &checkedDialer{StreamLayer: stream, check: check, revoked: revoked}
 }
 
 // checkedDialer verifies, on every connection this node dials, that the
@@ -126,7 +134,7 @@ func (l *logLimiter) allow() bool {
 // certificate cannot stand in for another member's Raft address.
 type checkedDialer struct {
 	StreamLayer
-	check   func(ctx context.Context, addr string, c net.Conn) (Peer, error)
+	check   func(ctx context.Context, addr string, c net.Conn) (identity.Peer, error)
 	revoked *identity.Revocation // the deny-list (identity/revoke.go)
 }
 
@@ -149,12 +157,5 @@ func (d *checkedDialer) Dial(ctx context.Context, addr string) (net.Conn, error)
 // provenConn is a dialed connection whose server proved who it is.
 type provenConn struct {
 	net.Conn
-	peer Peer
+	peer identity.Peer
 }
-
-// RaftRefused is how many Raft connections or messages this node refused
-// since it started: a certificate that is not a node's on the first Raft
-// byte, or a message the Raft guard refused (raftguard.go). The same count
-// goes to go-metrics as cluster.raft.refused{reason} (Prometheus:
-// tenure_cluster_raft_refused_total through httpapi.BridgeGoMetrics).
-func (g *ControlGroup) RaftRefused() uint64 { return g.mux.guard.Refused() }
