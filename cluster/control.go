@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenurehq/tenure/cluster/identity"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/cluster/raftnet"
 	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
@@ -148,7 +149,7 @@ type ControlGroup struct {
 	raftStop chan struct{}
 	hlog     hclog.Logger
 	trans    raft.Transport
-	waitT    *waitingTransport // under g.trans: replication waits for unreachable peers
+	waitT    *raftnet.WaitingTransport // under g.trans: replication waits for unreachable peers
 	mux      *rpc.Mux
 	pool     *rpcPool
 	addr     string
@@ -304,11 +305,11 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			Logger:  g.hlog,
 		})
 	}
-	// Log replication to an unreachable peer waits for it (raftwait.go), so
+	// Log replication to an unreachable peer waits for it (raftnet/wait.go), so
 	// a voter back from an outage is not left to raft's growing backoff.
-	wt := newWaitingTransport(g.trans, log, waitProbe, waitMax)
+	wt := raftnet.NewWaitingTransport(g.trans, log, raftnet.WaitProbe, raftnet.WaitMax)
 	g.pushTrans = g.trans // commit pushes never wait (control_push.go)
-	g.trans, g.waitT = wt.raftTransport(), wt
+	g.trans, g.waitT = wt.RaftTransport(), wt
 
 	hasState, err := raft.HasExistingState(cfg.LogStore, cfg.StableStore, cfg.SnapshotStore)
 	if err != nil {
@@ -338,7 +339,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if g.rec != nil && cfg.StreamActive != nil {
 		g.follow = newStreamFollower(g, stream) // started below, once the RPC server runs
 	}
-	wt.setWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
+	wt.SetWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
 		r := g.rft()
 		if r == nil || r.State() != raft.Leader || r.CurrentTerm() != term {
 			return false

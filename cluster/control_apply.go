@@ -174,7 +174,7 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 		} else {
 			err = ErrNoLeader
 		}
-		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || isDialErr(err)) {
+		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || rpc.IsDialError(err)) {
 			return res, err
 		}
 		lastErr = err
@@ -221,7 +221,7 @@ func (g *ControlGroup) offerInTurn(ctx context.Context, addrs []string, cmd []by
 	var lastErr error
 	for _, addr := range addrs {
 		res, err := g.applyToPeer(ctx, addr, cmd)
-		if err == nil || !(errors.Is(err, ErrNotLeader) || isDialErr(err)) {
+		if err == nil || !(errors.Is(err, ErrNotLeader) || rpc.IsDialError(err)) {
 			return res, true, err
 		}
 		lastErr = err
@@ -230,11 +230,6 @@ func (g *ControlGroup) offerInTurn(ctx context.Context, addrs []string, cmd []by
 		}
 	}
 	return Applied{}, false, lastErr
-}
-
-func isDialErr(err error) bool {
-	var d *rpc.DialError
-	return errors.As(err, &d)
 }
 
 func (g *ControlGroup) applyLocal(ctx context.Context, cmd []byte) (Applied, error) {
@@ -291,7 +286,7 @@ func (g *ControlGroup) applyRemote(ctx context.Context, addr string, cmd []byte)
 	err := g.pool.call(cctx, addr, "Control.Apply", &args, &reply)
 	switch {
 	case err == nil:
-	case isDialErr(err):
+	case rpc.IsDialError(err):
 		return Applied{}, err // never sent: Apply retries (with the new leader)
 	case ctx.Err() != nil:
 		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrTimeout, addr, ctx.Err())
@@ -336,7 +331,7 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 			switch {
 			case err == nil:
 				err = removeErr(reply)
-			case !isDialErr(err) && ctx.Err() == nil:
+			case !rpc.IsDialError(err) && ctx.Err() == nil:
 				err = fmt.Errorf("%w: remove via %s: %v", ErrLeadershipLost, addr, err)
 			}
 		} else {
@@ -347,10 +342,10 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 		}
 		if (errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrTimeout)) && ctx.Err() == nil {
 			uncertain = true
-		} else if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || isDialErr(err)) {
+		} else if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || rpc.IsDialError(err)) {
 			return err
 		}
-		if errors.Is(err, ErrNoLeader) || isDialErr(err) {
+		if errors.Is(err, ErrNoLeader) || rpc.IsDialError(err) {
 			if noLeaderSince.IsZero() {
 				noLeaderSince = time.Now()
 			} else if leaderless > 0 && time.Since(noLeaderSince) >= leaderless {

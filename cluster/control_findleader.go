@@ -8,6 +8,7 @@ import (
 	"time"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // SetIncarnation records the process incarnation once it is known later
@@ -62,7 +63,7 @@ func (g *ControlGroup) applyToPeer(ctx context.Context, addr string, cmd []byte)
 	err := g.pool.call(ctx, addr, "Control.Apply", &args, &reply)
 	switch {
 	case err == nil:
-	case isDialErr(err):
+	case rpc.IsDialError(err):
 		return Applied{}, err // never sent: try the next peer
 	case ctx.Err() != nil:
 		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrTimeout, addr, ctx.Err())

@@ -345,7 +345,7 @@ func (r *raftStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	defer cancel()
 	c, err := r.stream.Dial(ctx, string(addr))
 	if err != nil {
-		return nil, &DialError{err} // the peer is unreachable: raftwait.go waits on it
+		return nil, &DialError{err} // the peer is unreachable: raftnet.WaitingTransport waits on it
 	}
 	// With authentication, Raft goes only to a server that proved a node
 	// certificate: a member's certificate is never replicated to, never

@@ -111,6 +111,13 @@ type DialError struct{ Err error }
 func (e *DialError) Error() string { return "dial: " + e.Err.Error() }
 func (e *DialError) Unwrap() error { return e.Err }
 
+// IsDialError reports whether err is (or wraps) a *DialError: the request
+// never reached the peer.
+func IsDialError(err error) bool {
+	var d *DialError
+	return errors.As(err, &d)
+}
+
 // client returns the pooled client for addr, dialing it if there is none:
 // the first caller starts the dial, later ones wait for the same dial,
 // each within its ctx.
