@@ -204,19 +204,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.MaxRPCMessage == 0 {
-		cfg.MaxRPCMessage = DefaultMaxRPCMessage
-	}
-	if cfg.RPCIdleTimeout == 0 {
-		cfg.RPCIdleTimeout = DefaultRPCIdleTimeout
-	}
-	if cfg.RPCMessageTimeout == 0 {
-		cfg.RPCMessageTimeout = DefaultRPCMessageTimeout
-	}
-	if cfg.MaxInstallSnapshot == 0 {
-		cfg.MaxInstallSnapshot = DefaultMaxInstallSnapshot
-	}
-	cfg.streamDefaults()
+	cfg.defaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

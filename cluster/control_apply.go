@@ -178,14 +178,7 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 			return res, err
 		}
 		lastErr = err
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		case <-g.closing:
-			t.Stop()
-		}
+		_ = g.pause(ctx, backoff) // the next round's applyStopped says why it ended
 		backoff = min(2*backoff, 100*time.Millisecond)
 	}
 }
@@ -354,19 +347,28 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 		} else {
 			noLeaderSince = time.Time{}
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			if uncertain {
-				return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrTimeout, args.ID, ctx.Err(), err)
-			}
-			return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrNoLeader, args.ID, ctx.Err(), err)
-		case <-g.closing:
-			t.Stop()
+		switch perr := g.pause(ctx, backoff); {
+		case errors.Is(perr, ErrControlClosed):
 			return ErrControlClosed
+		case perr != nil && uncertain:
+			return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrTimeout, args.ID, perr, err)
+		case perr != nil:
+			return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrNoLeader, args.ID, perr, err)
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// pause waits d between two tries of a retry loop: it returns nil once d
+// passed, ctx's error if ctx ended first, ErrControlClosed if the group
+// closed first.
+func (g *ControlGroup) pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d): // collected once unreferenced (Go ≥ 1.23)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.closing:
+		return ErrControlClosed
 	}
 }

@@ -42,14 +42,7 @@ func (g *ControlGroup) ApplyViaPeers(ctx context.Context, cmd []byte) (Applied, 
 		if err != nil {
 			lastErr = err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		case <-g.closing:
-			t.Stop()
-		}
+		_ = g.pause(ctx, backoff) // the next round's applyStopped says why it ended
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
