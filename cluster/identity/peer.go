@@ -9,19 +9,19 @@ import (
 )
 
 // The trust boundary of the Raft/RPC port (docs/security.md). With
-// ControlConfig.Authenticate set, every accepted connection must prove who
+// cluster.ControlConfig.Authenticate set, every accepted connection must prove who
 // is on the other end (mutual TLS: the node id in the peer's certificate)
 // before one byte of Raft or RPC is read from it; then
 //
 //   - only a node (voter-capable) certificate may open a Raft stream: a
 //     member's or an operator's is refused on the first Raft byte, and a
-//     Raft dial accepts only a server with a node certificate (rpc.go);
+//     Raft dial accepts only a server with a node certificate (cluster/rpc);
 //   - every Raft message must carry the proven id in its header (a node
 //     cannot speak for another), votes and log come only from voters of
 //     the latest configuration, log only from the leader of its term,
 //     TimeoutNow only from the leader this node follows, and every
 //     configuration carried must decode (see raftguard.go);
-//   - every forwarded command is checked by ControlConfig.Authorize against
+//   - every forwarded command is checked by cluster.ControlConfig.Authorize against
 //     the proven id before it reaches Raft, and Remove of another server
 //     needs an operator;
 //   - every RPC message is bounded in size (MaxRPCMessage) and in time
@@ -31,7 +31,7 @@ import (
 // trusted as before and no command is authorized.
 
 // Role is what a peer's certificate proves it may be (docs/security.md,
-// "Roles"). The role checks apply only where ControlConfig.Authenticate is
+// "Roles"). The role checks apply only where cluster.ControlConfig.Authenticate is
 // set; without it (loopback, Insecure, tests) every peer is trusted and
 // Peer is the zero value.
 type Role uint8
@@ -47,7 +47,7 @@ const (
 	RoleNode
 	// RoleMember: a member certificate (tenure://member/<id>): a
 	// --voter=never node proven by its id. The RPC path only: renewals,
-	// proposals (checked by ControlConfig.Authorize), the committed-state
+	// proposals (checked by cluster.ControlConfig.Authorize), the committed-state
 	// stream. Never Raft.
 	RoleMember
 	// RoleOperator: an operator certificate; ID is the operator's name.
@@ -106,7 +106,7 @@ func (p Peer) String() string {
 // connection is closed.
 var ErrMessageTooLarge = errors.New("cluster: message too large")
 
-// TLSAuthenticator returns a ControlConfig.Authenticate for a StreamLayer
+// TLSAuthenticator returns a cluster.ControlConfig.Authenticate for a StreamLayer
 // made with NewTLSStreamLayer: it completes the handshake (which verifies
 // the peer's certificate chain with the server config) and hands the
 // verified connection state to peerOf, which names the peer from its

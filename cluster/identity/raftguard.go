@@ -23,7 +23,7 @@ import (
 // connection; Raft sees a dropped connection, as after a network fault.
 //
 // Before the guard, the mux lets only a node (voter-capable) certificate
-// open a Raft stream at all (rpc.go): a member's or an operator's is
+// open a Raft stream at all (cluster/rpc/mux.go): a member's or an operator's is
 // refused on the first Raft byte. The guard's checks (decideRaft, a pure
 // function of the message and this node's view of Raft):
 //   - the header's server id is the id the peer proved (its certificate):
@@ -60,7 +60,7 @@ import (
 // means. A node that missed the configuration entry that made a new voter
 // (a lagging follower, a voter or standby that was down while the voters
 // changed) would refuse that voter's log for as long as it leads; the
-// vouch round (raftvouch.go) lets it in on the word of a voter this node
+// vouch round (cluster/raftvouch.go) lets it in on the word of a voter this node
 // knows (docs/security.md, "Roles").
 
 // The transport's message types (hashicorp/raft net_transport.go; stable
@@ -112,7 +112,7 @@ const (
 	refusedMalformed = "malformed"  // undecodable message, unknown type
 	refusedTooLarge  = "too_large"  // over maxRaftMessage
 	// refusedSnapshotTooLarge: an InstallSnapshot whose stream is over
-	// ControlConfig.MaxInstallSnapshot.
+	// cluster.ControlConfig.MaxInstallSnapshot.
 	refusedSnapshotTooLarge = "snapshot_too_large"
 )
 
@@ -273,7 +273,7 @@ type Guard struct {
 	// that their attacks work on an unguarded node).
 	off atomic.Bool
 	// maxSnapshot bounds the bytes of one InstallSnapshot stream
-	// (ControlConfig.MaxInstallSnapshot, which cluster defaults to
+	// (cluster.ControlConfig.MaxInstallSnapshot, which cluster defaults to
 	// DefaultMaxInstallSnapshot).
 	maxSnapshot int64
 

@@ -9,7 +9,7 @@ import (
 )
 
 // Revocation (docs/security.md, "Revoking a node"): with
-// ControlConfig.Revoked set, every authenticated connection of the
+// cluster.ControlConfig.Revoked set, every authenticated connection of the
 // Raft/RPC port — accepted or dialed, Raft, RPC or the committed-state
 // stream — is checked against the deny-list when its peer is proven (the
 // handshake) and again on every read and write after it, so a connection
@@ -18,7 +18,7 @@ import (
 // and is logged at most once a second.
 
 // ErrPeerRevoked: the peer's id or certificate is on the committed
-// deny-list (ControlConfig.Revoked). The connection is closed.
+// deny-list (cluster.ControlConfig.Revoked). The connection is closed.
 var ErrPeerRevoked = errors.New("cluster: peer revoked")
 
 // Revocation checks one connection's peer against the deny-list.
