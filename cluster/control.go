@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tenurehq/tenure/cluster/identity"
+	"github.com/tenurehq/tenure/cluster/internal/logadapt"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 	"github.com/tenurehq/tenure/cluster/raftnet"
 	"github.com/tenurehq/tenure/cluster/rpc"
@@ -283,7 +284,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()
 
-	g.hlog = newRaftLogger(log)
+	g.hlog = logadapt.NewRaftLogger(log) // raft and its transport log as slog records
 	g.trans = cfg.Transport
 	if g.trans == nil {
 		g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
