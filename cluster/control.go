@@ -155,7 +155,7 @@ type ControlGroup struct {
 	pool     *rpcPool
 	addr     string
 	// revocation checks proven peers against ControlConfig.Revoked
-	// (revoke.go); nil without it.
+	// (identity/revoke.go); nil without it.
 	revocation *identity.Revocation
 	// proofs: node ids proven at Raft addresses (proof.go).
 	proofs *proofLog

@@ -71,7 +71,7 @@ type ControlConfig struct {
 	// Revoked, with Authenticate, says whether a proven peer is on the
 	// committed deny-list (an error wrapping ErrPeerRevoked): it is
 	// called at every handshake, accepted and dialed, and at every later
-	// read and write of such a connection (revoke.go), so it must be
+	// read and write of such a connection (identity/revoke.go), so it must be
 	// cheap and must not block. nil revokes nobody.
 	Revoked func(p Peer) error
 	// CheckCommand, if set, checks every command before this node proposes it
