@@ -23,8 +23,8 @@ import (
 // connection; Raft sees a dropped connection, as after a network fault.
 //
 // Before the guard, the mux lets only a node (voter-capable) certificate
-// open a Raft stream at all (cluster/rpc/mux.go): a member's or an operator's is
-// refused on the first Raft byte. The guard's checks (decideRaft, a pure
+// open a Raft stream at all (cluster/rpc/mux.go): a member's or an
+// operator's is refused on the first Raft byte. The guard's checks (decideRaft, a pure
 // function of the message and this node's view of Raft):
 //   - the header's server id is the id the peer proved (its certificate):
 //     no node speaks for another;
@@ -60,8 +60,8 @@ import (
 // means. A node that missed the configuration entry that made a new voter
 // (a lagging follower, a voter or standby that was down while the voters
 // changed) would refuse that voter's log for as long as it leads; the
-// vouch round (cluster/raftvouch.go) lets it in on the word of a voter this node
-// knows (docs/security.md, "Roles").
+// vouch round (cluster/raftvouch.go) lets it in on the word of a voter this
+// node knows (docs/security.md, "Roles").
 
 // The transport's message types (hashicorp/raft net_transport.go; stable
 // since the wire format is shared across raft versions).
@@ -98,6 +98,8 @@ type raftRefusal struct {
 func (e *raftRefusal) Error() string { return errRaftRefused.Error() + ": " + e.Msg }
 func (e *raftRefusal) Unwrap() error { return errRaftRefused }
 
+// Refuse is a refusal of the guard (or of the mux, before the guard) with
+// its metric label reason; it wraps the guard's refusal error.
 func Refuse(reason, format string, args ...any) error {
 	return &raftRefusal{Reason: reason, Msg: fmt.Sprintf(format, args...)}
 }
