@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/rpc"
+	netrpc "net/rpc"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,7 +15,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/cluster/identity"
+	"github.com/tenurehq/tenure/cluster/internal/logadapt"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/cluster/raftnet"
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // Errors returned by the control group. Match them with errors.Is.
@@ -37,8 +41,9 @@ var (
 	// ErrTimeout: the context ended while the command was in flight; the
 	// outcome is unknown if it had been submitted.
 	ErrTimeout = errors.New("cluster: timed out")
-	// ErrControlClosed: the control group is shut down.
-	ErrControlClosed = errors.New("cluster: control group closed")
+	// ErrControlClosed: the control group is shut down (rpc.ErrClosed: its
+	// RPC pool returns it too).
+	ErrControlClosed = rpc.ErrClosed
 	// ErrBadResponse: the FSM returned a response that cannot cross the RPC.
 	ErrBadResponse = errors.New("cluster: unsupported fsm response type")
 	// ErrQuorumRisk: a removal would leave fewer voters than a quorum of the
@@ -48,8 +53,9 @@ var (
 	ErrUnknownServer = errors.New("cluster: server not in raft configuration")
 	// ErrBadControlConfig: ControlConfig.Validate failed.
 	ErrBadControlConfig = errors.New("cluster: invalid control config")
-	// ErrBadIdentity: a node id or identity file is invalid.
-	ErrBadIdentity = errors.New("cluster: invalid identity")
+	// ErrBadIdentity: a node id or identity file is invalid
+	// (identity.ErrBadIdentity).
+	ErrBadIdentity = identity.ErrBadIdentity
 	// ErrBadRequest: a malformed RPC request.
 	ErrBadRequest = errors.New("cluster: malformed rpc request")
 	// ErrUnauthorized: the leader refused a forwarded command or removal
@@ -144,13 +150,13 @@ type ControlGroup struct {
 	raftStop chan struct{}
 	hlog     hclog.Logger
 	trans    raft.Transport
-	waitT    *waitingTransport // under g.trans: replication waits for unreachable peers
-	mux      *mux
+	waitT    *raftnet.WaitingTransport // under g.trans: replication waits for unreachable peers
+	mux      *rpc.Mux
 	pool     *rpcPool
 	addr     string
 	// revocation checks proven peers against ControlConfig.Revoked
-	// (revoke.go); nil without it.
-	revocation *revocation
+	// (identity/revoke.go); nil without it.
+	revocation *identity.Revocation
 	// proofs: node ids proven at Raft addresses (proof.go).
 	proofs *proofLog
 
@@ -199,16 +205,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.MaxRPCMessage == 0 {
-		cfg.MaxRPCMessage = DefaultMaxRPCMessage
-	}
-	if cfg.RPCIdleTimeout == 0 {
-		cfg.RPCIdleTimeout = DefaultRPCIdleTimeout
-	}
-	if cfg.RPCMessageTimeout == 0 {
-		cfg.RPCMessageTimeout = DefaultRPCMessageTimeout
-	}
-	cfg.streamDefaults()
+	cfg.defaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -233,10 +230,9 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	}
 	g.inc.Store(cfg.Incarnation)
 	if cfg.Authenticate != nil && cfg.Revoked != nil {
-		var every logLimiter
-		every.every = time.Second
-		g.revocation = &revocation{revoked: cfg.Revoked, log: func(c net.Conn, err error) {
-			if every.allow() {
+		every := rpc.LogLimiter{Every: time.Second}
+		g.revocation = &identity.Revocation{Revoked: cfg.Revoked, Log: func(c net.Conn, err error) {
+			if every.Allow() {
 				log.Warn("cluster: refused a revoked peer (further refusals within 1s not logged)", "remote", c.RemoteAddr().String(), "err", err)
 			}
 		}}
@@ -251,62 +247,62 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		stream = s
 	}
 	if cfg.Authenticate != nil {
-		stream = &checkedDialer{StreamLayer: stream, check: g.checkDialed, revoked: g.revocation}
+		stream = rpc.NewCheckedDialer(stream, g.checkDialed, g.revocation)
 	}
-	if err := rpc.NewServer().RegisterName("Control", &controlRPC{g: g}); err != nil {
+	if err := netrpc.NewServer().RegisterName("Control", &controlRPC{g: g}); err != nil {
 		_ = stream.Close()
 		return nil, fmt.Errorf("cluster: register rpc: %w", err)
 	}
-	g.mux = newMux(stream, muxOptions{
-		server: func(p Peer, authenticated bool) *rpc.Server {
+	g.mux = rpc.NewMux(stream, rpc.MuxOptions{
+		Server: func(p Peer, authenticated bool) *netrpc.Server {
 			// One server per connection, so each call knows its peer.
-			srv := rpc.NewServer()
+			srv := netrpc.NewServer()
 			_ = srv.RegisterName("Control", &controlRPC{g: g, peer: p, authenticated: authenticated})
 			return srv
 		},
-		authenticate: cfg.Authenticate,
-		revocation:   g.revocation,
-		raft: raftView{
-			configuration: func() raft.Configuration {
+		Authenticate: cfg.Authenticate,
+		Revocation:   g.revocation,
+		Raft: identity.RaftView{
+			Configuration: func() raft.Configuration {
 				c, _ := g.latestConfiguration()
 				return c
 			},
-			term: g.currentTerm,
-			leader: func() string {
+			Term: g.currentTerm,
+			Leader: func() string {
 				_, id := g.leaderWithID()
 				return string(id)
 			},
-			self:          cfg.NodeID,
-			unknownLeader: g.requestVouch,
+			Self:          cfg.NodeID,
+			UnknownLeader: g.requestVouch,
 		},
-		raftRunning: g.HasRaft,
-		maxMessage:  cfg.MaxRPCMessage,
-		idleTimeout: cfg.RPCIdleTimeout,
-		msgTimeout:  cfg.RPCMessageTimeout,
-		maxSnapshot: cfg.MaxInstallSnapshot,
+		RaftRunning: g.HasRaft,
+		MaxMessage:  cfg.MaxRPCMessage,
+		IdleTimeout: cfg.RPCIdleTimeout,
+		MsgTimeout:  cfg.RPCMessageTimeout,
+		MaxSnapshot: cfg.MaxInstallSnapshot,
 	}, cfg.Transport == nil, log)
 	g.pool = newRPCPool(stream, cfg.MaxRPCMessage)
 	g.addr = stream.Addr().String()
 
-	g.hlog = newRaftLogger(log)
+	g.hlog = logadapt.NewRaftLogger(log) // raft and its transport log as slog records
 	g.trans = cfg.Transport
 	if g.trans == nil {
 		g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream:  g.mux.raft,
+			Stream:  g.mux.Raft(),
 			MaxPool: 3,
 			Timeout: cfg.RPCTimeout,
 			Logger:  g.hlog,
 		})
 	}
-	// Log replication to an unreachable peer waits for it (raftwait.go), so
+	// Log replication to an unreachable peer waits for it (raftnet/wait.go), so
 	// a voter back from an outage is not left to raft's growing backoff.
-	wt := newWaitingTransport(g.trans, log, waitProbe, waitMax)
+	wt := raftnet.NewWaitingTransport(g.trans, log, raftnet.WaitProbe, raftnet.WaitMax)
 	g.pushTrans = g.trans // commit pushes never wait (control_push.go)
-	g.trans, g.waitT = wt.raftTransport(), wt
+	g.trans, g.waitT = wt.RaftTransport(), wt
 
 	hasState, err := raft.HasExistingState(cfg.LogStore, cfg.StableStore, cfg.SnapshotStore)
 	if err != nil {
-		g.mux.close()
+		g.mux.Close()
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
 	if cfg.AppliedIndex != nil {
@@ -322,7 +318,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	// (raftless.go); every other node starts it now.
 	if !cfg.lazyRaft() {
 		if err := g.startRaft(); err != nil {
-			g.mux.close()
+			g.mux.Close()
 			if c, ok := g.trans.(raft.WithClose); ok {
 				_ = c.Close()
 			}
@@ -332,7 +328,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 	if g.rec != nil && cfg.StreamActive != nil {
 		g.follow = newStreamFollower(g, stream) // started below, once the RPC server runs
 	}
-	wt.setWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
+	wt.SetWanted(func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool {
 		r := g.rft()
 		if r == nil || r.State() != raft.Leader || r.CurrentTerm() != term {
 			return false
@@ -344,7 +340,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 		}
 		return false
 	})
-	g.mux.start()
+	g.mux.Start()
 	if g.follow != nil {
 		g.goLoop(g.follow.run)
 	}
@@ -569,7 +565,7 @@ func (g *ControlGroup) Close(ctx context.Context) error {
 		// Close the transport before waiting for raft's goroutines: a
 		// replication goroutine blocked sending to a peer that is gone
 		// would otherwise hold the shutdown until ctx ends.
-		g.mux.close()
+		g.mux.Close()
 		if c, ok := g.trans.(raft.WithClose); ok {
 			_ = c.Close()
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // leaderWatchLoop turns Raft's leader observations into closes of
@@ -173,18 +174,11 @@ func (g *ControlGroup) Apply(ctx context.Context, cmd []byte) (Applied, error) {
 		} else {
 			err = ErrNoLeader
 		}
-		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || isDialErr(err)) {
+		if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || rpc.IsDialError(err)) {
 			return res, err
 		}
 		lastErr = err
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		case <-g.closing:
-			t.Stop()
-		}
+		_ = g.pause(ctx, backoff) // the next round's applyStopped says why it ended
 		backoff = min(2*backoff, 100*time.Millisecond)
 	}
 }
@@ -220,7 +214,7 @@ func (g *ControlGroup) offerInTurn(ctx context.Context, addrs []string, cmd []by
 	var lastErr error
 	for _, addr := range addrs {
 		res, err := g.applyToPeer(ctx, addr, cmd)
-		if err == nil || !(errors.Is(err, ErrNotLeader) || isDialErr(err)) {
+		if err == nil || !(errors.Is(err, ErrNotLeader) || rpc.IsDialError(err)) {
 			return res, true, err
 		}
 		lastErr = err
@@ -229,11 +223,6 @@ func (g *ControlGroup) offerInTurn(ctx context.Context, addrs []string, cmd []by
 		}
 	}
 	return Applied{}, false, lastErr
-}
-
-func isDialErr(err error) bool {
-	var d *errDial
-	return errors.As(err, &d)
 }
 
 func (g *ControlGroup) applyLocal(ctx context.Context, cmd []byte) (Applied, error) {
@@ -290,7 +279,7 @@ func (g *ControlGroup) applyRemote(ctx context.Context, addr string, cmd []byte)
 	err := g.pool.call(cctx, addr, "Control.Apply", &args, &reply)
 	switch {
 	case err == nil:
-	case isDialErr(err):
+	case rpc.IsDialError(err):
 		return Applied{}, err // never sent: Apply retries (with the new leader)
 	case ctx.Err() != nil:
 		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrTimeout, addr, ctx.Err())
@@ -335,7 +324,7 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 			switch {
 			case err == nil:
 				err = removeErr(reply)
-			case !isDialErr(err) && ctx.Err() == nil:
+			case !rpc.IsDialError(err) && ctx.Err() == nil:
 				err = fmt.Errorf("%w: remove via %s: %v", ErrLeadershipLost, addr, err)
 			}
 		} else {
@@ -346,10 +335,10 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 		}
 		if (errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrTimeout)) && ctx.Err() == nil {
 			uncertain = true
-		} else if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || isDialErr(err)) {
+		} else if err == nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || rpc.IsDialError(err)) {
 			return err
 		}
-		if errors.Is(err, ErrNoLeader) || isDialErr(err) {
+		if errors.Is(err, ErrNoLeader) || rpc.IsDialError(err) {
 			if noLeaderSince.IsZero() {
 				noLeaderSince = time.Now()
 			} else if leaderless > 0 && time.Since(noLeaderSince) >= leaderless {
@@ -358,19 +347,28 @@ func (g *ControlGroup) forwardRemove(ctx context.Context, args wire.RemoveArgs, 
 		} else {
 			noLeaderSince = time.Time{}
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			if uncertain {
-				return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrTimeout, args.ID, ctx.Err(), err)
-			}
-			return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrNoLeader, args.ID, ctx.Err(), err)
-		case <-g.closing:
-			t.Stop()
+		switch perr := g.pause(ctx, backoff); {
+		case errors.Is(perr, ErrControlClosed):
 			return ErrControlClosed
+		case perr != nil && uncertain:
+			return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrTimeout, args.ID, perr, err)
+		case perr != nil:
+			return fmt.Errorf("%w: remove %s: %w (last: %v)", ErrNoLeader, args.ID, perr, err)
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// pause waits d between two tries of a retry loop: it returns nil once d
+// passed, ctx's error if ctx ended first, ErrControlClosed if the group
+// closed first.
+func (g *ControlGroup) pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d): // collected once unreferenced (Go ≥ 1.23)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.closing:
+		return ErrControlClosed
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
 // Forming the control group (bootstrap-expect), as Consul and Nomad do it,
@@ -148,10 +146,7 @@ func (g *ControlGroup) tryBootstrap() (done bool) {
 		if m.ID == g.cfg.NodeID {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RPCTimeout)
-		var st wire.StatusReply
-		err := g.pool.call(ctx, m.RaftAddr, "Control.Status", &wire.StatusArgs{}, &st)
-		cancel()
+		st, err := g.statusOf(context.Background(), m.RaftAddr)
 		if err != nil {
 			g.log.Debug("cluster: bootstrap probe failed", "peer", m.ID, "err", err)
 			return false

@@ -71,7 +71,7 @@ type ControlConfig struct {
 	// Revoked, with Authenticate, says whether a proven peer is on the
 	// committed deny-list (an error wrapping ErrPeerRevoked): it is
 	// called at every handshake, accepted and dialed, and at every later
-	// read and write of such a connection (revoke.go), so it must be
+	// read and write of such a connection (identity/revoke.go), so it must be
 	// cheap and must not block. nil revokes nobody.
 	Revoked func(p Peer) error
 	// CheckCommand, if set, checks every command before this node proposes it
@@ -189,25 +189,26 @@ func (c *ControlConfig) standbys() int {
 	return c.StreamStandbys
 }
 
-// streamDefaults fills the stream fields left 0.
-func (c *ControlConfig) streamDefaults() {
-	if c.StreamBuffer == 0 {
-		c.StreamBuffer = DefaultStreamBuffer
-	}
-	if c.StreamBufferBytes == 0 {
-		c.StreamBufferBytes = DefaultStreamBufferBytes
-	}
-	if c.StreamMaxSubscribers == 0 {
-		c.StreamMaxSubscribers = DefaultStreamMaxSubscribers
-	}
-	if c.StreamWait == 0 {
-		c.StreamWait = DefaultStreamWait
-	}
-	if c.StreamBatchBytes == 0 {
-		c.StreamBatchBytes = DefaultStreamBatchBytes
-	}
-	if c.StreamMaxSnapshot == 0 {
-		c.StreamMaxSnapshot = DefaultStreamMaxSnapshot
+// defaults fills the fields NewControlGroup defaults when left 0: the RPC
+// limits, the InstallSnapshot bound and the stream's settings.
+func (c *ControlConfig) defaults() {
+	orDefault(&c.MaxRPCMessage, DefaultMaxRPCMessage)
+	orDefault(&c.RPCIdleTimeout, DefaultRPCIdleTimeout)
+	orDefault(&c.RPCMessageTimeout, DefaultRPCMessageTimeout)
+	orDefault(&c.MaxInstallSnapshot, DefaultMaxInstallSnapshot)
+	orDefault(&c.StreamBuffer, DefaultStreamBuffer)
+	orDefault(&c.StreamBufferBytes, DefaultStreamBufferBytes)
+	orDefault(&c.StreamMaxSubscribers, DefaultStreamMaxSubscribers)
+	orDefault(&c.StreamWait, DefaultStreamWait)
+	orDefault(&c.StreamBatchBytes, DefaultStreamBatchBytes)
+	orDefault(&c.StreamMaxSnapshot, DefaultStreamMaxSnapshot)
+}
+
+// orDefault sets *v to def when *v is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 

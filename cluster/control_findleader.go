@@ -8,6 +8,7 @@ import (
 	"time"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // SetIncarnation records the process incarnation once it is known later
@@ -41,14 +42,7 @@ func (g *ControlGroup) ApplyViaPeers(ctx context.Context, cmd []byte) (Applied, 
 		if err != nil {
 			lastErr = err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		case <-g.closing:
-			t.Stop()
-		}
+		_ = g.pause(ctx, backoff) // the next round's applyStopped says why it ended
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
@@ -62,7 +56,7 @@ func (g *ControlGroup) applyToPeer(ctx context.Context, addr string, cmd []byte)
 	err := g.pool.call(ctx, addr, "Control.Apply", &args, &reply)
 	switch {
 	case err == nil:
-	case isDialErr(err):
+	case rpc.IsDialError(err):
 		return Applied{}, err // never sent: try the next peer
 	case ctx.Err() != nil:
 		return Applied{}, fmt.Errorf("%w: forwarding to %s: %w", ErrTimeout, addr, ctx.Err())

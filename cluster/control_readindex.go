@@ -37,25 +37,13 @@ func (g *ControlGroup) ReadIndex(ctx context.Context) (uint64, error) {
 	cctx, cancel := g.whileLeader(ctx, addr)
 	defer cancel()
 	if err := g.pool.call(cctx, addr, "Control.ReadIndex", &args, &reply); err != nil {
-		switch {
-		case ctx.Err() != nil:
-			return 0, fmt.Errorf("%w: read index from %s: %w", ErrTimeout, addr, ctx.Err())
-		case cctx.Err() != nil:
-			return 0, fmt.Errorf("%w: read index from %s: %w", ErrNotLeader, addr, context.Cause(cctx))
-		}
-		return 0, fmt.Errorf("%w: read index from %s: %v", ErrNotLeader, addr, err)
+		return 0, leaderCallErr(ctx, cctx, "read index from", addr, err)
 	}
-	switch reply.Code {
-	case wire.CodeOK:
+	if reply.Code == wire.CodeOK {
 		return reply.Index, nil
-	case wire.CodeNotLeader, wire.CodeClosed:
-		return 0, fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, reply.Msg)
-	case wire.CodeLeadershipLost:
-		return 0, fmt.Errorf("%w: %s: %s", ErrLeadershipLost, addr, reply.Msg)
-	case wire.CodeTimeout:
-		return 0, fmt.Errorf("%w: %s: %s", ErrTimeout, addr, reply.Msg)
-	case wire.CodeUnauthorized:
-		return 0, fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, reply.Msg)
+	}
+	if err := leaderReplyErr(reply.Code, addr, reply.Msg); err != nil {
+		return 0, err
 	}
 	return 0, fmt.Errorf("cluster: read index from %s: %s", addr, reply.Msg)
 }

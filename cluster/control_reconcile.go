@@ -504,10 +504,7 @@ func (g *ControlGroup) probeCaughtUp(ctx context.Context, servers []ServerInfo, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, g.cfg.RPCTimeout)
-			defer cancel()
-			var st wire.StatusReply
-			err := g.pool.call(cctx, sv.Addr, "Control.Status", &wire.StatusArgs{}, &st)
+			st, err := g.statusOf(ctx, sv.Addr)
 			if err != nil || st.ID != sv.ID {
 				g.log.Debug("cluster: status probe failed", "peer", sv.ID, "err", err)
 				return

@@ -66,13 +66,7 @@ func (g *ControlGroup) Renew(ctx context.Context, req RenewRequest) (RenewResult
 	start := time.Now()
 	if err := g.pool.call(cctx, addr, "Control.Renew", &args, &reply); err != nil {
 		g.log.Debug("cluster: renewal failed", "leader", addr, "after", time.Since(start), "err", err)
-		switch {
-		case ctx.Err() != nil:
-			return RenewResult{}, fmt.Errorf("%w: renewing with %s: %w", ErrTimeout, addr, ctx.Err())
-		case cctx.Err() != nil:
-			return RenewResult{}, fmt.Errorf("%w: renewing with %s: %w", ErrNotLeader, addr, context.Cause(cctx))
-		}
-		return RenewResult{}, fmt.Errorf("%w: renewing with %s: %v", ErrNotLeader, addr, err)
+		return RenewResult{}, leaderCallErr(ctx, cctx, "renewing with", addr, err)
 	}
 	res := RenewResult{CommitIndex: reply.CommitIndex, Record: reply.Record}
 	switch reply.Code {
@@ -85,16 +79,11 @@ func (g *ControlGroup) Renew(ctx context.Context, req RenewRequest) (RenewResult
 		return RenewResult{}, fmt.Errorf("cluster: leader %s refused the renewal (%q): %s", addr, reply.Refusal, reply.Msg)
 	case wire.CodeUnsupported:
 		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrRenewUnsupported, addr, reply.Msg)
-	case wire.CodeNotLeader, wire.CodeClosed:
-		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, reply.Msg)
-	case wire.CodeLeadershipLost:
-		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrLeadershipLost, addr, reply.Msg)
-	case wire.CodeTimeout:
-		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrTimeout, addr, reply.Msg)
-	case wire.CodeUnauthorized:
-		return RenewResult{}, fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, reply.Msg)
 	case wire.CodeBadRequest:
 		return RenewResult{}, fmt.Errorf("%w: %s", ErrBadRequest, reply.Msg)
+	}
+	if err := leaderReplyErr(reply.Code, addr, reply.Msg); err != nil {
+		return RenewResult{}, err
 	}
 	return RenewResult{}, fmt.Errorf("cluster: renewing with %s: %s", addr, reply.Msg)
 }

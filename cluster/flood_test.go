@@ -141,38 +141,3 @@ func TestIdleConnectionFlood(t *testing.T) {
 		t.Fatalf("leadership moved from %s during the flood", leader.id)
 	}
 }
-
-// TestPendingLimiter: the caps per port and per source, loopback exempt
-// from the per-source one.
-func TestPendingLimiter(t *testing.T) {
-	l := newPendingLimiter(3, 2)
-	a := &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 1}
-	b := &net.TCPAddr{IP: net.ParseIP("10.0.0.2"), Port: 1}
-	lo := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}
-	r1, _ := l.acquire(a)
-	r2, _ := l.acquire(a)
-	if _, why := l.acquire(a); why != "pending_per_source" {
-		t.Fatalf("third from one source: %q, want pending_per_source", why)
-	}
-	r3, why := l.acquire(b)
-	if why != "" {
-		t.Fatalf("another source: %q", why)
-	}
-	if _, why = l.acquire(b); why != "pending_per_port" {
-		t.Fatalf("fourth on the port: %q, want pending_per_port", why)
-	}
-	r1()
-	r1() // twice is once
-	r4, why := l.acquire(lo)
-	if why != "" {
-		t.Fatalf("after a release: %q", why)
-	}
-	r2()
-	r3()
-	r4()
-	for range 3 {
-		if _, why := l.acquire(lo); why != "" {
-			t.Fatalf("loopback within the port's cap: %q", why)
-		}
-	}
-}

@@ -9,8 +9,6 @@ import (
 	"sync"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
-
-	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
 // Gossip never changes the Raft configuration by itself (issue 25). Anyone
@@ -111,10 +109,7 @@ func (g *ControlGroup) proveMembers(ctx context.Context, members []Member) map[s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, g.cfg.RPCTimeout)
-			defer cancel()
-			var st wire.StatusReply
-			if err := g.pool.call(cctx, m.RaftAddr, "Control.Status", &wire.StatusArgs{}, &st); err != nil {
+			if _, err := g.statusOf(ctx, m.RaftAddr); err != nil {
 				g.log.Debug("cluster: proof of a gossiped member failed", "member", m.ID, "addr", m.RaftAddr, "err", err)
 			}
 		}()

@@ -12,7 +12,7 @@ import (
 )
 
 // The vouch round closes the one gap the Raft guard's voter check opens
-// (raftguard.go): a node that missed the configuration entry that made a
+// (identity/raftguard.go): a node that missed the configuration entry that made a
 // new voter — a follower that lagged, a standby that was down while the
 // voters changed — would refuse that voter's log for as long as it leads,
 // since the entry that would name it a voter arrives only in that log.
@@ -23,7 +23,7 @@ import (
 // server gossip and its certificate place at that voter's address) whom
 // they follow. If more than half of those that answer — never the sender —
 // follow that id at that very term, the id is recorded as that term's
-// leader (raftGuard.vouch) and its log passes from then on; the
+// leader (identity.Guard.Vouch) and its log passes from then on; the
 // configuration entries in it make the id a voter in this node's eyes.
 // Voters are trusted (docs/security.md, "Roles"): a voter that follows X
 // at term T accepted X's log at T, which its own guard let through only
@@ -48,7 +48,7 @@ type vouchRequest struct {
 	term uint64
 }
 
-// requestVouch is the guard's raftView.unknownLeader: it never blocks.
+// requestVouch is the guard's RaftView.UnknownLeader: it never blocks.
 func (g *ControlGroup) requestVouch(id string, term uint64) {
 	select {
 	case g.vouchReq <- vouchRequest{id, term}:
@@ -75,7 +75,7 @@ func (g *ControlGroup) vouchLoop() {
 			g.log.Debug("cluster: no voter vouched for an unknown leader", "leader", req.id, "term", req.term, "vouched_by", by)
 			continue
 		}
-		if g.mux.guard.vouch(req.id, req.term) {
+		if g.mux.Guard().Vouch(req.id, req.term) {
 			g.log.Info("cluster: accepting log from a leader this node's configuration does not list yet, on the word of the voters it knows",
 				"leader", req.id, "term", req.term, "vouched_by", by)
 		}

@@ -42,24 +42,54 @@ func applyResult(r wire.ApplyReply, addr string) (Applied, error) {
 	switch r.Code {
 	case wire.CodeOK:
 		return res, nil
-	case wire.CodeNotLeader, wire.CodeClosed:
-		return Applied{}, fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, r.Msg)
-	case wire.CodeLeadershipLost:
-		return Applied{}, fmt.Errorf("%w: %s: %s", ErrLeadershipLost, addr, r.Msg)
-	case wire.CodeTimeout:
-		return Applied{}, fmt.Errorf("%w: %s: %s", ErrTimeout, addr, r.Msg)
 	case wire.CodeFSMError:
 		return Applied{Index: r.Index}, &FSMError{Index: r.Index, Err: errors.New(r.Msg)}
 	case wire.CodeBadRequest:
 		return Applied{}, fmt.Errorf("%w: %s", ErrBadRequest, r.Msg)
 	case wire.CodeBadResponse:
 		return Applied{Index: r.Index}, fmt.Errorf("%w: %s: %s", ErrBadResponse, addr, r.Msg)
-	case wire.CodeUnauthorized:
-		return Applied{}, fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, r.Msg)
+	}
+	if err := leaderReplyErr(r.Code, addr, r.Msg); err != nil {
+		return Applied{}, err
 	}
 	// An error after submission (e.g. an unmarshalable response) — the
 	// command was committed, but report it.
 	return Applied{Index: r.Index}, fmt.Errorf("cluster: remote %s: %s", addr, r.Msg)
+}
+
+// leaderReplyErr is the error of the reply codes every call to the leader
+// maps alike (Apply, Renew, ReadIndex): it moved or is closing
+// (ErrNotLeader), lost leadership (ErrLeadershipLost), timed out
+// (ErrTimeout) or refused the sender (ErrUnauthorized). nil for any other
+// code: the caller maps it.
+func leaderReplyErr(code wire.ReplyCode, addr, msg string) error {
+	switch code {
+	case wire.CodeNotLeader, wire.CodeClosed:
+		return fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, msg)
+	case wire.CodeLeadershipLost:
+		return fmt.Errorf("%w: %s: %s", ErrLeadershipLost, addr, msg)
+	case wire.CodeTimeout:
+		return fmt.Errorf("%w: %s: %s", ErrTimeout, addr, msg)
+	case wire.CodeUnauthorized:
+		return fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, msg)
+	}
+	return nil
+}
+
+// leaderCallErr is the error of a call to the leader at addr that got no
+// reply (what names the call: "renewing with", "read index from"):
+// ErrTimeout once ctx ended, otherwise ErrNotLeader (cctx, from
+// whileLeader, ended: this node sees another leader or none; or the
+// connection failed). A read or a renewal changes nothing, so either is
+// safe to retry.
+func leaderCallErr(ctx, cctx context.Context, what, addr string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %s %s: %w", ErrTimeout, what, addr, ctx.Err())
+	case cctx.Err() != nil:
+		return fmt.Errorf("%w: %s %s: %w", ErrNotLeader, what, addr, context.Cause(cctx))
+	}
+	return fmt.Errorf("%w: %s %s: %v", ErrNotLeader, what, addr, err)
 }
 
 func codeOf(err error) wire.ReplyCode {
@@ -220,6 +250,16 @@ func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
 		}
 	}
 	return nil
+}
+
+// statusOf asks the node at addr for its Raft state (Control.Status),
+// waiting at most RPCTimeout within ctx.
+func (g *ControlGroup) statusOf(ctx context.Context, addr string) (wire.StatusReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.RPCTimeout)
+	defer cancel()
+	var st wire.StatusReply
+	err := g.pool.call(ctx, addr, "Control.Status", &wire.StatusArgs{}, &st)
+	return st, err
 }
 
 func (g *ControlGroup) status() wire.StatusReply {

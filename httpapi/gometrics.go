@@ -78,7 +78,7 @@ var bridgeTable = []bridgedSeries{
 		help:   "Connections and requests the Raft/RPC port refused before or at authentication, by reason: pending_per_port, pending_per_source (too many connections not yet authenticated), handshake (a failed TLS handshake or identity), inflight_rpcs (a connection waited for a free request slot), revoked (a peer on the committed deny-list, at its handshake or its connection's next use)."},
 	{key: "cluster.raft.refused", name: "tenure_cluster_raft_refused_total", kind: bridgeCounter, label: "reason", labelAs: "reason",
 		values: []string{"role", "id", "not_voter", "not_leader", "config", "malformed", "too_large", "snapshot_too_large"},
-		help:   "Raft connections and messages this node refused (cluster/raftguard.go), by reason: role (not a node certificate), id (a header id not the proven one), not_voter, not_leader, config (a carried configuration), malformed, too_large (a message over 64 MiB), snapshot_too_large (an InstallSnapshot over MaxInstallSnapshot)."},
+		help:   "Raft connections and messages this node refused (cluster/identity/raftguard.go), by reason: role (not a node certificate), id (a header id not the proven one), not_voter, not_leader, config (a carried configuration), malformed, too_large (a message over 64 MiB), snapshot_too_large (an InstallSnapshot over MaxInstallSnapshot)."},
 	{key: "lease.renew", name: "tenure_lease_renew_duration_seconds", kind: bridgeHistogram, scale: msToSeconds, buckets: renewBuckets, help: "Successful lease renewals of this node: time from asking the control group's leader to its answer after a quorum round."},
 
 	// Raft: leadership.

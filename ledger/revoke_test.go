@@ -93,7 +93,7 @@ func TestNormalizeSerial(t *testing.T) {
 }
 
 // BenchmarkRevoked is the deny-list check every read and write of an
-// authenticated connection runs (cluster/revoke.go), on an empty list and
+// authenticated connection runs (cluster/identity/revoke.go), on an empty list and
 // a full one (MaxRevocations entries, the peer not on it).
 func BenchmarkRevoked(b *testing.B) {
 	for _, n := range []int{0, MaxRevocations} {

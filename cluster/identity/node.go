@@ -1,4 +1,4 @@
-package cluster
+package identity
 
 import (
 	"crypto/rand"
@@ -20,6 +20,9 @@ type Identity struct {
 	ID          string
 	Incarnation uint64
 }
+
+// ErrBadIdentity: a node id or identity file is invalid.
+var ErrBadIdentity = errors.New("cluster: invalid identity")
 
 const (
 	identityIDFile          = "node-id"
@@ -172,8 +175,3 @@ func bumpIncarnation(dir string) (uint64, error) {
 	}
 	return next, nil
 }
-
-// WriteFileAtomic replaces dir/name atomically and durably (temp file,
-// fsync, rename, fsync of dir), readable by its owner only. The node keeps
-// its small state files with it.
-func WriteFileAtomic(dir, name string, data []byte) error { return atomicfile.Write(dir, name, data) }

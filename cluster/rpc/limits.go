@@ -1,14 +1,14 @@
-package cluster
+package rpc
 
 import (
 	"bufio"
 	"encoding/gob"
 	"io"
 	"net"
-	"net/rpc"
+	netrpc "net/rpc"
 	"sync"
 
-	gometrics "github.com/hashicorp/go-metrics/compat"
+	"github.com/tenurehq/tenure/cluster/identity"
 )
 
 // Limits before authentication on the Raft/RPC port (docs/security.md,
@@ -32,11 +32,6 @@ const (
 	// back on the sender).
 	DefaultMaxInflightRPCs = 128
 )
-
-// countRefusal counts a refused connection or request by reason.
-func countRefusal(reason string) {
-	gometrics.IncrCounterWithLabels([]string{"control", "conn_refused"}, 1, []gometrics.Label{{Name: "reason", Value: reason}})
-}
 
 // pendingLimiter counts pending connections per port and per source.
 type pendingLimiter struct {
@@ -105,11 +100,11 @@ func newGobServerCodec(rwc io.ReadWriteCloser, max int) *gobServerCodec {
 		slot: make(chan struct{}, max), done: make(chan struct{})}
 }
 
-func (c *gobServerCodec) ReadRequestHeader(r *rpc.Request) error {
+func (c *gobServerCodec) ReadRequestHeader(r *netrpc.Request) error {
 	select {
 	case c.slot <- struct{}{}:
 	default:
-		countRefusal("inflight_rpcs") // counted once per wait
+		identity.CountRefusal("inflight_rpcs") // counted once per wait
 		select {
 		case c.slot <- struct{}{}:
 		case <-c.done:
@@ -127,7 +122,7 @@ func (c *gobServerCodec) ReadRequestBody(body any) error { return c.dec.Decode(b
 
 // WriteResponse is called once per request header read (net/rpc answers
 // even requests it cannot serve), one call at a time.
-func (c *gobServerCodec) WriteResponse(r *rpc.Response, body any) error {
+func (c *gobServerCodec) WriteResponse(r *netrpc.Response, body any) error {
 	defer func() { <-c.slot }()
 	err := c.enc.Encode(r)
 	if err == nil {

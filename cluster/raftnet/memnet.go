@@ -1,4 +1,4 @@
-package cluster
+package raftnet
 
 import (
 	"context"
@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // This file is the seeded in-memory network the control group uses in tests
 // and in the simulator: a raft.Transport per address (Raft RPCs as messages)
-// and a StreamLayer per address (net.Pipe connections for the control RPC).
+// and an rpc.StreamLayer per address (net.Pipe connections for the control RPC).
 //
 // It never blocks towards a cut or closed peer: a send over a cut link fails at
 // once, as a firewall drop followed by a connection error would. Delays are
 // real timers, so inside a testing/synctest bubble they cost no wall time.
 
-// Link describes one direction of a link in a RaftMemNetwork.
+// Link describes one direction of a link in a MemNetwork.
 type Link struct {
 	Delay  time.Duration // fixed one-way delay
 	Jitter time.Duration // extra uniform random delay in [0, Jitter)
@@ -30,15 +32,15 @@ type Link struct {
 
 type linkKey struct{ from, to string }
 
-// RaftMemNetwork is a seeded in-memory network for Raft transports and control
+// MemNetwork is a seeded in-memory network for Raft transports and control
 // RPC streams. All methods are safe for concurrent use. Randomness (loss,
-// jitter) comes from one RNG seeded by NewRaftMemNetwork; goroutine scheduling
+// jitter) comes from one RNG seeded by NewMemNetwork; goroutine scheduling
 // still makes runs differ, so a seed reproduces a run's fault pattern, not its
 // exact interleaving.
-type RaftMemNetwork struct {
+type MemNetwork struct {
 	mu         sync.Mutex
 	rng        *rand.Rand
-	transports map[string]*MemRaftTransport
+	transports map[string]*MemTransport
 	listeners  map[string]*memStreamLayer
 	links      map[linkKey]Link
 	defLink    Link
@@ -48,11 +50,11 @@ type RaftMemNetwork struct {
 	timeout    time.Duration
 }
 
-// NewRaftMemNetwork returns an empty network whose randomness is seeded by seed.
-func NewRaftMemNetwork(seed int64) *RaftMemNetwork {
-	return &RaftMemNetwork{
+// NewMemNetwork returns an empty network whose randomness is seeded by seed.
+func NewMemNetwork(seed int64) *MemNetwork {
+	return &MemNetwork{
 		rng:        rand.New(rand.NewSource(seed)),
-		transports: map[string]*MemRaftTransport{},
+		transports: map[string]*MemTransport{},
 		listeners:  map[string]*memStreamLayer{},
 		links:      map[linkKey]Link{},
 		cut:        map[linkKey]bool{},
@@ -64,21 +66,21 @@ func NewRaftMemNetwork(seed int64) *RaftMemNetwork {
 
 // SetTimeout sets how long a Raft RPC waits for the peer to take and answer it
 // (default 1 s; snapshots get 10×).
-func (n *RaftMemNetwork) SetTimeout(d time.Duration) {
+func (n *MemNetwork) SetTimeout(d time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.timeout = d
 }
 
 // SetDefaultLink sets the behaviour of every link without its own SetLink.
-func (n *RaftMemNetwork) SetDefaultLink(l Link) {
+func (n *MemNetwork) SetDefaultLink(l Link) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.defLink = l
 }
 
 // SetLink sets the behaviour of the directed link from → to.
-func (n *RaftMemNetwork) SetLink(from, to string, l Link) {
+func (n *MemNetwork) SetLink(from, to string, l Link) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.links[linkKey{from, to}] = l
@@ -86,13 +88,13 @@ func (n *RaftMemNetwork) SetLink(from, to string, l Link) {
 
 // Cut drops everything sent from → to (one direction: an asymmetric
 // partition). Open RPC streams between the two are closed.
-func (n *RaftMemNetwork) Cut(from, to string) {
+func (n *MemNetwork) Cut(from, to string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.cutLocked(from, to)
 }
 
-func (n *RaftMemNetwork) cutLocked(from, to string) {
+func (n *MemNetwork) cutLocked(from, to string) {
 	n.cut[linkKey{from, to}] = true
 	for c, k := range n.conns {
 		if (k.from == from && k.to == to) || (k.from == to && k.to == from) {
@@ -103,7 +105,7 @@ func (n *RaftMemNetwork) cutLocked(from, to string) {
 }
 
 // Partition cuts every link between a and b in both directions.
-func (n *RaftMemNetwork) Partition(a, b []string) {
+func (n *MemNetwork) Partition(a, b []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, x := range a {
@@ -115,7 +117,7 @@ func (n *RaftMemNetwork) Partition(a, b []string) {
 }
 
 // Isolate cuts addr off from every other address the network knows.
-func (n *RaftMemNetwork) Isolate(addr string) {
+func (n *MemNetwork) Isolate(addr string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, other := range n.addrsLocked() {
@@ -127,7 +129,7 @@ func (n *RaftMemNetwork) Isolate(addr string) {
 }
 
 // Heal removes every cut (link delays and loss stay).
-func (n *RaftMemNetwork) Heal() {
+func (n *MemNetwork) Heal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.cut = map[linkKey]bool{}
@@ -138,26 +140,26 @@ func (n *RaftMemNetwork) Heal() {
 // does: Raft messages to and from it are lost, bytes written on open RPC
 // streams to or from it disappear, dials to it hang until their deadline,
 // and nothing is closed (no TCP reset). Heal ends it.
-func (n *RaftMemNetwork) Blackhole(addr string) {
+func (n *MemNetwork) Blackhole(addr string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.holes[addr] = true
 }
 
-func (n *RaftMemNetwork) inHole(a, b string) bool {
+func (n *MemNetwork) inHole(a, b string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.holes[a] || n.holes[b]
 }
 
 // HealLink removes the cut from → to.
-func (n *RaftMemNetwork) HealLink(from, to string) {
+func (n *MemNetwork) HealLink(from, to string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.cut, linkKey{from, to})
 }
 
-func (n *RaftMemNetwork) addrsLocked() []string {
+func (n *MemNetwork) addrsLocked() []string {
 	seen := map[string]bool{}
 	for a := range n.transports {
 		seen[a] = true
@@ -175,7 +177,7 @@ func (n *RaftMemNetwork) addrsLocked() []string {
 
 // route decides the fate of one message from → to: its delay, or an error if
 // it is cut or lost. It never blocks.
-func (n *RaftMemNetwork) route(from, to string) (time.Duration, error) {
+func (n *MemNetwork) route(from, to string) (time.Duration, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.holes[from] || n.holes[to] {
@@ -214,13 +216,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // Transport returns the Raft transport for addr, creating it on first use.
 // After Close, a later call returns a fresh transport (a restarted node).
-func (n *RaftMemNetwork) Transport(addr string) *MemRaftTransport {
+func (n *MemNetwork) Transport(addr string) *MemTransport {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if t, ok := n.transports[addr]; ok {
 		return t
 	}
-	t := &MemRaftTransport{
+	t := &MemTransport{
 		net:      n,
 		addr:     addr,
 		consumer: make(chan raft.RPC),
@@ -230,9 +232,9 @@ func (n *RaftMemNetwork) Transport(addr string) *MemRaftTransport {
 	return t
 }
 
-// MemRaftTransport is one node's raft.Transport on a RaftMemNetwork.
-type MemRaftTransport struct {
-	net       *RaftMemNetwork
+// MemTransport is one node's raft.Transport on a MemNetwork.
+type MemTransport struct {
+	net       *MemNetwork
 	addr      string
 	consumer  chan raft.RPC
 	closeOnce sync.Once
@@ -240,24 +242,24 @@ type MemRaftTransport struct {
 }
 
 var (
-	_ raft.Transport   = (*MemRaftTransport)(nil)
-	_ raft.WithClose   = (*MemRaftTransport)(nil)
-	_ raft.WithPreVote = (*MemRaftTransport)(nil)
+	_ raft.Transport   = (*MemTransport)(nil)
+	_ raft.WithClose   = (*MemTransport)(nil)
+	_ raft.WithPreVote = (*MemTransport)(nil)
 )
 
 // Consumer implements raft.Transport.
-func (t *MemRaftTransport) Consumer() <-chan raft.RPC { return t.consumer }
+func (t *MemTransport) Consumer() <-chan raft.RPC { return t.consumer }
 
 // LocalAddr implements raft.Transport.
-func (t *MemRaftTransport) LocalAddr() raft.ServerAddress { return raft.ServerAddress(t.addr) }
+func (t *MemTransport) LocalAddr() raft.ServerAddress { return raft.ServerAddress(t.addr) }
 
 // AppendEntriesPipeline implements raft.Transport; pipelining is not supported.
-func (t *MemRaftTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+func (t *MemTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // AppendEntries implements raft.Transport.
-func (t *MemRaftTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t *MemTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	out, err := t.send(string(target), args, nil, 1)
 	if err != nil {
 		return err
@@ -267,7 +269,7 @@ func (t *MemRaftTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddr
 }
 
 // RequestVote implements raft.Transport.
-func (t *MemRaftTransport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+func (t *MemTransport) RequestVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	out, err := t.send(string(target), args, nil, 1)
 	if err != nil {
 		return err
@@ -277,7 +279,7 @@ func (t *MemRaftTransport) RequestVote(_ raft.ServerID, target raft.ServerAddres
 }
 
 // RequestPreVote implements raft.WithPreVote.
-func (t *MemRaftTransport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+func (t *MemTransport) RequestPreVote(_ raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	out, err := t.send(string(target), args, nil, 1)
 	if err != nil {
 		return err
@@ -287,7 +289,7 @@ func (t *MemRaftTransport) RequestPreVote(_ raft.ServerID, target raft.ServerAdd
 }
 
 // InstallSnapshot implements raft.Transport.
-func (t *MemRaftTransport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+func (t *MemTransport) InstallSnapshot(_ raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
 	out, err := t.send(string(target), args, data, 10)
 	if err != nil {
 		return err
@@ -297,7 +299,7 @@ func (t *MemRaftTransport) InstallSnapshot(_ raft.ServerID, target raft.ServerAd
 }
 
 // TimeoutNow implements raft.Transport.
-func (t *MemRaftTransport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+func (t *MemTransport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
 	out, err := t.send(string(target), args, nil, 1)
 	if err != nil {
 		return err
@@ -307,19 +309,19 @@ func (t *MemRaftTransport) TimeoutNow(_ raft.ServerID, target raft.ServerAddress
 }
 
 // EncodePeer implements raft.Transport.
-func (t *MemRaftTransport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
+func (t *MemTransport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
 	return []byte(addr)
 }
 
 // DecodePeer implements raft.Transport.
-func (t *MemRaftTransport) DecodePeer(b []byte) raft.ServerAddress { return raft.ServerAddress(b) }
+func (t *MemTransport) DecodePeer(b []byte) raft.ServerAddress { return raft.ServerAddress(b) }
 
 // SetHeartbeatHandler implements raft.Transport; heartbeats take the normal path.
-func (t *MemRaftTransport) SetHeartbeatHandler(func(raft.RPC)) {}
+func (t *MemTransport) SetHeartbeatHandler(func(raft.RPC)) {}
 
 // Close implements raft.WithClose: the address stops answering, and sends
 // from it fail.
-func (t *MemRaftTransport) Close() error {
+func (t *MemTransport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.closed)
 		t.net.mu.Lock()
@@ -331,7 +333,7 @@ func (t *MemRaftTransport) Close() error {
 	return nil
 }
 
-func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeoutScale int) (any, error) {
+func (t *MemTransport) send(target string, args any, data io.Reader, timeoutScale int) (any, error) {
 	select {
 	case <-t.closed:
 		return nil, fmt.Errorf("memnet: transport %s closed", t.addr)
@@ -347,11 +349,11 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 		}
 	}()
 
-	// Until the peer takes the request, a failure is a *errDial (it never
+	// Until the peer takes the request, a failure is a *rpc.DialError (it never
 	// reached the peer), as a failed dial is on a real network.
 	d, err := t.net.route(t.addr, target)
 	if err != nil {
-		return nil, &errDial{err}
+		return nil, &rpc.DialError{Err: err}
 	}
 	if err := sleepCtx(ctx, d); err != nil {
 		return nil, err
@@ -361,7 +363,7 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 	timeout := t.net.timeout * time.Duration(timeoutScale)
 	t.net.mu.Unlock()
 	if peer == nil {
-		return nil, &errDial{fmt.Errorf("memnet: no transport at %s", target)}
+		return nil, &rpc.DialError{Err: fmt.Errorf("memnet: no transport at %s", target)}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -369,11 +371,11 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 	select {
 	case peer.consumer <- raft.RPC{Command: args, Reader: data, RespChan: respCh}:
 	case <-peer.closed:
-		return nil, &errDial{fmt.Errorf("memnet: transport %s closed", target)}
+		return nil, &rpc.DialError{Err: fmt.Errorf("memnet: transport %s closed", target)}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-timer.C:
-		return nil, &errDial{fmt.Errorf("memnet: send to %s timed out", target)}
+		return nil, &rpc.DialError{Err: fmt.Errorf("memnet: send to %s timed out", target)}
 	}
 	var resp raft.RPCResponse
 	select {
@@ -402,7 +404,7 @@ func (t *MemRaftTransport) send(target string, args any, data io.Reader, timeout
 // StreamLayer returns the RPC stream layer for addr (listener plus dialer),
 // creating it on first use. Connections are net.Pipe pairs; a dial over a cut
 // link fails at once, and cutting a link closes the streams across it.
-func (n *RaftMemNetwork) StreamLayer(addr string) StreamLayer {
+func (n *MemNetwork) StreamLayer(addr string) rpc.StreamLayer {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if l, ok := n.listeners[addr]; ok {
@@ -414,7 +416,7 @@ func (n *RaftMemNetwork) StreamLayer(addr string) StreamLayer {
 }
 
 type memStreamLayer struct {
-	net       *RaftMemNetwork
+	net       *MemNetwork
 	addr      string
 	accept    chan net.Conn
 	closeOnce sync.Once
@@ -442,7 +444,7 @@ func (l *memStreamLayer) Close() error {
 	return nil
 }
 
-func (l *memStreamLayer) Addr() net.Addr { return stringAddr(l.addr) }
+func (l *memStreamLayer) Addr() net.Addr { return rpc.Addr(l.addr) }
 
 func (l *memStreamLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if l.net.inHole(l.addr, addr) {
@@ -483,7 +485,7 @@ func (l *memStreamLayer) Dial(ctx context.Context, addr string) (net.Conn, error
 
 type pipeConn struct {
 	net.Conn
-	net           *RaftMemNetwork
+	net           *MemNetwork
 	peer          *pipeConn
 	local, remote string
 }
@@ -496,8 +498,8 @@ func (c *pipeConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func (c *pipeConn) LocalAddr() net.Addr  { return stringAddr(c.local) }
-func (c *pipeConn) RemoteAddr() net.Addr { return stringAddr(c.remote) }
+func (c *pipeConn) LocalAddr() net.Addr  { return rpc.Addr(c.local) }
+func (c *pipeConn) RemoteAddr() net.Addr { return rpc.Addr(c.remote) }
 
 func (c *pipeConn) Close() error {
 	c.net.mu.Lock()
@@ -511,9 +513,3 @@ func (c *pipeConn) closeBoth() {
 	_ = c.Conn.Close()
 	_ = c.peer.Conn.Close()
 }
-
-// stringAddr is a net.Addr for a host:port string.
-type stringAddr string
-
-func (a stringAddr) Network() string { return "tcp" }
-func (a stringAddr) String() string  { return string(a) }

@@ -1,4 +1,4 @@
-package cluster
+package rpc
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/identity"
 )
 
 // bytesConn is a net.Conn reading from a buffer.
@@ -18,7 +20,7 @@ type bytesConn struct {
 
 func (c bytesConn) Read(p []byte) (int, error)      { return c.r.Read(p) }
 func (c bytesConn) SetReadDeadline(time.Time) error { return nil }
-func (c bytesConn) RemoteAddr() net.Addr            { return stringAddr("peer:1") }
+func (c bytesConn) RemoteAddr() net.Addr            { return Addr("peer:1") }
 
 // The gob limiter passes messages under the limit through unchanged (a gob
 // decoder on top reads them) and refuses a larger one before gob allocates.
@@ -42,15 +44,15 @@ func TestGobLimitConn(t *testing.T) {
 		}
 	}
 	var got []byte
-	if err := dec.Decode(&got); !errors.Is(err, ErrMessageTooLarge) {
-		t.Fatalf("200 kB message under a 100 kB limit: err = %v, want ErrMessageTooLarge", err)
+	if err := dec.Decode(&got); !errors.Is(err, identity.ErrMessageTooLarge) {
+		t.Fatalf("200 kB message under a 100 kB limit: err = %v, want identity.ErrMessageTooLarge", err)
 	}
 }
 
 // A length prefix that claims more than 8 length bytes is refused.
 func TestGobLimitConnBadPrefix(t *testing.T) {
 	c := newGobLimitConn(bytesConn{r: bytes.NewReader([]byte{0x80, 1, 2})}, 1<<20, 0, 0)
-	if _, err := c.Read(make([]byte, 16)); !errors.Is(err, ErrMessageTooLarge) {
-		t.Fatalf("err = %v, want ErrMessageTooLarge", err)
+	if _, err := c.Read(make([]byte, 16)); !errors.Is(err, identity.ErrMessageTooLarge) {
+		t.Fatalf("err = %v, want identity.ErrMessageTooLarge", err)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package identity
 
 import (
 	"bytes"
@@ -20,11 +20,11 @@ func TestRaftGuardBoundsInstallSnapshot(t *testing.T) {
 		size int64
 		ok   bool
 	}{{max, true}, {max + 1, false}, {1 << 40, false}} {
-		g := &raftGuard{maxSnapshot: max, view: raftView{
-			configuration: func() raft.Configuration { return raft.DecodeConfiguration(cfg) },
-			term:          func() uint64 { return 5 },
-			leader:        func() string { return "n1" },
-			self:          "n2",
+		g := &Guard{maxSnapshot: max, view: RaftView{
+			Configuration: func() raft.Configuration { return raft.DecodeConfiguration(cfg) },
+			Term:          func() uint64 { return 5 },
+			Leader:        func() string { return "n1" },
+			Self:          "n2",
 		}}
 		req := raft.InstallSnapshotRequest{RPCHeader: raft.RPCHeader{ID: []byte("n1"), Addr: []byte("n1")}, SnapshotVersion: raft.SnapshotVersionMax,
 			Term: 5, Leader: []byte("n1"), LastLogIndex: 10, LastLogTerm: 5, Size: tc.size, Configuration: cfg, ConfigurationIndex: 1}

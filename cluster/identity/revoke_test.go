@@ -1,4 +1,4 @@
-package cluster
+package identity
 
 import (
 	"errors"
@@ -12,18 +12,18 @@ import (
 func TestRevocableConnClosesAtNextUse(t *testing.T) {
 	var revoked atomic.Bool
 	var logged atomic.Int32
-	r := &revocation{
-		revoked: func(p Peer) error {
+	r := &Revocation{
+		Revoked: func(p Peer) error {
 			if revoked.Load() && p.ID == "n2" {
 				return ErrPeerRevoked
 			}
 			return nil
 		},
-		log: func(net.Conn, error) { logged.Add(1) },
+		Log: func(net.Conn, error) { logged.Add(1) },
 	}
 	a, b := net.Pipe()
 	defer b.Close()
-	c := r.wrap(a, Peer{ID: "n2", Role: RoleNode})
+	c := r.Wrap(a, Peer{ID: "n2", Role: RoleNode})
 	go func() { _, _ = b.Write([]byte("x")); _, _ = b.Write([]byte("y")) }()
 	var buf [1]byte
 	if n, err := c.Read(buf[:]); n != 1 || err != nil {
@@ -47,7 +47,7 @@ func TestRevocableConnClosesAtNextUse(t *testing.T) {
 	defer x.Close()
 	defer y.Close()
 	go func() { _, _ = y.Write([]byte("x")) }()
-	if _, err := r.wrap(x, Peer{ID: "n3", Role: RoleNode}).Read(buf[:]); err != nil {
+	if _, err := r.Wrap(x, Peer{ID: "n3", Role: RoleNode}).Read(buf[:]); err != nil {
 		t.Fatalf("n3's connection: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package rpc
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/identity"
 )
 
 // bufConn is a net.Conn that reads from a buffer (writes are discarded).
@@ -72,8 +74,8 @@ func FuzzGobLimitConn(f *testing.F) {
 			}
 			rest = rest[hdr+int(length):]
 		}
-		if err != io.EOF && !errors.Is(err, ErrMessageTooLarge) && !errors.Is(err, io.ErrUnexpectedEOF) {
-			t.Fatalf("error %v: want EOF or ErrMessageTooLarge", err)
+		if err != io.EOF && !errors.Is(err, identity.ErrMessageTooLarge) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("error %v: want EOF or identity.ErrMessageTooLarge", err)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package cluster
+package raftnet
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 // echo answers every RPC arriving at t until stop is closed.
-func echo(t *MemRaftTransport, stop <-chan struct{}) {
+func echo(t *MemTransport, stop <-chan struct{}) {
 	for {
 		select {
 		case rpc := <-t.Consumer():
@@ -23,7 +23,7 @@ func echo(t *MemRaftTransport, stop <-chan struct{}) {
 
 func TestRaftMemNetworkDelayCutHeal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := NewRaftMemNetwork(1)
+		n := NewMemNetwork(1)
 		a, b := n.Transport("10.0.0.1:1"), n.Transport("10.0.0.2:1")
 		stop := make(chan struct{})
 		defer close(stop)
@@ -71,7 +71,7 @@ func TestRaftMemNetworkDelayCutHeal(t *testing.T) {
 
 func TestRaftMemNetworkUnresponsivePeerTimesOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := NewRaftMemNetwork(1)
+		n := NewMemNetwork(1)
 		n.SetTimeout(200 * time.Millisecond)
 		a, b := n.Transport("a:1"), n.Transport("b:1")
 		start := time.Now()
@@ -89,7 +89,7 @@ func TestRaftMemNetworkLossIsSeeded(t *testing.T) {
 	run := func() []bool {
 		var out []bool
 		synctest.Test(t, func(t *testing.T) {
-			n := NewRaftMemNetwork(42)
+			n := NewMemNetwork(42)
 			n.SetDefaultLink(Link{Loss: 0.5})
 			a, b := n.Transport("a:1"), n.Transport("b:1")
 			stop := make(chan struct{})
@@ -119,7 +119,7 @@ func TestRaftMemNetworkLossIsSeeded(t *testing.T) {
 
 func TestMemStreamLayerCutClosesStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := NewRaftMemNetwork(1)
+		n := NewMemNetwork(1)
 		a, b := n.StreamLayer("a:1"), n.StreamLayer("b:1")
 		defer a.Close()
 		defer b.Close()

@@ -1,4 +1,4 @@
-package cluster
+package identity
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 )
 
 // Revocation (docs/security.md, "Revoking a node"): with
-// ControlConfig.Revoked set, every authenticated connection of the
+// cluster.ControlConfig.Revoked set, every authenticated connection of the
 // Raft/RPC port — accepted or dialed, Raft, RPC or the committed-state
 // stream — is checked against the deny-list when its peer is proven (the
 // handshake) and again on every read and write after it, so a connection
@@ -18,31 +18,33 @@ import (
 // and is logged at most once a second.
 
 // ErrPeerRevoked: the peer's id or certificate is on the committed
-// deny-list (ControlConfig.Revoked). The connection is closed.
+// deny-list (cluster.ControlConfig.Revoked). The connection is closed.
 var ErrPeerRevoked = errors.New("cluster: peer revoked")
 
-// revocation checks one connection's peer against the deny-list.
-type revocation struct {
-	revoked func(Peer) error
-	log     func(net.Conn, error)
+// Revocation checks one connection's peer against the deny-list.
+type Revocation struct {
+	// Revoked reports why p is denied (ErrPeerRevoked), nil if it is not.
+	Revoked func(Peer) error
+	// Log is told of each refusal (the caller rate-limits it).
+	Log func(net.Conn, error)
 }
 
-// check refuses p (counted and logged) when it is revoked.
-func (r *revocation) check(c net.Conn, p Peer) error {
-	if r == nil || r.revoked == nil || mutation.On(mutation.HandshakeSkipsDenyList) {
+// Check refuses p (counted and logged) when it is revoked.
+func (r *Revocation) Check(c net.Conn, p Peer) error {
+	if r == nil || r.Revoked == nil || mutation.On(mutation.HandshakeSkipsDenyList) {
 		return nil
 	}
-	err := r.revoked(p)
+	err := r.Revoked(p)
 	if err != nil {
-		countRefusal("revoked")
-		r.log(c, err)
+		CountRefusal("revoked")
+		r.Log(c, err)
 	}
 	return err
 }
 
-// wrap returns c checked against the deny-list at every use (nil r: c).
-func (r *revocation) wrap(c net.Conn, p Peer) net.Conn {
-	if r == nil || r.revoked == nil {
+// Wrap returns c checked against the deny-list at every use (nil r: c).
+func (r *Revocation) Wrap(c net.Conn, p Peer) net.Conn {
+	if r == nil || r.Revoked == nil {
 		return c
 	}
 	return &revocableConn{Conn: c, peer: p, r: r}
@@ -54,12 +56,12 @@ func (r *revocation) wrap(c net.Conn, p Peer) net.Conn {
 type revocableConn struct {
 	net.Conn
 	peer Peer
-	r    *revocation
+	r    *Revocation
 	once sync.Once
 }
 
 func (c *revocableConn) refused() error {
-	if err := c.r.check(c.Conn, c.peer); err != nil {
+	if err := c.r.Check(c.Conn, c.peer); err != nil {
 		c.once.Do(func() { _ = c.Conn.Close() })
 		return err
 	}

@@ -1,4 +1,4 @@
-package cluster
+package identity
 
 import (
 	"bufio"
@@ -23,8 +23,8 @@ import (
 // connection; Raft sees a dropped connection, as after a network fault.
 //
 // Before the guard, the mux lets only a node (voter-capable) certificate
-// open a Raft stream at all (rpc.go): a member's or an operator's is
-// refused on the first Raft byte. The guard's checks (decideRaft, a pure
+// open a Raft stream at all (cluster/rpc/mux.go): a member's or an
+// operator's is refused on the first Raft byte. The guard's checks (decideRaft, a pure
 // function of the message and this node's view of Raft):
 //   - the header's server id is the id the peer proved (its certificate):
 //     no node speaks for another;
@@ -60,8 +60,8 @@ import (
 // means. A node that missed the configuration entry that made a new voter
 // (a lagging follower, a voter or standby that was down while the voters
 // changed) would refuse that voter's log for as long as it leads; the
-// vouch round (raftvouch.go) lets it in on the word of a voter this node
-// knows (docs/security.md, "Roles").
+// vouch round (cluster/raftvouch.go) lets it in on the word of a voter this
+// node knows (docs/security.md, "Roles").
 
 // The transport's message types (hashicorp/raft net_transport.go; stable
 // since the wire format is shared across raft versions).
@@ -98,13 +98,15 @@ type raftRefusal struct {
 func (e *raftRefusal) Error() string { return errRaftRefused.Error() + ": " + e.Msg }
 func (e *raftRefusal) Unwrap() error { return errRaftRefused }
 
-func refuse(reason, format string, args ...any) error {
+// Refuse is a refusal of the guard (or of the mux, before the guard) with
+// its metric label reason; it wraps the guard's refusal error.
+func Refuse(reason, format string, args ...any) error {
 	return &raftRefusal{Reason: reason, Msg: fmt.Sprintf(format, args...)}
 }
 
 // The refusal reasons.
 const (
-	refusedRole      = "role"       // not a node certificate (the mux)
+	RefusedRole      = "role"       // not a node certificate (the mux)
 	refusedID        = "id"         // header id is not the proven id
 	refusedNotVoter  = "not_voter"  // not a voter of the latest configuration
 	refusedNotLeader = "not_leader" // not the leader of that term / the followed leader
@@ -112,7 +114,7 @@ const (
 	refusedMalformed = "malformed"  // undecodable message, unknown type
 	refusedTooLarge  = "too_large"  // over maxRaftMessage
 	// refusedSnapshotTooLarge: an InstallSnapshot whose stream is over
-	// ControlConfig.MaxInstallSnapshot.
+	// cluster.ControlConfig.MaxInstallSnapshot.
 	refusedSnapshotTooLarge = "snapshot_too_large"
 )
 
@@ -128,21 +130,21 @@ func refusalReason(err error) string {
 	return refusedMalformed
 }
 
-// raftView is what the guard reads of this node's Raft server. Every
+// RaftView is what the guard reads of this node's Raft server. Every
 // function may be nil (no Raft yet): nothing known.
-type raftView struct {
-	// configuration is the latest configuration (committed or not).
-	configuration func() raft.Configuration
-	// term is the current term.
-	term func() uint64
-	// leader is the server this node currently follows ("" if none).
-	leader func() string
-	// self is this node's server id.
-	self string
-	// unknownLeader is told, without blocking, of log at term from id that
+type RaftView struct {
+	// Configuration is the latest configuration (committed or not).
+	Configuration func() raft.Configuration
+	// Term is the current term.
+	Term func() uint64
+	// Leader is the server this node currently follows ("" if none).
+	Leader func() string
+	// Self is this node's server id.
+	Self string
+	// UnknownLeader is told, without blocking, of log at term from id that
 	// the voter check refused: a voter this node does not know yet, or an
-	// impostor. It starts a vouch round (raftvouch.go); nil: none.
-	unknownLeader func(id string, term uint64)
+	// impostor. It starts a vouch round (cluster/raftvouch.go); nil: none.
+	UnknownLeader func(id string, term uint64)
 }
 
 // raftGuardState is the view decideRaft reads: a snapshot of this node's
@@ -184,17 +186,17 @@ type raftMessage struct {
 // arguments give the same answer.
 func decideRaft(peer Peer, msg raftMessage, st raftGuardState) (record bool, err error) {
 	if !peer.VoterCapable() {
-		return false, refuse(refusedRole, "%s may not speak Raft (a node certificate is needed)", peer)
+		return false, Refuse(RefusedRole, "%s may not speak Raft (a node certificate is needed)", peer)
 	}
 	if msg.ID != peer.ID {
-		return false, refuse(refusedID, "%s sent a raft message as server %q", peer, msg.ID)
+		return false, Refuse(refusedID, "%s sent a raft message as server %q", peer, msg.ID)
 	}
 	if msg.Deprecated {
-		return false, refuse(refusedConfig, "%s sent a raft protocol < 3 peer set", peer)
+		return false, Refuse(refusedConfig, "%s sent a raft protocol < 3 peer set", peer)
 	}
 	for _, c := range msg.Configs {
 		if err := validateRaftConfiguration(c); err != nil {
-			return false, refuse(refusedConfig, "%s sent a configuration that %v", peer, err)
+			return false, Refuse(refusedConfig, "%s sent a configuration that %v", peer, err)
 		}
 	}
 	log := msg.Type == raftAppendEntries || msg.Type == raftInstallSnap
@@ -202,22 +204,22 @@ func decideRaft(peer Peer, msg raftMessage, st raftGuardState) (record bool, err
 	// term even once its own removal is appended.
 	sameLeader := log && msg.Term == st.LeaderTerm && peer.ID == st.LeaderID && st.LeaderID != ""
 	if st.Configured && !st.Voters[peer.ID] && !sameLeader {
-		return false, refuse(refusedNotVoter, "%s is not a voter of the latest configuration (raft message type %d, term %d)", peer, msg.Type, msg.Term)
+		return false, Refuse(refusedNotVoter, "%s is not a voter of the latest configuration (raft message type %d, term %d)", peer, msg.Type, msg.Term)
 	}
 	switch msg.Type {
 	case raftTimeoutNow:
 		if st.Leader == "" || st.Leader != peer.ID {
-			return false, refuse(refusedNotLeader, "TimeoutNow from %s, which is not this node's leader (%q)", peer, st.Leader)
+			return false, Refuse(refusedNotLeader, "TimeoutNow from %s, which is not this node's leader (%q)", peer, st.Leader)
 		}
 	case raftAppendEntries, raftInstallSnap:
 		if msg.Term < st.Term || msg.Term < st.LeaderTerm {
 			return false, nil // stale: raft answers with its term and changes nothing
 		}
 		if msg.Term == st.LeaderTerm && st.LeaderID != "" && peer.ID != st.LeaderID {
-			return false, refuse(refusedNotLeader, "%s sent log at term %d, whose leader is %s", peer, msg.Term, st.LeaderID)
+			return false, Refuse(refusedNotLeader, "%s sent log at term %d, whose leader is %s", peer, msg.Term, st.LeaderID)
 		}
 		if msg.Term == st.Term && st.Self != "" && st.Leader == st.Self {
-			return false, refuse(refusedNotLeader, "%s sent log at term %d, which this node leads", peer, msg.Term)
+			return false, Refuse(refusedNotLeader, "%s sent log at term %d, which this node leads", peer, msg.Term)
 		}
 		return true, nil
 	}
@@ -264,16 +266,17 @@ func validateRaftConfiguration(data []byte) (err error) {
 	return nil
 }
 
-// raftGuard is a node's guard: its view of Raft, the leader it accepted
+// Guard is a node's guard: its view of Raft, the leader it accepted
 // log from, and its refusal count. Safe for concurrent use; one per mux.
-type raftGuard struct {
-	view    raftView
+type Guard struct {
+	view    RaftView
 	refused atomic.Uint64
 	// off disables every check but the size bounds (tests prove with it
 	// that their attacks work on an unguarded node).
 	off atomic.Bool
 	// maxSnapshot bounds the bytes of one InstallSnapshot stream
-	// (ControlConfig.MaxInstallSnapshot; 0: DefaultMaxInstallSnapshot).
+	// (cluster.ControlConfig.MaxInstallSnapshot, which cluster defaults to
+	// DefaultMaxInstallSnapshot).
 	maxSnapshot int64
 
 	mu         sync.Mutex
@@ -281,11 +284,29 @@ type raftGuard struct {
 	leaderID   string
 }
 
+// NewGuard returns the guard of one node's Raft port: view is what it
+// reads of this node's Raft server, maxSnapshot (> 0) bounds the bytes of
+// one InstallSnapshot stream.
+func NewGuard(view RaftView, maxSnapshot int64) *Guard {
+	return &Guard{view: view, maxSnapshot: maxSnapshot}
+}
+
+// Refused is how many Raft connections or messages the guard refused.
+func (g *Guard) Refused() uint64 { return g.refused.Load() }
+
+// Off reports whether the guard is switched off (SetOff).
+func (g *Guard) Off() bool { return g.off.Load() }
+
+// SetOff switches every check but the size bounds off or back on. For
+// tests only: they prove with it that their attacks work on an unguarded
+// node.
+func (g *Guard) SetOff(off bool) { g.off.Store(off) }
+
 // state snapshots the view; called with g.mu held.
-func (g *raftGuard) state() raftGuardState {
-	st := raftGuardState{LeaderTerm: g.leaderTerm, LeaderID: g.leaderID, Self: g.view.self}
-	if g.view.configuration != nil {
-		for _, s := range g.view.configuration().Servers {
+func (g *Guard) state() raftGuardState {
+	st := raftGuardState{LeaderTerm: g.leaderTerm, LeaderID: g.leaderID, Self: g.view.Self}
+	if g.view.Configuration != nil {
+		for _, s := range g.view.Configuration().Servers {
 			st.Configured = true
 			if s.Suffrage == raft.Voter {
 				if st.Voters == nil {
@@ -295,17 +316,17 @@ func (g *raftGuard) state() raftGuardState {
 			}
 		}
 	}
-	if g.view.term != nil {
-		st.Term = g.view.term()
+	if g.view.Term != nil {
+		st.Term = g.view.Term()
 	}
-	if g.view.leader != nil {
-		st.Leader = g.view.leader()
+	if g.view.Leader != nil {
+		st.Leader = g.view.Leader()
 	}
 	return st
 }
 
 // check decides msg from peer and records an accepted leader.
-func (g *raftGuard) check(peer Peer, msg raftMessage) error {
+func (g *Guard) check(peer Peer, msg raftMessage) error {
 	if g.off.Load() {
 		return nil
 	}
@@ -316,9 +337,9 @@ func (g *raftGuard) check(peer Peer, msg raftMessage) error {
 		g.leaderTerm, g.leaderID = msg.Term, peer.ID
 	}
 	g.mu.Unlock()
-	if err != nil && g.view.unknownLeader != nil && refusalReason(err) == refusedNotVoter &&
+	if err != nil && g.view.UnknownLeader != nil && refusalReason(err) == refusedNotVoter &&
 		(msg.Type == raftAppendEntries || msg.Type == raftInstallSnap) && msg.Term >= st.Term {
-		g.view.unknownLeader(peer.ID, msg.Term)
+		g.view.UnknownLeader(peer.ID, msg.Term)
 	}
 	return err
 }
@@ -327,7 +348,7 @@ func (g *raftGuard) check(peer Peer, msg raftMessage) error {
 // knows (raftVouch): its log at term then passes the voter check, as a
 // leader's whose log this node accepted at that term does. It never
 // replaces a leader already recorded at that term or a later one.
-func (g *raftGuard) vouch(id string, term uint64) bool {
+func (g *Guard) Vouch(id string, term uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if term < g.leaderTerm || (term == g.leaderTerm && g.leaderID != "" && g.leaderID != id) {
@@ -338,7 +359,7 @@ func (g *raftGuard) vouch(id string, term uint64) bool {
 }
 
 // count notes one refusal (a counter and the cluster.raft.refused metric).
-func (g *raftGuard) count(err error) {
+func (g *Guard) Count(err error) {
 	g.refused.Add(1)
 	metrics.IncrCounterWithLabels([]string{"cluster", "raft", "refused"}, 1, []metrics.Label{{Name: "reason", Value: refusalReason(err)}})
 }
@@ -360,36 +381,26 @@ func (c *raftGuardConn) Close() error {
 	return err
 }
 
-// DefaultMaxInstallSnapshot bounds one InstallSnapshot stream when
-// ControlConfig.MaxInstallSnapshot is 0: the largest snapshot the
-// committed-state stream serves or accepts (DefaultStreamMaxSnapshot; the
-// node sets ledger.MaxSnapshotSize, the largest snapshot a replica
-// restores).
-const DefaultMaxInstallSnapshot = DefaultStreamMaxSnapshot
-
 // checkSnapshotSize refuses an InstallSnapshot that announces more bytes
 // than the cap, before one byte of it is read: raft would spool them all
 // to disk first (a voter-capable peer could fill the disk).
-func (g *raftGuard) checkSnapshotSize(peer Peer, msg raftMessage) error {
+func (g *Guard) checkSnapshotSize(peer Peer, msg raftMessage) error {
 	max := g.maxSnapshot
-	if max <= 0 {
-		max = DefaultMaxInstallSnapshot
-	}
 	if msg.Snapshot > max {
-		return refuse(refusedSnapshotTooLarge, "InstallSnapshot of %d bytes from %s: at most %d", msg.Snapshot, peer, max)
+		return Refuse(refusedSnapshotTooLarge, "InstallSnapshot of %d bytes from %s: at most %d", msg.Snapshot, peer, max)
 	}
 	return nil
 }
 
-// guardRaft returns the connection raft reads from. onRefuse is told why a
+// GuardRaft returns the connection raft reads from. onRefuse is told why a
 // connection was cut.
-func guardRaft(c net.Conn, peer Peer, g *raftGuard, onRefuse func(error)) net.Conn {
+func GuardRaft(c net.Conn, peer Peer, g *Guard, onRefuse func(error)) net.Conn {
 	pr, pw := io.Pipe()
 	gc := &raftGuardConn{Conn: c, pr: pr}
 	go func() {
 		err := runRaftGuard(c, pw, peer, g)
 		if errors.Is(err, errRaftRefused) || errors.Is(err, ErrMessageTooLarge) {
-			g.count(err)
+			g.Count(err)
 			onRefuse(err)
 			_ = c.Close()
 		}
@@ -447,7 +458,7 @@ func (r *recorder) UnreadByte() error {
 	return nil
 }
 
-func runRaftGuard(c net.Conn, w io.Writer, peer Peer, g *raftGuard) error {
+func runRaftGuard(c net.Conn, w io.Writer, peer Peer, g *Guard) error {
 	br := bufio.NewReaderSize(c, 64<<10)
 	rec := &recorder{r: br, max: maxRaftMessage}
 	dec := codec.NewDecoder(rec, &codec.MsgpackHandle{})
@@ -486,7 +497,7 @@ func runRaftGuard(c net.Conn, w io.Writer, peer Peer, g *raftGuard) error {
 func decodeRaftMessage(dec *codec.Decoder, typ byte, peer Peer) (msg raftMessage, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			msg, err = raftMessage{}, refuse(refusedMalformed, "undecodable message from %s: %v", peer, r)
+			msg, err = raftMessage{}, Refuse(refusedMalformed, "undecodable message from %s: %v", peer, r)
 		}
 	}()
 	msg.Type = typ
@@ -525,7 +536,7 @@ func decodeRaftMessage(dec *codec.Decoder, typ byte, peer Peer) (msg raftMessage
 		hdr, msg.Term = req.RPCHeader, req.Term
 		if err == nil {
 			if req.Size < 0 {
-				return raftMessage{}, refuse(refusedMalformed, "InstallSnapshot of %d bytes from %s", req.Size, peer)
+				return raftMessage{}, Refuse(refusedMalformed, "InstallSnapshot of %d bytes from %s", req.Size, peer)
 			}
 			if req.SnapshotVersion != raft.SnapshotVersionMax {
 				msg.Deprecated = true // version 0 carries a peer set; raft refuses > max itself
@@ -534,13 +545,13 @@ func decodeRaftMessage(dec *codec.Decoder, typ byte, peer Peer) (msg raftMessage
 			msg.Snapshot = req.Size
 		}
 	default:
-		return raftMessage{}, refuse(refusedMalformed, "unknown raft message type %d from %s", typ, peer)
+		return raftMessage{}, Refuse(refusedMalformed, "unknown raft message type %d from %s", typ, peer)
 	}
 	if err != nil {
 		if errors.Is(err, ErrMessageTooLarge) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 			return raftMessage{}, err
 		}
-		return raftMessage{}, refuse(refusedMalformed, "undecodable message from %s: %v", peer, err)
+		return raftMessage{}, Refuse(refusedMalformed, "undecodable message from %s: %v", peer, err)
 	}
 	msg.ID = string(hdr.ID)
 	return msg, nil

@@ -1,4 +1,4 @@
-package cluster
+package raftnet
 
 import (
 	"log/slog"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // This file is the wrapper every control group puts around its Raft
@@ -25,14 +27,14 @@ import (
 //
 // So log replication (not heartbeats) to an unreachable peer waits here for
 // the peer instead of failing at once: after a send that could not reach
-// the peer (a *errDial: the connection could not be made) the same request
-// is sent again every waitProbe until it gets an answer, which reaches raft
+// the peer (a *rpc.DialError: the connection could not be made) the same request
+// is sent again every WaitProbe until it gets an answer, which reaches raft
 // as the one outcome of its single call. Any other error (the peer was
 // reached, or may have been) goes to raft at once, as before: a peer that
 // answers with errors is left to raft's backoff, not probed 40 times a
 // second. Raft's failure count then grows by
-// at most one per waitMax of outage, and replication resumes within
-// waitProbe (plus a round trip) of the peer answering again.
+// at most one per WaitMax of outage, and replication resumes within
+// WaitProbe (plus a round trip) of the peer answering again.
 //
 // What the wait never does:
 //   - answer for the peer: raft sees only a real response or the error, so
@@ -42,36 +44,36 @@ import (
 //     transport closes (ControlGroup.Close closes it before waiting for
 //     raft's goroutines), when this node is no longer leader in the
 //     request's term, when the peer left the configuration or changed
-//     address, or after waitMax.
+//     address, or after WaitMax.
 //
 // Re-sending a request is safe: AppendEntries is idempotent for the same
 // term, previous entry and entries, and a late duplicate is one raft
 // already tolerates from a slow network.
 
 const (
-	// waitProbe is how often a waiting replication call re-sends its
+	// WaitProbe is how often a waiting replication call re-sends its
 	// request to the unreachable peer.
-	waitProbe = 25 * time.Millisecond
-	// waitMax bounds one wait. Past it raft sees the error and counts a
-	// failure: an outage of k·waitMax costs at most backoff(10 ms, k+1)
+	WaitProbe = 25 * time.Millisecond
+	// WaitMax bounds one wait. Past it raft sees the error and counts a
+	// failure: an outage of k·WaitMax costs at most backoff(10 ms, k+1)
 	// (≤ 160 ms for outages under an hour) after the peer returns.
-	waitMax = 10 * time.Minute
+	WaitMax = 10 * time.Minute
 )
 
-// replicationWanted reports whether replication to the peer at id/addr in
+// ReplicationWanted reports whether replication to the peer at id/addr in
 // term is still wanted: this node leads in that term and the peer is in the
 // latest configuration at that address.
-type replicationWanted func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool
+type ReplicationWanted func(id raft.ServerID, addr raft.ServerAddress, term uint64) bool
 
-// waitingTransport is a raft.Transport whose AppendEntries waits for an
+// WaitingTransport is a raft.Transport whose AppendEntries waits for an
 // unreachable peer (see the comment at the top of this file). Every other
 // call passes through.
-type waitingTransport struct {
+type WaitingTransport struct {
 	raft.Transport
 	log    *slog.Logger
 	probe  time.Duration
 	max    time.Duration
-	wanted atomic.Pointer[replicationWanted]
+	wanted atomic.Pointer[ReplicationWanted]
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -80,39 +82,46 @@ type waitingTransport struct {
 	failures atomic.Uint64 // replication errors returned to raft: each is one more failure in its backoff count
 }
 
-// waitingPreVoteTransport is waitingTransport for an inner transport that
+// waitingPreVoteTransport is WaitingTransport for an inner transport that
 // supports pre-vote: raft enables pre-vote by checking the transport's type.
-type waitingPreVoteTransport struct{ *waitingTransport }
+type waitingPreVoteTransport struct{ *WaitingTransport }
 
 func (t waitingPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	return t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
 }
 
 var (
-	_ raft.WithClose   = (*waitingTransport)(nil)
+	_ raft.WithClose   = (*WaitingTransport)(nil)
 	_ raft.WithPreVote = waitingPreVoteTransport{}
 )
 
-// newWaitingTransport wraps inner. Until setWanted is called, a wait ends
+// NewWaitingTransport wraps inner. Until SetWanted is called, a wait ends
 // only on close or after max.
-func newWaitingTransport(inner raft.Transport, log *slog.Logger, probe, max time.Duration) *waitingTransport {
-	return &waitingTransport{Transport: inner, log: log, probe: probe, max: max, closed: make(chan struct{})}
+func NewWaitingTransport(inner raft.Transport, log *slog.Logger, probe, max time.Duration) *WaitingTransport {
+	return &WaitingTransport{Transport: inner, log: log, probe: probe, max: max, closed: make(chan struct{})}
 }
 
-// raftTransport is t as raft should see it (with pre-vote when inner has it).
-func (t *waitingTransport) raftTransport() raft.Transport {
+// RaftTransport is t as raft should see it (with pre-vote when inner has it).
+func (t *WaitingTransport) RaftTransport() raft.Transport {
 	if _, ok := t.Transport.(raft.WithPreVote); ok {
 		return waitingPreVoteTransport{t}
 	}
 	return t
 }
 
-// setWanted installs the check that ends a wait once replication to its
+// SetWanted installs the check that ends a wait once replication to its
 // peer is no longer wanted.
-func (t *waitingTransport) setWanted(f replicationWanted) { t.wanted.Store(&f) }
+func (t *WaitingTransport) SetWanted(f ReplicationWanted) { t.wanted.Store(&f) }
+
+// Waiting is how many replication calls wait right now.
+func (t *WaitingTransport) Waiting() int64 { return t.waiting.Load() }
+
+// Failures is how many replication errors t returned to raft: each is one
+// more failure in raft's backoff count.
+func (t *WaitingTransport) Failures() uint64 { return t.failures.Load() }
 
 // Close ends every wait, then closes the inner transport if it can be.
-func (t *waitingTransport) Close() error {
+func (t *WaitingTransport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
 		close(t.closed)
@@ -131,12 +140,12 @@ func isHeartbeat(a *raft.AppendEntriesRequest) bool {
 
 // AppendEntries implements raft.Transport: a heartbeat fails at once as
 // before; log replication waits for an unreachable peer.
-func (t *waitingTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t *WaitingTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	err := t.Transport.AppendEntries(id, target, args, resp)
 	if err == nil || isHeartbeat(args) {
 		return err
 	}
-	if !isDialErr(err) {
+	if !rpc.IsDialError(err) {
 		t.failures.Add(1)
 		return err
 	}
@@ -146,7 +155,7 @@ func (t *waitingTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	return err
 }
 
-func (t *waitingTransport) wait(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, err error) error {
+func (t *WaitingTransport) wait(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, err error) error {
 	t.waiting.Add(1)
 	defer t.waiting.Add(-1)
 	start := time.Now()
@@ -168,7 +177,7 @@ func (t *waitingTransport) wait(id raft.ServerID, target raft.ServerAddress, arg
 		}
 		*resp = raft.AppendEntriesResponse{}
 		err = t.Transport.AppendEntries(id, target, args, resp)
-		if err == nil || !isDialErr(err) {
+		if err == nil || !rpc.IsDialError(err) {
 			t.log.Info("cluster: raft peer reachable again", "peer", id, "waited", time.Since(start).Round(time.Millisecond), "tries", tries, "error", err)
 			return err
 		}
