@@ -352,6 +352,39 @@ func TestStreamSwitchFromRaft(t *testing.T) {
 	})
 }
 
+// A member started with the voters of a fresh cluster, whose version
+// becomes active within belowStreamGrace, never starts Raft: it is not
+// added as a non-voter and removed again while the cluster forms.
+func TestStreamFreshClusterMemberNoRaft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh := newStreamHarness(t, "m1")
+		sh.active.Store(false)
+		defer sh.closeAll()
+		for _, id := range []string{"n1", "n2", "n3", "m1"} {
+			sh.start(id)
+		}
+		l := sh.waitLeader(30 * time.Second)
+		grace := belowStreamGrace(500 * time.Millisecond)
+		deadline := time.Now().Add(grace / 2)
+		for time.Now().Before(deadline) {
+			if sh.nodes["m1"].g.HasRaft() {
+				t.Fatalf("m1 started raft within the grace (%v)", grace)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		sh.active.Store(true)
+		sh.applyN(l, "a", 5)
+		waitFor(t, 30*time.Second, "m1 on the stream", func() bool {
+			if sh.nodes["m1"].g.HasRaft() {
+				t.Fatal("m1 started raft although the version became active within the grace")
+			}
+			return sh.nodes["m1"].g.StreamStatus().Entries > 0
+		})
+		sh.waitSame("m1", l.id)
+		sh.checkSeq("m1", l.id)
+	})
+}
+
 func TestStreamFSMRefusesGapsAndRepeats(t *testing.T) {
 	inner := &seqFSM{}
 	f := newStreamFSM(inner, inner.appliedIndex, 0, 0)
