@@ -142,12 +142,18 @@ type ControlGroup struct {
 	raftP    atomic.Pointer[raft.Raft]
 	raftMu   sync.Mutex
 	raftStop chan struct{}
-	hlog     hclog.Logger
-	trans    raft.Transport
-	waitT    *waitingTransport // under g.trans: replication waits for unreachable peers
-	mux      *mux
-	pool     *rpcPool
-	addr     string
+	// raftStarting: raftOnDemand's start is under way. raftStartedAt is
+	// when the running instance started (under raftMu).
+	raftStarting  atomic.Bool
+	raftStartedAt time.Time
+	// refuserStop and refuserDone run startRefuser's loop (under raftMu).
+	refuserStop, refuserDone chan struct{}
+	hlog                     hclog.Logger
+	trans                    raft.Transport
+	waitT                    *waitingTransport // under g.trans: replication waits for unreachable peers
+	mux                      *mux
+	pool                     *rpcPool
+	addr                     string
 	// revocation checks proven peers against ControlConfig.Revoked
 	// (revoke.go); nil without it.
 	revocation *revocation
@@ -279,7 +285,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			self:          cfg.NodeID,
 			unknownLeader: g.requestVouch,
 		},
-		raftRunning: g.HasRaft,
+		raftRunning: g.raftOnDemand,
 		maxMessage:  cfg.MaxRPCMessage,
 		idleTimeout: cfg.RPCIdleTimeout,
 		msgTimeout:  cfg.RPCMessageTimeout,

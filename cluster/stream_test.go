@@ -536,6 +536,12 @@ func TestStreamStandbys(t *testing.T) {
 		if st := sh.nodes["n4"].g.StreamStatus(); st.Following {
 			t.Fatalf("standby n4 follows the stream: %+v", st)
 		}
+		// n5 (voter=auto, not a standby) follows the stream without Raft;
+		// the standby n4 keeps its Raft.
+		waitFor(t, 30*time.Second, "n5 drops raft", func() bool { return !sh.nodes["n5"].g.HasRaft() })
+		if !sh.nodes["n4"].g.HasRaft() {
+			t.Fatal("standby n4 runs no raft")
+		}
 		// Entries after the leader's last snapshot (fewer than its
 		// threshold): n5's replica is ahead of the snapshot Raft will
 		// install on it when it becomes a standby.
@@ -566,6 +572,8 @@ func TestStreamStandbys(t *testing.T) {
 			}
 		}
 		sh.waitConfig(30*time.Second, strings.Join(append(parts, "n4:V", "n5:N"), " "))
+		// The leader added n5 back as the standby: it runs Raft again.
+		waitFor(t, 30*time.Second, "n5 starts raft as the standby", func() bool { return sh.nodes["n5"].g.HasRaft() })
 		sh.applyN(l, "b", 10)
 		for _, id := range []string{"n4", "n5"} {
 			sh.waitSame(id, l.id)
