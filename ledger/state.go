@@ -176,7 +176,15 @@ func (s *State) OwnershipValid(rec ShardRecord) bool {
 		return false
 	}
 	n, ok := s.Node(rec.Owner)
-	return ok && n.Incarnation == rec.OwnerIncarnation && n.Liveness == rec.OwnerLiveness
+	return OwnershipValidWith(rec, n, ok)
+}
+
+// OwnershipValidWith is OwnershipValid with the owner's node record
+// already read (found: the state has one), for a reader that decides many
+// shards of few owners from one state.
+func OwnershipValidWith(rec ShardRecord, owner NodeRecord, found bool) bool {
+	return (rec.State == ShardOwned || rec.State == ShardRevoking) &&
+		found && owner.ID == rec.Owner && owner.Incarnation == rec.OwnerIncarnation && owner.Liveness == rec.OwnerLiveness
 }
 
 // ValidOwner returns the shard's record when its ownership is valid.
