@@ -147,6 +147,13 @@ func (s *State) Shards() []ShardRecord {
 	return out
 }
 
+// ShardCount is how many shard records the state holds.
+func (s *State) ShardCount() int { return s.shards.Len() }
+
+// EachShard calls f with every shard record in shard order until f
+// returns false; it copies nothing (Shards copies them all into a slice).
+func (s *State) EachShard(f func(ShardRecord) bool) { s.shards.Ascend(f) }
+
 // Node returns a node's liveness record.
 func (s *State) Node(id string) (NodeRecord, bool) {
 	return s.nodes.Get(NodeRecord{ID: id})

@@ -39,14 +39,13 @@ func (b *netBackend) ownershipGen() uint64 { return b.fsm.State().OwnershipGener
 // every member: docs/benchmarks.md, "Scale with real agents").
 func (b *netBackend) shards() []ShardInfo {
 	st := b.fsm.State()
-	recs := st.Shards()
-	out := make([]ShardInfo, len(recs))
+	out := make([]ShardInfo, 0, st.ShardCount())
 	type owner struct {
 		rec ledger.NodeRecord
 		ok  bool
 	}
 	owners := make(map[string]owner)
-	for i, r := range recs {
+	st.EachShard(func(r ledger.ShardRecord) bool {
 		o, seen := owners[r.Owner]
 		if !seen {
 			o.rec, o.ok = st.Node(r.Owner)
@@ -57,8 +56,9 @@ func (b *netBackend) shards() []ShardInfo {
 			ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason, Fenced: st.Fenced(r.Shard),
 		}
 		info.Valid = ledger.OwnershipValidWith(r, o.rec, o.ok)
-		out[i] = info
-	}
+		out = append(out, info)
+		return true
+	})
 	return out
 }
 
