@@ -83,9 +83,12 @@ type realScaleResult struct {
 	// snapshot bytes received per member per second at rest
 	// (tenure_stream_received_bytes_total).
 	StreamBytesPerMemberPerS float64 `json:"stream_bytes_per_member_per_s"`
-	CommitsPerSec            float64 `json:"raft_commits_per_s"`
-	GossipPktPerSec          float64 `json:"gossip_packets_per_node_per_s"`
-	GossipBytesPerS          float64 `json:"gossip_bytes_per_node_per_s"`
+	// VoterCPUMaxPct is the busiest voter's CPU at rest that is not the
+	// leader (% of one core).
+	VoterCPUMaxPct  float64 `json:"voter_cpu_max_pct"`
+	CommitsPerSec   float64 `json:"raft_commits_per_s"`
+	GossipPktPerSec float64 `json:"gossip_packets_per_node_per_s"`
+	GossipBytesPerS float64 `json:"gossip_bytes_per_node_per_s"`
 
 	// Failover of one killed member (SIGKILL): until every shard it owned
 	// is validly owned by another agent in the ledger; then the member
@@ -439,6 +442,7 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	fmt.Fprintf(w, "  RSS per agent at rest    %8.0f MiB median, %.0f max (leader %.0f)\n", res.RSSMedianMB, res.RSSMaxMB, res.LeaderRSSMB)
 	fmt.Fprintf(w, "  member RSS at rest       %8.0f MiB median: %.0f anonymous, %.0f file-backed (the binary, shared)\n",
 		res.MemberRSSMedianMB, res.MemberRSSAnonMedianMB, res.MemberRSSFileMedianMB)
+	fmt.Fprintf(w, "  other voters' CPU        %8.1f %% at rest (the busiest)\n", res.VoterCPUMaxPct)
 	fmt.Fprintf(w, "  stream per member        %8.0f bytes/s at rest\n", res.StreamBytesPerMemberPerS)
 	fmt.Fprintf(w, "  CPU per agent at rest    %8.1f %% median, %.1f %% max (leader %.1f %%; all agents %.0f %% of one core)\n",
 		res.CPUMedianPct, res.CPUMaxPct, res.LeaderCPUPct, res.TotalCPUPct)
@@ -530,6 +534,8 @@ func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
 		res.TotalCPUPct += p
 		if a.id == st0.ControlLeader {
 			res.LeaderCPUPct, res.LeaderRSSMB = p, r
+		} else if c.voter(a) {
+			res.VoterCPUMaxPct = max(res.VoterCPUMaxPct, p)
 		}
 	}
 	bytes1, stream1 := sent(), streamBytes()
