@@ -206,7 +206,14 @@ func (g *ControlGroup) dropRaft() {
 	// leader silent for 3·ElectionTimeout counts as removed too (as in
 	// needStream); the leader removes a member it cannot reach anyway. A
 	// voter keeps Raft whatever the silence: it is needed for a quorum.
+	// A voter-capable node waits longer: the leader may be about to
+	// promote it (a caught-up standby), and a standby that dropped Raft
+	// while its promotion was in flight would hold up the quorum until
+	// raftOnDemand restarted it.
 	quiet := 3 * g.cfg.ElectionTimeout
+	if !g.cfg.lazyRaft() {
+		quiet = autoDropQuiet * g.cfg.ElectionTimeout
+	}
 	if c, err := g.latestConfiguration(); err == nil {
 		for _, s := range c.Servers {
 			if string(s.ID) != g.cfg.NodeID {
@@ -219,8 +226,7 @@ func (g *ControlGroup) dropRaft() {
 	}
 	// A voter-capable node just started (or restarted on the leader's
 	// request) is not in the configuration it knows yet: give the leader
-	// the same 3·ElectionTimeout to add it as a standby before it counts
-	// as not wanted.
+	// the same time to add it as a standby before it counts as not wanted.
 	if !g.cfg.lazyRaft() && (time.Since(g.raftStartedAt) <= quiet || time.Since(r.LastContact()) <= quiet) {
 		return
 	}
@@ -232,6 +238,11 @@ func (g *ControlGroup) dropRaft() {
 	g.startRefuser()
 	g.log.Info("cluster: raft stopped: this node follows the stream only", "voter", string(g.cfg.Voter))
 }
+
+// autoDropQuiet is how many ElectionTimeouts a voter-capable node out of
+// the configuration (or a non-voter no leader contacted) waits before it
+// drops Raft (dropRaft); a member waits 3.
+const autoDropQuiet = 10
 
 // raftOnDemand reports whether this node runs Raft now (the Raft port
 // refuses streams while it does not). A VoterAuto node on the stream that
