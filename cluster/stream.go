@@ -125,6 +125,9 @@ func (g *ControlGroup) streamServingWhy() string {
 	case g.rec == nil || g.cfg.AppliedIndex == nil:
 		return "no stream on this node"
 	case g.cfg.StreamActive == nil || !g.cfg.StreamActive():
+		if g.cfg.StreamPending != nil && g.cfg.StreamPending() {
+			return streamPendingMsg
+		}
 		return "the cluster version does not have members on the stream yet"
 	case g.cfg.Voter == VoterNever:
 		return "a member does not serve the stream"
@@ -510,7 +513,9 @@ func (f *streamFollower) session(ctx context.Context, addr string) (progressed b
 			snap, snapID = nil, 0
 			continue
 		case wire.CodeStreamNotActive:
-			f.belowStream()
+			if !strings.Contains(reply.Msg, streamPendingMsg) {
+				f.belowStream()
+			}
 			return progressed, fmt.Errorf("%w: %s: %s", ErrStreamUnavailable, addr, reply.Msg)
 		case wire.CodeUnsupported, wire.CodeClosed:
 			return progressed, fmt.Errorf("%w: %s: %s", ErrStreamUnavailable, addr, reply.Msg)
@@ -600,6 +605,13 @@ func (f *streamFollower) belowStream() {
 		g.log.Warn("cluster: start raft below the stream's version", "err", err)
 	}
 }
+
+// streamPendingMsg is the refusal of a voter whose cluster has recorded
+// no version yet (ControlConfig.StreamPending): a fresh cluster, which
+// records the newest version its first registered nodes speak moments
+// later. A member told so keeps asking and does not start Raft; the text
+// is free (the reply's Msg), so an older voter never sends it.
+const streamPendingMsg = "the cluster has recorded no version yet"
 
 // belowStreamGrace is how long a member keeps asking for the stream, while
 // voters refuse it as below version 5, before it starts Raft to be a

@@ -385,6 +385,35 @@ func TestStreamFreshClusterMemberNoRaft(t *testing.T) {
 	})
 }
 
+// While the voters' cluster has recorded no version yet (a fresh
+// cluster), a member keeps asking for the stream past the grace and never
+// starts Raft; once a version below 5 is recorded, it starts Raft after
+// the grace, to be a non-voter as before.
+func TestStreamPendingMemberWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh := newStreamHarness(t, "m1")
+		sh.active.Store(false)
+		var pending atomic.Bool
+		pending.Store(true)
+		sh.tune = func(c *ControlConfig) { c.StreamPending = pending.Load }
+		defer sh.closeAll()
+		for _, id := range []string{"n1", "n2", "n3", "m1"} {
+			sh.start(id)
+		}
+		sh.waitLeader(30 * time.Second)
+		grace := belowStreamGrace(500 * time.Millisecond)
+		deadline := time.Now().Add(3 * grace)
+		for time.Now().Before(deadline) {
+			if sh.nodes["m1"].g.HasRaft() {
+				t.Fatalf("m1 started raft while the cluster had recorded no version (grace %v)", grace)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		pending.Store(false)
+		waitFor(t, 30*time.Second, "m1 starts raft below version 5", func() bool { return sh.nodes["m1"].g.HasRaft() })
+	})
+}
+
 func TestStreamFSMRefusesGapsAndRepeats(t *testing.T) {
 	inner := &seqFSM{}
 	f := newStreamFSM(inner, inner.appliedIndex, 0, 0)
