@@ -148,12 +148,18 @@ type ControlGroup struct {
 	raftP    atomic.Pointer[raft.Raft]
 	raftMu   sync.Mutex
 	raftStop chan struct{}
-	hlog     hclog.Logger
-	trans    raft.Transport
-	waitT    *raftnet.WaitingTransport // under g.trans: replication waits for unreachable peers
-	mux      *rpc.Mux
-	pool     *rpcPool
-	addr     string
+	// raftStarting: raftOnDemand's start is under way. raftStartedAt is
+	// when the running instance started (under raftMu).
+	raftStarting  atomic.Bool
+	raftStartedAt time.Time
+	// refuserStop and refuserDone run startRefuser's loop (under raftMu).
+	refuserStop, refuserDone chan struct{}
+	hlog                     hclog.Logger
+	trans                    raft.Transport
+	waitT                    *raftnet.WaitingTransport // under g.trans: replication waits for unreachable peers
+	mux                      *rpc.Mux
+	pool                     *rpcPool
+	addr                     string
 	// revocation checks proven peers against ControlConfig.Revoked
 	// (identity/revoke.go); nil without it.
 	revocation *identity.Revocation
@@ -275,7 +281,7 @@ func NewControlGroup(cfg ControlConfig, peers PeerSource) (*ControlGroup, error)
 			Self:          cfg.NodeID,
 			UnknownLeader: g.requestVouch,
 		},
-		RaftRunning: g.HasRaft,
+		RaftRunning: g.raftOnDemand,
 		MaxMessage:  cfg.MaxRPCMessage,
 		IdleTimeout: cfg.RPCIdleTimeout,
 		MsgTimeout:  cfg.RPCMessageTimeout,

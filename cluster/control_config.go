@@ -154,6 +154,11 @@ type ControlConfig struct {
 	// Subscribe; a VoterNever node with AppliedIndex and StreamActive set
 	// subscribes (and keeps trying while servers refuse). nil = never.
 	StreamActive func() bool
+	// StreamPending reports whether the cluster has recorded no version
+	// yet (a fresh cluster before its first registration): a voter then
+	// refuses the stream saying so, and a member keeps asking instead of
+	// starting Raft (stream.go, belowStream). nil = never.
+	StreamPending func() bool
 	// StreamBuffer and StreamBufferBytes bound the applied entries a
 	// server keeps for subscribers that resume (DefaultStreamBuffer,
 	// DefaultStreamBufferBytes if 0); older ones get a snapshot.

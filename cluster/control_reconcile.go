@@ -106,7 +106,7 @@ type reconcileState struct {
 	Proven map[string]bool
 	// Revoked are the servers on the committed deny-list
 	// (ControlConfig.Revoked): removed from the configuration at once,
-	// whatever gossip says (revoke.go).
+	// whatever gossip says (identity/revoke.go).
 	Revoked map[string]bool
 }
 

@@ -142,11 +142,20 @@ func (g *ControlGroup) startRaft() error {
 	if g.rec != nil {
 		fsm = g.rec
 	}
-	r, err := raft.NewRaft(rc, fsm, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, g.trans)
+	g.stopRefuser()
+	trans := g.trans
+	if cfg.dropsRaft() {
+		// Raft closes its transport on Shutdown; a node that drops Raft
+		// and may start it again (raftOnDemand) keeps it open: the group's
+		// Close closes it.
+		trans = keepOpen(trans)
+	}
+	r, err := raft.NewRaft(rc, fsm, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore, trans)
 	if err != nil {
 		return fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raftP.Store(r)
+	g.raftStartedAt = time.Now()
 	obs := make(chan raft.Observation, 16)
 	observer := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -162,34 +171,156 @@ func (g *ControlGroup) startRaft() error {
 	return nil
 }
 
-// dropRaft shuts down a member's Raft instance once it is not needed: its
+// dropsRaft reports whether this node shuts its Raft instance down while
+// it follows the stream: a member (lazyRaft), and a VoterAuto node with
+// the stream configured — a voter-capable node that is not one of the
+// leader's StreamStandbys follows the stream without Raft too (issue 24),
+// and starts Raft again when the leader adds it back (raftOnDemand).
+// VoterAlways nodes keep theirs.
+func (c *ControlConfig) dropsRaft() bool {
+	if c.lazyRaft() {
+		return true
+	}
+	return (c.Voter == VoterAuto || c.Voter == "") && c.AppliedIndex != nil && c.StreamActive != nil
+}
+
+// dropRaft shuts down this node's Raft instance once it is not needed: its
 // replica has the stream's cluster version and no Raft configuration it
-// knows lists it (the leader removed it). Only lazyRaft nodes drop Raft.
+// knows lists it (the leader removed it). Only dropsRaft nodes drop Raft,
+// and never while the configuration lists them as a voter or they lead.
 func (g *ControlGroup) dropRaft() {
-	if !g.cfg.lazyRaft() || !g.cfg.StreamActive() {
+	if !g.cfg.dropsRaft() || !g.cfg.StreamActive() {
 		return
+	}
+	if g.peers == nil && !g.cfg.lazyRaft() {
+		return // without gossip a voter-capable node keeps Raft (checkDialed)
 	}
 	g.raftMu.Lock()
 	defer g.raftMu.Unlock()
 	r := g.rft()
-	if r == nil {
+	if r == nil || r.State() == raft.Leader {
 		return
 	}
 	// Still listed and contacted by a leader lately: the leader has not
 	// removed it yet. A removed server may never hear of its removal, so a
 	// leader silent for 3·ElectionTimeout counts as removed too (as in
-	// needStream); the leader removes a member it cannot reach anyway.
+	// needStream); the leader removes a member it cannot reach anyway. A
+	// voter keeps Raft whatever the silence: it is needed for a quorum.
+	// A voter-capable node waits longer: the leader may be about to
+	// promote it (a caught-up standby), and a standby that dropped Raft
+	// while its promotion was in flight would hold up the quorum until
+	// raftOnDemand restarted it.
+	quiet := 3 * g.cfg.ElectionTimeout
+	if !g.cfg.lazyRaft() {
+		quiet = autoDropQuiet * g.cfg.ElectionTimeout
+	}
 	if c, err := g.latestConfiguration(); err == nil {
 		for _, s := range c.Servers {
-			if string(s.ID) == g.cfg.NodeID && time.Since(r.LastContact()) <= 3*g.cfg.ElectionTimeout {
+			if string(s.ID) != g.cfg.NodeID {
+				continue
+			}
+			if s.Suffrage == raft.Voter || time.Since(r.LastContact()) <= quiet {
 				return
 			}
 		}
+	}
+	// A voter-capable node just started (or restarted on the leader's
+	// request) is not in the configuration it knows yet: give the leader
+	// the same time to add it as a standby before it counts as not wanted.
+	if !g.cfg.lazyRaft() && (time.Since(g.raftStartedAt) <= quiet || time.Since(r.LastContact()) <= quiet) {
+		return
 	}
 	g.raftP.Store(nil)
 	close(g.raftStop)
 	if err := r.Shutdown().Error(); err != nil {
 		g.log.Warn("cluster: raft shutdown", "err", err)
 	}
-	g.log.Info("cluster: raft stopped: this member follows the stream only")
+	g.startRefuser()
+	g.log.Info("cluster: raft stopped: this node follows the stream only", "voter", string(g.cfg.Voter))
+}
+
+// autoDropQuiet is how many ElectionTimeouts a voter-capable node out of
+// the configuration (or a non-voter no leader contacted) waits before it
+// drops Raft (dropRaft); a member waits 3.
+const autoDropQuiet = 10
+
+// raftOnDemand reports whether this node runs Raft now (the Raft port
+// refuses streams while it does not). A VoterAuto node on the stream that
+// dropped its Raft starts it again when a Raft stream arrives — the leader
+// added it back as a standby (its reconciler picks standbys from the
+// stream followers) — so the leader's next attempt finds it running. The
+// start is asynchronous and idempotent; a node whose replica is below the
+// stream's version, or that is closing, starts nothing here.
+func (g *ControlGroup) raftOnDemand() bool {
+	if g.HasRaft() {
+		return true
+	}
+	if g.cfg.lazyRaft() || !g.cfg.dropsRaft() || !g.cfg.StreamActive() || g.isClosing() {
+		return false
+	}
+	if g.raftStarting.CompareAndSwap(false, true) {
+		go func() {
+			defer g.raftStarting.Store(false)
+			if err := g.startRaft(); err != nil && !errors.Is(err, ErrControlClosed) {
+				g.log.Warn("cluster: start raft on the leader's request", "err", err)
+				return
+			}
+			g.log.Info("cluster: raft started: the leader added this node as a standby")
+		}()
+	}
+	return false
+}
+
+// keepOpenTransport is a raft.Transport without Close, so a Raft instance
+// shut down by dropRaft leaves it open for the next one; the pre-vote
+// variant keeps raft's pre-vote (enabled by the transport's type).
+type keepOpenTransport struct{ raft.Transport }
+
+type keepOpenPreVoteTransport struct{ keepOpenTransport }
+
+func (t keepOpenPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
+}
+
+func keepOpen(t raft.Transport) raft.Transport {
+	if _, ok := t.(raft.WithPreVote); ok {
+		return keepOpenPreVoteTransport{keepOpenTransport{t}}
+	}
+	return keepOpenTransport{t}
+}
+
+// startRefuser answers the Raft RPCs that reach the transport while this
+// node runs no Raft (after dropRaft; under raftMu): each fails at once,
+// and asks for Raft (raftOnDemand) — the leader added this node back. On
+// the TCP transport the mux already refuses Raft streams then; an
+// in-memory transport delivers them here.
+func (g *ControlGroup) startRefuser() {
+	stop, done := make(chan struct{}), make(chan struct{})
+	g.refuserStop, g.refuserDone = stop, done
+	consumer := g.trans.Consumer()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-g.closing:
+				return
+			case rpc := <-consumer:
+				rpc.Respond(nil, errNoRaft)
+				g.raftOnDemand()
+			}
+		}
+	}()
+}
+
+// stopRefuser ends startRefuser's loop, if any, before a Raft instance
+// consumes the transport (under raftMu).
+func (g *ControlGroup) stopRefuser() {
+	if g.refuserStop == nil {
+		return
+	}
+	close(g.refuserStop)
+	<-g.refuserDone
+	g.refuserStop, g.refuserDone = nil, nil
 }

@@ -352,6 +352,68 @@ func TestStreamSwitchFromRaft(t *testing.T) {
 	})
 }
 
+// A member started with the voters of a fresh cluster, whose version
+// becomes active within belowStreamGrace, never starts Raft: it is not
+// added as a non-voter and removed again while the cluster forms.
+func TestStreamFreshClusterMemberNoRaft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh := newStreamHarness(t, "m1")
+		sh.active.Store(false)
+		defer sh.closeAll()
+		for _, id := range []string{"n1", "n2", "n3", "m1"} {
+			sh.start(id)
+		}
+		l := sh.waitLeader(30 * time.Second)
+		grace := belowStreamGrace(500 * time.Millisecond)
+		deadline := time.Now().Add(grace / 2)
+		for time.Now().Before(deadline) {
+			if sh.nodes["m1"].g.HasRaft() {
+				t.Fatalf("m1 started raft within the grace (%v)", grace)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		sh.active.Store(true)
+		sh.applyN(l, "a", 5)
+		waitFor(t, 30*time.Second, "m1 on the stream", func() bool {
+			if sh.nodes["m1"].g.HasRaft() {
+				t.Fatal("m1 started raft although the version became active within the grace")
+			}
+			return sh.nodes["m1"].g.StreamStatus().Entries > 0
+		})
+		sh.waitSame("m1", l.id)
+		sh.checkSeq("m1", l.id)
+	})
+}
+
+// While the voters' cluster has recorded no version yet (a fresh
+// cluster), a member keeps asking for the stream past the grace and never
+// starts Raft; once a version below 5 is recorded, it starts Raft after
+// the grace, to be a non-voter as before.
+func TestStreamPendingMemberWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh := newStreamHarness(t, "m1")
+		sh.active.Store(false)
+		var pending atomic.Bool
+		pending.Store(true)
+		sh.tune = func(c *ControlConfig) { c.StreamPending = pending.Load }
+		defer sh.closeAll()
+		for _, id := range []string{"n1", "n2", "n3", "m1"} {
+			sh.start(id)
+		}
+		sh.waitLeader(30 * time.Second)
+		grace := belowStreamGrace(500 * time.Millisecond)
+		deadline := time.Now().Add(3 * grace)
+		for time.Now().Before(deadline) {
+			if sh.nodes["m1"].g.HasRaft() {
+				t.Fatalf("m1 started raft while the cluster had recorded no version (grace %v)", grace)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		pending.Store(false)
+		waitFor(t, 30*time.Second, "m1 starts raft below version 5", func() bool { return sh.nodes["m1"].g.HasRaft() })
+	})
+}
+
 func TestStreamFSMRefusesGapsAndRepeats(t *testing.T) {
 	inner := &seqFSM{}
 	f := newStreamFSM(inner, inner.appliedIndex, 0, 0)
@@ -503,6 +565,12 @@ func TestStreamStandbys(t *testing.T) {
 		if st := sh.nodes["n4"].g.StreamStatus(); st.Following {
 			t.Fatalf("standby n4 follows the stream: %+v", st)
 		}
+		// n5 (voter=auto, not a standby) follows the stream without Raft;
+		// the standby n4 keeps its Raft.
+		waitFor(t, 30*time.Second, "n5 drops raft", func() bool { return !sh.nodes["n5"].g.HasRaft() })
+		if !sh.nodes["n4"].g.HasRaft() {
+			t.Fatal("standby n4 runs no raft")
+		}
 		// Entries after the leader's last snapshot (fewer than its
 		// threshold): n5's replica is ahead of the snapshot Raft will
 		// install on it when it becomes a standby.
@@ -533,6 +601,8 @@ func TestStreamStandbys(t *testing.T) {
 			}
 		}
 		sh.waitConfig(30*time.Second, strings.Join(append(parts, "n4:V", "n5:N"), " "))
+		// The leader added n5 back as the standby: it runs Raft again.
+		waitFor(t, 30*time.Second, "n5 starts raft as the standby", func() bool { return sh.nodes["n5"].g.HasRaft() })
 		sh.applyN(l, "b", 10)
 		for _, id := range []string{"n4", "n5"} {
 			sh.waitSame(id, l.id)

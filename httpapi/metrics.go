@@ -265,6 +265,7 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 	defer t.Stop()
 	cb, _ := n.(ChangeBackend)
 	var gen uint64
+	var nextTable time.Time // no full table read before (tableBudget)
 	counts := map[string]int{}
 	for i := 0; ; i++ {
 		if i%10 == 0 { // counting jobs costs more than reading shards
@@ -280,9 +281,10 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 			o.observeTable(now, shards)
 			o.observeLoad(loadsOf(shards, self))
 		default:
-			if g := cb.ShardsGeneration(); i == 0 || g == 0 || g != gen {
+			if g := cb.ShardsGeneration(); i == 0 || g == 0 || (g != gen && !now.Before(nextTable)) {
 				gen = g
 				o.observeTable(now, n.Shards())
+				nextTable = time.Now().Add(tableBudget(time.Since(now)))
 			}
 			o.observeLoad(cb.Loads())
 		}
@@ -294,6 +296,18 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 		}
 	}
 }
+
+// tableBudget is how long the sampler waits after a full shard-table read
+// that took took (wall time) before the next one: 19·took, so the reads
+// take at most 5 % of the time. On a node with CPU to spare a read of
+// 4,096 shards takes a millisecond or two and every ObserveInterval sample
+// may read the table as before; on a starved machine a read takes longer
+// and the sampler backs off — before, while ownership kept changing (100
+// agents starting on two cores), this read was the largest cost of every
+// member (perf: 24 % of a member's CPU; docs/benchmarks.md), which starved
+// the voters further. Durations the table read measures (handoff,
+// failover, commit → acting) are then sampled that much more coarsely.
+func tableBudget(took time.Duration) time.Duration { return 19 * max(took, 0) }
 
 // loadsOf is the loads of the shards self owns in shards.
 func loadsOf(shards []apitypes.Shard, self string) []apitypes.ShardLoad {

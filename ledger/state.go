@@ -147,6 +147,13 @@ func (s *State) Shards() []ShardRecord {
 	return out
 }
 
+// ShardCount is how many shard records the state holds.
+func (s *State) ShardCount() int { return s.shards.Len() }
+
+// EachShard calls f with every shard record in shard order until f
+// returns false; it copies nothing (Shards copies them all into a slice).
+func (s *State) EachShard(f func(ShardRecord) bool) { s.shards.Ascend(f) }
+
 // Node returns a node's liveness record.
 func (s *State) Node(id string) (NodeRecord, bool) {
 	return s.nodes.Get(NodeRecord{ID: id})
@@ -176,7 +183,15 @@ func (s *State) OwnershipValid(rec ShardRecord) bool {
 		return false
 	}
 	n, ok := s.Node(rec.Owner)
-	return ok && n.Incarnation == rec.OwnerIncarnation && n.Liveness == rec.OwnerLiveness
+	return OwnershipValidWith(rec, n, ok)
+}
+
+// OwnershipValidWith is OwnershipValid with the owner's node record
+// already read (found: the state has one), for a reader that decides many
+// shards of few owners from one state.
+func OwnershipValidWith(rec ShardRecord, owner NodeRecord, found bool) bool {
+	return (rec.State == ShardOwned || rec.State == ShardRevoking) &&
+		found && owner.ID == rec.Owner && owner.Incarnation == rec.OwnerIncarnation && owner.Liveness == rec.OwnerLiveness
 }
 
 // ValidOwner returns the shard's record when its ownership is valid.

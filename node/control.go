@@ -79,6 +79,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	// instead of Raft once the version is active; voters serve it.
 	cc.AppliedIndex = func() uint64 { return d.fsm.State().AppliedIndex() }
 	cc.StreamActive = func() bool { return d.fsm.State().VersionActive(ledger.VersionStreamMembers) }
+	cc.StreamPending = func() bool { return d.fsm.State().Cluster().Name == "" }
 	if d.renew != nil {
 		cc.Renew = func(now time.Time, req cluster.RenewRequest) ([]byte, error) {
 			rec, err := d.renew(now, req)

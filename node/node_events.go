@@ -141,14 +141,7 @@ func (n *Node) refresh(now time.Time) time.Time {
 			n.viewGen = 0
 		}
 	}
-	var seen map[uint32]bool
-	if full {
-		seen = make(map[uint32]bool, len(recs))
-	}
 	for _, rec := range recs {
-		if full {
-			seen[rec.Shard] = true
-		}
 		old := n.view[rec.Shard]
 		cur := shardView{epoch: rec.Epoch}
 		if rec.State != ShardUnowned && rec.Valid {
@@ -160,7 +153,15 @@ func (n *Node) refresh(now time.Time) time.Time {
 		evs = appendDiff(evs, rec.Shard, old, cur, now)
 		n.view[rec.Shard] = cur
 	}
-	if full {
+	// A full pass put every shard of recs (each once) in the view: only
+	// when the view holds more did a shard leave the table. Checked by
+	// count, so the common pass builds no set and sorts nothing (it ran on
+	// every ownership change, on every member).
+	if full && len(n.view) > len(recs) {
+		seen := make(map[uint32]bool, len(recs))
+		for _, rec := range recs {
+			seen[rec.Shard] = true
+		}
 		for _, sh := range sortedShards(n.view) {
 			if !seen[sh] {
 				evs = appendDiff(evs, sh, n.view[sh], shardView{}, now)

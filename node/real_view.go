@@ -33,13 +33,32 @@ func (b *netBackend) shard(s uint32) (ShardInfo, bool) {
 
 func (b *netBackend) ownershipGen() uint64 { return b.fsm.State().OwnershipGeneration() }
 
+// shards builds every shard's info from one state. Validity reads the
+// owner's node record: looked up once per owner, not once per shard (4,096
+// B-tree lookups for a few dozen owners, on every ownership change on
+// every member: docs/benchmarks.md, "Scale with real agents").
 func (b *netBackend) shards() []ShardInfo {
 	st := b.fsm.State()
-	recs := st.Shards()
-	out := make([]ShardInfo, len(recs))
-	for i, r := range recs {
-		out[i] = shardInfo(st, r)
+	out := make([]ShardInfo, 0, st.ShardCount())
+	type owner struct {
+		rec ledger.NodeRecord
+		ok  bool
 	}
+	owners := make(map[string]owner)
+	st.EachShard(func(r ledger.ShardRecord) bool {
+		o, seen := owners[r.Owner]
+		if !seen {
+			o.rec, o.ok = st.Node(r.Owner)
+			owners[r.Owner] = o
+		}
+		info := ShardInfo{
+			Shard: r.Shard, Epoch: r.Epoch, Owner: r.Owner, State: r.State, Target: r.Target,
+			ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason, Fenced: st.Fenced(r.Shard),
+		}
+		info.Valid = ledger.OwnershipValidWith(r, o.rec, o.ok)
+		out = append(out, info)
+		return true
+	})
 	return out
 }
 

@@ -64,14 +64,28 @@ type realScaleResult struct {
 
 	// At rest, over IdleSeconds: per-process RSS (MiB) and CPU (% of one
 	// core), median and max over all agents, and the leader's.
-	IdleSeconds     float64 `json:"idle_seconds"`
-	RSSMedianMB     float64 `json:"rss_median_mb"`
-	RSSMaxMB        float64 `json:"rss_max_mb"`
-	CPUMedianPct    float64 `json:"cpu_median_pct"`
-	CPUMaxPct       float64 `json:"cpu_max_pct"`
-	LeaderCPUPct    float64 `json:"leader_cpu_pct"`
-	LeaderRSSMB     float64 `json:"leader_rss_mb"`
-	TotalCPUPct     float64 `json:"total_cpu_pct"`
+	IdleSeconds  float64 `json:"idle_seconds"`
+	RSSMedianMB  float64 `json:"rss_median_mb"`
+	RSSMaxMB     float64 `json:"rss_max_mb"`
+	CPUMedianPct float64 `json:"cpu_median_pct"`
+	CPUMaxPct    float64 `json:"cpu_max_pct"`
+	LeaderCPUPct float64 `json:"leader_cpu_pct"`
+	LeaderRSSMB  float64 `json:"leader_rss_mb"`
+	TotalCPUPct  float64 `json:"total_cpu_pct"`
+	// The disk-less members' RSS at rest split (median, MiB): anonymous
+	// memory (heap, stacks: the process's own) and file-backed pages
+	// (mostly the tenure binary's text and read-only data, shared by
+	// every process running it: VmRSS counts them in each).
+	MemberRSSMedianMB     float64 `json:"member_rss_median_mb"`
+	MemberRSSAnonMedianMB float64 `json:"member_rss_anon_median_mb"`
+	MemberRSSFileMedianMB float64 `json:"member_rss_file_median_mb"`
+	// StreamBytesPerMemberPerS is the committed-state stream's entry and
+	// snapshot bytes received per member per second at rest
+	// (tenure_stream_received_bytes_total).
+	StreamBytesPerMemberPerS float64 `json:"stream_bytes_per_member_per_s"`
+	// VoterCPUMaxPct is the busiest voter's CPU at rest that is not the
+	// leader (% of one core).
+	VoterCPUMaxPct  float64 `json:"voter_cpu_max_pct"`
 	CommitsPerSec   float64 `json:"raft_commits_per_s"`
 	GossipPktPerSec float64 `json:"gossip_packets_per_node_per_s"`
 	GossipBytesPerS float64 `json:"gossip_bytes_per_node_per_s"`
@@ -426,6 +440,10 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	}
 	fmt.Fprintf(w, "  at rest (no commit %v) %8.1f s%s\n", quietFor, res.QuietMs/1000, quietNote)
 	fmt.Fprintf(w, "  RSS per agent at rest    %8.0f MiB median, %.0f max (leader %.0f)\n", res.RSSMedianMB, res.RSSMaxMB, res.LeaderRSSMB)
+	fmt.Fprintf(w, "  member RSS at rest       %8.0f MiB median: %.0f anonymous, %.0f file-backed (the binary, shared)\n",
+		res.MemberRSSMedianMB, res.MemberRSSAnonMedianMB, res.MemberRSSFileMedianMB)
+	fmt.Fprintf(w, "  other voters' CPU        %8.1f %% at rest (the busiest)\n", res.VoterCPUMaxPct)
+	fmt.Fprintf(w, "  stream per member        %8.0f bytes/s at rest\n", res.StreamBytesPerMemberPerS)
 	fmt.Fprintf(w, "  CPU per agent at rest    %8.1f %% median, %.1f %% max (leader %.1f %%; all agents %.0f %% of one core)\n",
 		res.CPUMedianPct, res.CPUMaxPct, res.LeaderCPUPct, res.TotalCPUPct)
 	fmt.Fprintf(w, "  Raft commits             %8.0f /s\n", res.CommitsPerSec)
@@ -485,7 +503,16 @@ func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
 		}
 		return total
 	}
-	bytes0 := sent()
+	streamBytes := func() float64 {
+		total := 0.0
+		for _, a := range c.agents[c.o.voters:] {
+			if a.running() {
+				total += c.metric(ctx, a, "tenure_stream_received_bytes_total")["tenure_stream_received_bytes_total"]
+			}
+		}
+		return total
+	}
+	bytes0, stream0 := sent(), streamBytes()
 	pk0, pkOK := udpOutDatagrams()
 	cpu0 := make([]time.Duration, len(c.agents))
 	for i, a := range c.agents {
@@ -507,9 +534,20 @@ func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
 		res.TotalCPUPct += p
 		if a.id == st0.ControlLeader {
 			res.LeaderCPUPct, res.LeaderRSSMB = p, r
+		} else if c.voter(a) {
+			res.VoterCPUMaxPct = max(res.VoterCPUMaxPct, p)
 		}
 	}
-	bytes1 := sent()
+	bytes1, stream1 := sent(), streamBytes()
+	var mrss, manon, mfile []float64
+	for _, a := range c.agents[c.o.voters:] {
+		pid := a.cmd.Process.Pid
+		mrss, manon, mfile = append(mrss, pidRSSMB(pid)), append(manon, pidStatusMB(pid, "RssAnon:")), append(mfile, pidStatusMB(pid, "RssFile:"))
+	}
+	for _, v := range [][]float64{mrss, manon, mfile} {
+		slices.Sort(v)
+	}
+	res.MemberRSSMedianMB, res.MemberRSSAnonMedianMB, res.MemberRSSFileMedianMB = nearestRank(mrss, 0.5), nearestRank(manon, 0.5), nearestRank(mfile, 0.5)
 	if err := c.get(ctx, v, "/v1/status", &st1); err != nil {
 		return err
 	}
@@ -517,6 +555,7 @@ func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
 	res.IdleSeconds = wall.Seconds()
 	res.CommitsPerSec = float64(st1.AppliedIndex-st0.AppliedIndex) / secs
 	res.GossipBytesPerS = (bytes1 - bytes0) / secs / float64(len(c.agents))
+	res.StreamBytesPerMemberPerS = (stream1 - stream0) / secs / float64(len(c.agents)-c.o.voters)
 	if pkOK {
 		res.GossipPktPerSec = (pk1 - pk0) / wall.Seconds() / float64(len(c.agents))
 	}

@@ -24,13 +24,17 @@ func processCPU() time.Duration {
 func processRSSMB() float64 { return pidRSSMB(os.Getpid()) }
 
 // pidRSSMB reads VmRSS of a process from /proc; 0 when unknown.
-func pidRSSMB(pid int) float64 {
+func pidRSSMB(pid int) float64 { return pidStatusMB(pid, "VmRSS:") }
+
+// pidStatusMB reads a kB field of /proc/<pid>/status (VmRSS:, RssAnon:,
+// RssFile:) in MiB; 0 when unknown.
+func pidStatusMB(pid int, field string) float64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(rest)
 			if len(f) >= 1 {
 				kb, err := strconv.ParseFloat(f[0], 64)
