@@ -496,8 +496,9 @@ func (f *FSM) grant(c Grant) Result {
 	if avoid == c.Owner {
 		avoid = "" // granted back to the resigner: the hint is spent
 	}
-	rec = ShardRecord{Shard: c.Shard, Epoch: rec.Epoch + 1, Owner: c.Owner, OwnerIncarnation: c.OwnerIncarnation,
-		OwnerLiveness: c.OwnerLiveness, State: ShardOwned, ChangedAt: c.Now, Reason: c.Reason, AvoidOwner: avoid}
+	rec = ShardRecord{Shard: c.Shard, Epoch: HandoffEpoch(rec, f.st.VersionActive(VersionHandoffWords), true), Owner: c.Owner,
+		OwnerIncarnation: c.OwnerIncarnation, OwnerLiveness: c.OwnerLiveness, State: ShardOwned, ChangedAt: c.Now,
+		Reason: c.Reason, AvoidOwner: avoid}
 	f.putShard(rec)
 	return Result{Shard: rec}
 }
@@ -529,6 +530,7 @@ func (f *FSM) release(c Release) Result {
 	if rec.State == ShardUnowned && !mutation.On(mutation.ReleaseTwice) {
 		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d already released at epoch %d", c.Shard, rec.Epoch)}
 	}
+	rec.Epoch = HandoffEpoch(rec, f.st.VersionActive(VersionHandoffWords), false)
 	rec.State = ShardUnowned
 	rec.Target = ""
 	rec.ChangedAt = c.Now
