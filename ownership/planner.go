@@ -318,7 +318,7 @@ func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, t table) 
 		// starting alongside could not run. Record once one has.
 		return ledger.ClusterConfig{}, false
 	}
-	target, _ := ledger.VersionTarget(live)
+	target, _ := ledger.VersionTargetUpTo(live, p.cfg.speakMax())
 	c := ledger.ClusterConfig{Name: p.cfg.ClusterName, Partitions: uint32(p.cfg.Ring.Partitions), Version: max(target, 1), Now: now.UnixNano()}
 	switch {
 	case cur.Name == "":

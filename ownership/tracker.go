@@ -174,11 +174,7 @@ func (t *Tracker) HeartbeatAsked(now time.Time) (token uint64, hb ledger.Heartbe
 // maxVersion is the newest cluster version this node's heartbeats
 // advertise.
 func (t *Tracker) maxVersion() uint32 {
-	hi := ledger.MaxClusterVersion
-	if t.cfg.MaxVersion != 0 {
-		hi = max(ledger.MinClusterVersion, min(hi, t.cfg.MaxVersion))
-	}
-	return hi
+	return t.cfg.speakMax()
 }
 
 // Registered reports whether the replica shows this process registered as

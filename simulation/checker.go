@@ -31,10 +31,13 @@ type checker struct {
 	// expiry is a failover: L1).
 	planned map[uint32]bool
 	gapInfo string
+	// onWord[shard][epoch] is the node that acted at that epoch on its old
+	// owner's word (cluster version 6): no other may ever own that epoch.
+	onWord map[uint32]map[uint64]string
 }
 
 func newChecker(s *Sim) *checker {
-	c := &checker{s: s, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}}
+	c := &checker{s: s, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}, onWord: map[uint32]map[uint64]string{}}
 	st, _ := ledger.NewFSM(ledgerConfig())
 	c.hist = history.New(st.State().Settings(), func(rule, msg string) { s.violate(rule, "%s", msg) })
 	return c
@@ -51,6 +54,10 @@ func (c *checker) committed(index uint64, from int, cmd ledger.Command, res ledg
 	}
 	if res.Err != nil {
 		return
+	}
+	if o, ok := c.onWord[res.Shard.Shard][res.Shard.Epoch]; ok && res.Shard.State == ledger.ShardOwned && res.Shard.Owner != o {
+		c.s.violate("S1", "shard %d epoch %d granted to %s, but %s acted at that epoch on its old owner's word (%s)",
+			res.Shard.Shard, res.Shard.Epoch, res.Shard.Owner, o, ownership.FormatCommand(cmd))
 	}
 	switch cmd := cmd.(type) {
 	case ledger.Revoke:
@@ -100,6 +107,17 @@ func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 			c.gapInfo = fmt.Sprintf("shard %d to %s at %v", shard, n.id, time.Duration(s.now))
 		}
 	}
+}
+
+// actedOnWord records that n acts on shard at epoch on its old owner's
+// word (S1: that token is n's).
+func (c *checker) actedOnWord(n *node, shard uint32, epoch uint64) {
+	m := c.onWord[shard]
+	if m == nil {
+		m = map[uint64]string{}
+		c.onWord[shard] = m
+	}
+	m[epoch] = n.id
 }
 
 func (c *checker) stoppedActing(n *node, shard uint32, epoch uint64) {

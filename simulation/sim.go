@@ -239,8 +239,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Duration = %v, FaultsUntil = %v, want 0 ≤ FaultsUntil ≤ Duration", ErrInvalidConfig, c.Duration, c.FaultsUntil)
 	case c.ClockRateError < 0 || c.ClockRateError >= 1:
 		return fmt.Errorf("%w: ClockRateError = %v, want in [0, 1)", ErrInvalidConfig, c.ClockRateError)
-	case c.ClusterVersion > ledger.MaxClusterVersion:
-		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxClusterVersion)
+	case c.ClusterVersion > ledger.MaxUnreleasedVersion:
+		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxUnreleasedVersion)
 	case c.UpgradeAt < 0 || c.UpgradeAt > c.Duration:
 		return fmt.Errorf("%w: UpgradeAt = %v, want 0..Duration", ErrInvalidConfig, c.UpgradeAt)
 	}
@@ -296,6 +296,10 @@ type Result struct {
 	// Renewals counts lease renewals acked (cluster version 4) and
 	// ConfirmRounds the leaders' quorum rounds that confirmed them.
 	Renewals, ConfirmRounds int
+	// WordStarts counts the times a target started acting on a shard on
+	// its old owner's word, before the Transfer applied (cluster version
+	// 6, words.go); WordsRelayed the words leaders relayed.
+	WordStarts, WordsRelayed int
 	// ZoneShards counts the committed owners' partitions per zone at the
 	// end (Config.Zones); LoadMaxOverAvg is the most loaded node's load
 	// over its weighted share at the end (Config.ShardLoads).
@@ -374,6 +378,7 @@ const (
 	evProbe
 	evRenew
 	evConfirm
+	evWord
 )
 
 // at schedules fn at true time t (ns).
@@ -519,4 +524,11 @@ func (s *Sim) violate(rule, format string, args ...any) {
 }
 
 // ledgerConfig is the FSM configuration of every replica.
-func ledgerConfig() ledger.Config { return ledger.DefaultConfig() }
+// ledgerConfig is every replica's configuration: it applies the
+// unreleased cluster version 6 (the handoff on a word) when the nodes
+// speak it (Config.ClusterVersion 6); the other runs never propose it.
+func ledgerConfig() ledger.Config {
+	c := ledger.DefaultConfig()
+	c.Unreleased = true
+	return c
+}
