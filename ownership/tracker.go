@@ -105,12 +105,6 @@ type shardTrack struct {
 	// resigned: the application gave the shard up at this epoch
 	// (Election.Resign); the node never acts on it at this epoch again.
 	resigned bool
-	// handedTo and released: the handoff of this Revoking epoch as first
-	// proposed (cluster version 6): a Transfer to handedTo, or a Release.
-	// Later offers repeat it (rule 3 of the handoff on a word: once the
-	// Transfer may have been relayed as a word, no Release may follow).
-	handedTo string
-	released bool
 }
 
 // Change is one transition of the acting set, reported by Changes.
@@ -622,19 +616,19 @@ func (t *Tracker) Handoffs(now time.Time) []ledger.Command {
 		// window (docs/protocol.md, node side, rule 5).
 		st.drained = !mutation.On(mutation.ResumeAfterHandoff)
 		r := st.rec
-		words := t.version >= ledger.VersionHandoffWords
-		if words && st.handedTo != "" {
-			// Rule 3 of the handoff on a word: the Transfer may have been
-			// relayed as this node's word; only it may follow.
-			to := t.nodes[st.handedTo]
-			out = append(out, ledger.Transfer{Shard: s, Epoch: r.Epoch, From: t.id, To: st.handedTo,
-				ToIncarnation: to.Incarnation, ToLiveness: to.Liveness, Now: now.UnixNano(), Reason: handoffReason(r)})
-			continue
+		to, known := t.nodes[r.Target]
+		// Under version 6 a shard revoked toward a target leaves by the
+		// Transfer to it and nothing else, even to a draining target (it
+		// hands the shard on when revoked in turn): the Transfer may have
+		// been relayed as this node's word — by this process or an
+		// earlier one of the same incarnation — and a Release, which the
+		// planner may grant elsewhere at once, must never follow it (rule
+		// 3 of the handoff on a word).
+		words := t.version >= ledger.VersionHandoffWords && r.Target != "" && r.Target != t.id
+		if words && !known {
+			continue // the replica does not show the target yet: offer again later (or the takeover)
 		}
-		if to, ok := t.nodes[r.Target]; ok && r.Target != t.id && !to.Draining && !(words && st.released) {
-			if words {
-				st.handedTo = r.Target
-			}
+		if known && r.Target != t.id && (!to.Draining || words) {
 			// The revocation's reason travels on ("handoff: pinned to n3"),
 			// so the move shows why it happened (tenure moves).
 			reason := "handoff"
@@ -645,17 +639,8 @@ func (t *Tracker) Handoffs(now time.Time) []ledger.Command {
 				ToIncarnation: to.Incarnation, ToLiveness: to.Liveness, Now: now.UnixNano(), Reason: reason})
 			continue
 		}
-		st.released = words
 		out = append(out, ledger.Release{Shard: s, Epoch: r.Epoch, Owner: t.id, Now: now.UnixNano()})
 	}
 	return out
 }
 
-// handoffReason is a Transfer's reason: the revocation's, behind
-// "handoff: " ("handoff: pinned to n3"), so a move shows why it happened.
-func handoffReason(r ledger.ShardRecord) string {
-	if r.Reason != "" {
-		return "handoff: " + r.Reason
-	}
-	return "handoff"
-}

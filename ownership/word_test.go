@@ -135,11 +135,12 @@ func TestAgentWordThenTransfer(t *testing.T) {
 }
 
 // TestHandoffDecidedOnce: rule 3 on the old owner's side. Under version 6
-// the handoff of a Revoking epoch is decided once: a Transfer offered
-// again stays a Transfer to the same target even when the target starts
-// draining (a Release then could let the shard move elsewhere while the
-// target acts on the word); under version 5 it becomes a Release as
-// before.
+// a shard revoked toward a target leaves by the Transfer to it only: an
+// offer made again stays a Transfer to the same target even when the
+// target started draining (a Release then could let the shard move
+// elsewhere while the target acts on the word), and so does the first
+// offer of a new process of the same incarnation; under version 5 it
+// becomes a Release as before.
 func TestHandoffDecidedOnce(t *testing.T) {
 	cfg := TestConfig()
 	for _, v := range []uint32{ledger.MaxClusterVersion, ledger.VersionHandoffWords} {
@@ -168,6 +169,20 @@ func TestHandoffDecidedOnce(t *testing.T) {
 		_, isTransfer := again[0].(ledger.Transfer)
 		if v >= ledger.VersionHandoffWords != isTransfer {
 			t.Fatalf("v%d: handoff offered again %+v", v, again[0])
+		}
+		// A new process of the same incarnation (its replica replayed).
+		tr2, err := NewTracker(cfg, "n2", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr2.ClusterVersion(v)
+		tr2.liveness = 1
+		tr2.ObserveNode(n1)
+		tr2.ObserveNode(n2rec)
+		tr2.ObserveShard(t0, rec)
+		first = tr2.Handoffs(t0)
+		if _, isTransfer := first[0].(ledger.Transfer); v >= ledger.VersionHandoffWords != isTransfer {
+			t.Fatalf("v%d: a restarted process's handoff %+v", v, first[0])
 		}
 	}
 }
