@@ -643,4 +643,3 @@ func (t *Tracker) Handoffs(now time.Time) []ledger.Command {
 	}
 	return out
 }
-
