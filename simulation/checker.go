@@ -101,6 +101,9 @@ func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 	settled := int64(s.cfg.FaultsUntil) + int64(float64(o.Lease)*(1+o.MaxDrift)+float64(o.StableFor)) + int64(time.Second)
 	t, ok := c.lastStop[shard]
 	delete(c.lastStop, shard)
+	if ok && len(s.res.HandoffGaps) < maxHandoffGaps {
+		s.res.HandoffGaps = append(s.res.HandoffGaps, time.Duration(s.now-t))
+	}
 	if ok && t >= settled {
 		if gap := time.Duration(s.now - t); gap > s.res.MaxHandoffGap {
 			s.res.MaxHandoffGap = gap
@@ -119,6 +122,9 @@ func (c *checker) actedOnWord(n *node, shard uint32, epoch uint64) {
 	}
 	m[epoch] = n.id
 }
+
+// maxHandoffGaps bounds Result.HandoffGaps.
+const maxHandoffGaps = 1 << 16
 
 func (c *checker) stoppedActing(n *node, shard uint32, epoch uint64) {
 	if c.planned[shard] {

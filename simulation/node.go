@@ -278,11 +278,12 @@ func (s *Sim) step(n *node, in ownership.AgentInput) {
 			s.res.Handoffs++
 		case ledger.Transfer:
 			s.res.Handoffs++
-			if s.sendWord(n, c) && s.chance(0.15) {
-				// The leader relayed the word and lost the Transfer (it
-				// died or lost its leadership before the commit): the
-				// old owner offers it again after RenewEvery, unless it
-				// dies first.
+			s.sendWord(n, c)
+			if p := s.cfg.LoseTransfers; p > 0 && s.chance(p) {
+				// The leader (having relayed the word, at version 6)
+				// lost the Transfer: it died or lost its leadership
+				// before the commit. The old owner offers it again
+				// after RenewEvery, unless it dies first.
 				continue
 			}
 		}

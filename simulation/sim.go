@@ -110,6 +110,11 @@ type Config struct {
 	// every 700 ms (each down 200 ms, a new incarnation); the leader raises
 	// the cluster version once every live node speaks it.
 	UpgradeAt time.Duration
+	// LoseTransfers is the chance that a Transfer reaching the leader is
+	// lost before its commit (the leader dies or is deposed; at version 6
+	// after it relayed the old owner's word): the old owner offers it
+	// again after RenewEvery. Zero: never.
+	LoseTransfers float64
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
@@ -239,6 +244,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Duration = %v, FaultsUntil = %v, want 0 ≤ FaultsUntil ≤ Duration", ErrInvalidConfig, c.Duration, c.FaultsUntil)
 	case c.ClockRateError < 0 || c.ClockRateError >= 1:
 		return fmt.Errorf("%w: ClockRateError = %v, want in [0, 1)", ErrInvalidConfig, c.ClockRateError)
+	case c.LoseTransfers < 0 || c.LoseTransfers >= 1:
+		return fmt.Errorf("%w: LoseTransfers = %v, want in [0, 1)", ErrInvalidConfig, c.LoseTransfers)
 	case c.ClusterVersion > ledger.MaxUnreleasedVersion:
 		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxUnreleasedVersion)
 	case c.UpgradeAt < 0 || c.UpgradeAt > c.Duration:
@@ -293,6 +300,10 @@ type Result struct {
 	// there; Config.Fenced).
 	FencedOverlaps int
 	MaxHandoffGap  time.Duration
+	// HandoffGaps are the gaps of every planned move (a stop while a
+	// Revoke was in progress → the next start), faults or not, in order
+	// (at most 65536).
+	HandoffGaps []time.Duration
 	// Renewals counts lease renewals acked (cluster version 4) and
 	// ConfirmRounds the leaders' quorum rounds that confirmed them.
 	Renewals, ConfirmRounds int
