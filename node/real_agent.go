@@ -154,6 +154,15 @@ func (b *netBackend) dispatch(rd ownership.Ready) {
 		cmds := rd.Proposals
 		b.goLoop(func() { b.proposeAll(cmds) })
 	}
+	if rd.WordAsk != nil {
+		ask := *rd.WordAsk
+		b.goLoop(func() { b.askWords(ask) })
+	}
+	for _, c := range rd.Changes {
+		if c.Acting && b.agent.OnWord(time.Now(), c.Shard) {
+			b.wordStarts.Add(1)
+		}
+	}
 }
 
 // judgeHeartbeat turns a heartbeat's verdict into the node's start-up
@@ -243,6 +252,7 @@ func (b *netBackend) renew(ask ownership.RenewAsk) {
 func (b *netBackend) proposeAll(cmds []ledger.Command) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
 	defer cancel()
+	b.relayOwn(cmds)
 	res, errs := b.batcher.ApplyAll(ctx, cmds)
 	var last uint64
 	for i := range cmds {

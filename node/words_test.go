@@ -1,0 +1,56 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/tenurehq/tenure/ledger"
+)
+
+// TestHandoffOnWord: three real nodes that opt in to the unreleased
+// cluster version 6 (speakMax, as $TENURE_UNRELEASED_VERSION does)
+// finalize it, and a drain hands shards over on the old owner's word:
+// its Transfers reach the leader (forwarded over the RPC port, or the
+// leader's own), the targets' asks (Control.Words) carry them, and the
+// targets start acting before the Transfers apply (wordStarts). Every
+// shard then has a committed owner other than the drained node.
+func TestHandoffOnWord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real nodes")
+	}
+	tc := newCluster(t, 3, func(_ int, c *Config) { c.speakMax = ledger.VersionHandoffWords })
+	ctx := tc.ctx()
+	for _, n := range tc.nodes {
+		be := n.be.(*netBackend)
+		if !waitTrue(ctx, func() bool { return be.fsm.State().VersionActive(ledger.VersionHandoffWords) }) {
+			t.Fatalf("%s never ran version 6", n.ID())
+		}
+	}
+	victim := tc.nodes[2]
+	if len(victim.Owned()) == 0 {
+		t.Fatal("test premise: the drained node owns shards")
+	}
+	if err := victim.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var starts int64
+	for _, n := range tc.nodes {
+		starts += n.be.(*netBackend).wordStarts.Load()
+	}
+	if starts == 0 {
+		t.Fatal("no shard was handed over on a word")
+	}
+	st := tc.nodes[0].be.(*netBackend).fsm.State()
+	if !waitTrue(ctx, func() bool {
+		st = tc.nodes[0].be.(*netBackend).fsm.State()
+		for s := range uint32(16) {
+			rec, _ := st.Shard(s)
+			if rec.State != ledger.ShardOwned || rec.Owner == victim.ID() {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("shards not all owned away from the drained node")
+	}
+	t.Logf("%d starts on a word", starts)
+}
