@@ -141,6 +141,7 @@ func (b *netBackend) stepLocked(now time.Time, in ownership.AgentInput, hold fun
 // proposals run on their own goroutines (a slow commit must not delay the
 // next ask). b.mu held.
 func (b *netBackend) dispatch(rd ownership.Ready) {
+	b.countStarts(rd.Changes)
 	b.applyChanges(rd.Changes)
 	if rd.Heartbeat != nil {
 		ask := *rd.Heartbeat
@@ -158,10 +159,24 @@ func (b *netBackend) dispatch(rd ownership.Ready) {
 		ask := *rd.WordAsk
 		b.goLoop(func() { b.askWords(ask) })
 	}
-	for _, c := range rd.Changes {
-		if c.Acting && b.agent.OnWord(time.Now(), c.Shard) {
+}
+
+// countStarts counts the shards changes start acting on (a new shard or
+// epoch), by what the start rests on: the old owner's word (cluster
+// version 6, before the Transfer applied) or the committed record
+// (tenure_shard_starts_total{on}). b.mu held, before applyChanges.
+func (b *netBackend) countStarts(changes []ownership.Change) {
+	now := time.Now()
+	for _, c := range changes {
+		if prev, had := b.work[c.Shard]; !c.Acting || had && prev.Epoch == c.Epoch {
+			continue
+		}
+		on := "commit"
+		if b.agent.OnWord(now, c.Shard) {
+			on = "word"
 			b.wordStarts.Add(1)
 		}
+		gometrics.IncrCounterWithLabels([]string{"shard", "starts"}, 1, []gometrics.Label{{Name: "on", Value: on}})
 	}
 }
 
