@@ -119,12 +119,24 @@ func (b *netBackend) forwarded(p cluster.Peer, authenticated bool, cmd []byte) {
 	if err != nil {
 		return
 	}
+	st := b.fsm.State()
 	for _, tf := range transfersOf(c, nil) {
 		if authenticated && (p.IsOperator() || p.ID != tf.From) {
 			continue
 		}
-		b.relay.add(tf)
+		b.keepWord(st, tf)
 	}
+}
+
+// keepWord keeps tf for its target when the leader's replica shows the
+// shard Revoking from tf.From toward tf.To at tf.Epoch (so the relay holds
+// words only for real moves: at most one per shard).
+func (b *netBackend) keepWord(st *ledger.State, tf ledger.Transfer) {
+	rec, ok := st.Shard(tf.Shard)
+	if !ok || rec.State != ledger.ShardRevoking || rec.Owner != tf.From || rec.Target != tf.To || rec.Epoch != tf.Epoch {
+		return
+	}
+	b.relay.add(tf)
 }
 
 // relayOwn keeps this node's own Transfers as its words when it leads (a
@@ -136,10 +148,11 @@ func (b *netBackend) relayOwn(cmds []ledger.Command) {
 	if b.ctl.Leader() != b.id {
 		return
 	}
+	st := b.fsm.State()
 	for _, c := range cmds {
 		for _, tf := range transfersOf(c, nil) {
 			if tf.From == b.id {
-				b.relay.add(tf)
+				b.keepWord(st, tf)
 			}
 		}
 	}

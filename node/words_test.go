@@ -25,19 +25,36 @@ func TestHandoffOnWord(t *testing.T) {
 			t.Fatalf("%s never ran version 6", n.ID())
 		}
 	}
-	victim := tc.nodes[2]
-	if len(victim.Owned()) == 0 {
-		t.Fatal("test premise: the drained node owns shards")
-	}
-	if err := victim.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// A word that arrives after its Transfer applied is not needed (the
+	// target acts on the commit); on a loaded machine a whole drain can go
+	// that way, so up to three drains are tried. Words that never work
+	// fail all three.
 	var starts int64
-	for _, n := range tc.nodes {
-		starts += n.be.(*netBackend).wordStarts.Load()
+	var victim *Node
+	for _, v := range []*Node{tc.nodes[2], tc.nodes[1], tc.nodes[0]} {
+		if victim != nil {
+			if err := victim.Undrain(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		victim = v
+		if !waitTrue(ctx, func() bool { return len(victim.Owned()) > 0 }) {
+			t.Fatalf("test premise: %s owns no shard to drain", victim.ID())
+		}
+		if err := victim.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		starts = 0
+		for _, n := range tc.nodes {
+			starts += n.be.(*netBackend).wordStarts.Load()
+		}
+		if starts > 0 {
+			break
+		}
+		t.Logf("draining %s: every shard started on the commit", victim.ID())
 	}
 	if starts == 0 {
-		t.Fatal("no shard was handed over on a word")
+		t.Fatal("no shard was handed over on a word in three drains")
 	}
 	st := tc.nodes[0].be.(*netBackend).fsm.State()
 	if !waitTrue(ctx, func() bool {
