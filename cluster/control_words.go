@@ -64,7 +64,18 @@ func (g *ControlGroup) wordsLocal(ctx context.Context, node string) ([]byte, err
 	if !g.isRaftLeader() {
 		return nil, ErrNotLeader
 	}
-	return g.cfg.Words(ctx, node)
+	data, err := g.cfg.Words(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	// The words' bounds were read (cfg.Words read the time and the
+	// replica) before this round starts: a leader deposed by then does not
+	// confirm, and its words are dropped (the target falls back to the
+	// commit). docs/guarantees.md says why this must come after the read.
+	if err := g.ConfirmLeadership(ctx); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // Words serves a node's ask for the words relayed to it: only its own.
