@@ -530,6 +530,12 @@ func (f *FSM) release(c Release) Result {
 	if rec.State == ShardUnowned && !mutation.On(mutation.ReleaseTwice) {
 		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d already released at epoch %d", c.Shard, rec.Epoch)}
 	}
+	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && rec.Target != rec.Owner {
+		// The target may act at e+1 on the owner's word: only the
+		// Transfer to it (or the leader's takeover grant after the wait)
+		// moves the shard, never a Release the planner may grant at once.
+		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d is handed to %q (Revoking at epoch %d): release refused", c.Shard, rec.Target, rec.Epoch)}
+	}
 	rec.Epoch = HandoffEpoch(rec, f.st.VersionActive(VersionHandoffWords), false)
 	rec.State = ShardUnowned
 	rec.Target = ""

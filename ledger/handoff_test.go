@@ -1,6 +1,9 @@
 package ledger
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // handoffFSM is a replica with n1 and n2 registered and shard 0 granted to
 // n1 at epoch 1, then revoked toward n2, running at cluster version v.
@@ -40,10 +43,6 @@ func TestHandoffWordBurn(t *testing.T) {
 		{"restart then grant v6", VersionHandoffWords, []Command{
 			Heartbeat{Node: "n1", Incarnation: 2, Now: 4, MinVersion: 1, MaxVersion: VersionHandoffWords},
 			Grant{Shard: 0, ExpectedEpoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, Now: 5}}, 3, ShardOwned},
-		{"release v6", VersionHandoffWords, []Command{Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4}}, 2, ShardUnowned},
-		{"release then grant v6", VersionHandoffWords, []Command{
-			Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4},
-			Grant{Shard: 0, ExpectedEpoch: 2, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, Now: 5}}, 3, ShardOwned},
 		{"takeover v5", MaxClusterVersion, []Command{Grant{Shard: 0, ExpectedEpoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, Takeover: true, Now: 4}}, 2, ShardOwned},
 		{"release v5", MaxClusterVersion, []Command{Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4}}, 1, ShardUnowned},
 		{"release then grant v5", MaxClusterVersion, []Command{
@@ -70,5 +69,41 @@ func TestHandoffWordBurn(t *testing.T) {
 	}
 	if got := HandoffEpoch(ShardRecord{Epoch: 4, State: ShardOwned, Target: "n2"}, true, true); got != 5 {
 		t.Fatalf("grant of an Owned shard: epoch %d, want 5", got)
+	}
+}
+
+// TestHandoffRefusals: from VersionHandoffWords a shard Revoking toward a
+// target T leaves its owner only by the Transfer to T or the takeover
+// grant: a Release (the planner could grant it elsewhere at once, while T
+// acts on a word) and a Transfer to another node (it would get e+1, the
+// token T may have used) are refused. Below the version both apply.
+func TestHandoffRefusals(t *testing.T) {
+	release := Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4, Avoid: true}
+	for _, c := range []struct {
+		name    string
+		v       uint32
+		cmd     Command
+		refused bool
+	}{
+		{"release v6", VersionHandoffWords, release, true},
+		{"release v5", MaxClusterVersion, release, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := handoffFSM(t, c.v)
+			if r := applyOne(f, Heartbeat{Node: "n3", Incarnation: 1, Now: 3, MinVersion: 1, MaxVersion: VersionHandoffWords}); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			r := applyOne(f, c.cmd)
+			rec, _ := f.State().Shard(0)
+			if c.refused {
+				if !errors.Is(r.Err, ErrConflict) || rec.State != ShardRevoking || rec.Epoch != 1 || rec.Owner != "n1" {
+					t.Fatalf("%T: err %v, shard %+v; want ErrConflict and shard unchanged", c.cmd, r.Err, rec)
+				}
+				return
+			}
+			if r.Err != nil || rec.State == ShardRevoking {
+				t.Fatalf("%T below version 6: err %v, shard %+v", c.cmd, r.Err, rec)
+			}
+		})
 	}
 }
