@@ -562,6 +562,10 @@ func (f *FSM) transfer(c Transfer) Result {
 	if c.To == "" {
 		return Result{Shard: rec, Err: errf(ErrInvalid, "transfer of shard %d to empty node", c.Shard)}
 	}
+	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && c.To != rec.Target {
+		// e+1 is the token the target may have used on a word.
+		return Result{Shard: rec, Err: errf(ErrConflict, "transfer of shard %d to %q, revoked toward %q", c.Shard, c.To, rec.Target)}
+	}
 	if err := f.checkNewOwner(c.To, c.ToIncarnation, c.ToLiveness); err != nil {
 		return Result{Shard: rec, Err: err}
 	}

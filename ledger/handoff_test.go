@@ -79,6 +79,7 @@ func TestHandoffWordBurn(t *testing.T) {
 // token T may have used) are refused. Below the version both apply.
 func TestHandoffRefusals(t *testing.T) {
 	release := Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4, Avoid: true}
+	toN3 := Transfer{Shard: 0, Epoch: 1, From: "n1", To: "n3", ToIncarnation: 1, ToLiveness: 1, Now: 4}
 	for _, c := range []struct {
 		name    string
 		v       uint32
@@ -87,6 +88,8 @@ func TestHandoffRefusals(t *testing.T) {
 	}{
 		{"release v6", VersionHandoffWords, release, true},
 		{"release v5", MaxClusterVersion, release, false},
+		{"transfer to another v6", VersionHandoffWords, toN3, true},
+		{"transfer to another v5", MaxClusterVersion, toN3, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := handoffFSM(t, c.v)
