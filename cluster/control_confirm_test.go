@@ -512,3 +512,36 @@ func TestWordsNeedConfirmedLeadership(t *testing.T) {
 		}
 	})
 }
+
+// Without TLS nothing proves who asks for words (anyone could take
+// another node's, and the ask empties its queue): the leader refuses an
+// unauthenticated ask as unsupported, and the asker moves on the commit.
+func TestWordsNeedAuthentication(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 15)
+		h.cfg = func(c *ControlConfig) {
+			c.BootstrapExpect, c.MaxVoters = 3, 3
+			c.Words = func(ctx context.Context, node string) ([]byte, error) {
+				return []byte("words:" + node), nil
+			}
+		}
+		for i := 1; i <= 3; i++ {
+			h.start(fmt.Sprintf("n%d", i))
+		}
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		l := h.waitLeader(10 * time.Second)
+		var f *testNode
+		for _, n := range h.running() {
+			if n != l {
+				f = n
+				break
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if data, err := f.g.Words(ctx, f.id); !errors.Is(err, ErrWordsUnsupported) {
+			t.Fatalf("unauthenticated ask for words = %q, %v; want ErrWordsUnsupported", data, err)
+		}
+	})
+}

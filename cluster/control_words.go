@@ -85,7 +85,14 @@ func (s *controlRPC) Words(args *wire.WordsArgs, reply *wire.WordsReply) error {
 		reply.Code, reply.Msg = wire.CodeBadRequest, "bad words request"
 		return nil
 	}
-	if s.authenticated && (s.peer.IsOperator() || s.peer.ID != args.Node) {
+	if !s.authenticated {
+		// Nothing proves who asks (no TLS): anyone could take another
+		// node's words (the ask empties the queue). Words need TLS; the
+		// asker falls back to the commit.
+		reply.Code, reply.Msg = wire.CodeUnsupported, "words are served only over an authenticated (TLS) connection"
+		return nil
+	}
+	if s.peer.IsOperator() || s.peer.ID != args.Node {
 		reply.Code = wire.CodeUnauthorized
 		reply.Msg = fmt.Sprintf("%s may ask only for its own words, not %q's", s.peer, args.Node)
 		return nil

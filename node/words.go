@@ -109,8 +109,8 @@ func transfersOf(c ledger.Command, out []ledger.Transfer) []ledger.Transfer {
 
 // forwarded is cluster.ControlConfig.Forwarded: a command forwarded to
 // this node as leader, authorized. Its Transfers are kept as their
-// senders' words when the sender is proven to be their From (or nothing
-// is proven: an insecure cluster) and the replica runs version 6.
+// senders' words when the sender is proven to be their From (relayable)
+// and the replica runs version 6.
 func (b *netBackend) forwarded(p cluster.Peer, authenticated bool, cmd []byte) {
 	if !b.fsm.State().VersionActive(ledger.VersionHandoffWords) {
 		return
@@ -121,11 +121,20 @@ func (b *netBackend) forwarded(p cluster.Peer, authenticated bool, cmd []byte) {
 	}
 	st := b.fsm.State()
 	for _, tf := range transfersOf(c, nil) {
-		if authenticated && (p.IsOperator() || p.ID != tf.From) {
+		if !relayable(p, authenticated, tf) {
 			continue
 		}
 		b.keepWord(st, tf)
 	}
+}
+
+// relayable reports whether a forwarded Transfer may be relayed as its
+// From's word: only when an authenticated connection (TLS) proved the
+// sender is that node. Without TLS nothing proves it, and a forged word
+// would let its target act while the owner still does: the move goes by
+// the commit.
+func relayable(p cluster.Peer, authenticated bool, tf ledger.Transfer) bool {
+	return authenticated && !p.IsOperator() && p.ID == tf.From
 }
 
 // keepWord keeps tf for its target when the leader's replica shows the

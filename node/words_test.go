@@ -3,10 +3,11 @@ package node
 import (
 	"testing"
 
+	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
 )
 
-// TestHandoffOnWord: three real nodes that opt in to the unreleased
+// TestHandoffOnWord: three real TLS nodes that opt in to the unreleased
 // cluster version 6 (speakMax, as $TENURE_UNRELEASED_VERSION does)
 // finalize it, and a drain hands shards over on the old owner's word:
 // its Transfers reach the leader (forwarded over the RPC port, or the
@@ -17,7 +18,11 @@ func TestHandoffOnWord(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real nodes")
 	}
-	tc := newCluster(t, 3, func(_ int, c *Config) { c.speakMax = ledger.VersionHandoffWords })
+	ca, cert, key := tlsFiles(t, t.TempDir(), "n1", "n2", "n3") // words need TLS
+	tc := newCluster(t, 3, func(_ int, c *Config) {
+		c.speakMax = ledger.VersionHandoffWords
+		c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile = ca, cert[c.NodeID], key[c.NodeID]
+	})
 	ctx := tc.ctx()
 	for _, n := range tc.nodes {
 		be := n.be.(*netBackend)
@@ -70,4 +75,27 @@ func TestHandoffOnWord(t *testing.T) {
 		t.Fatal("shards not all owned away from the drained node")
 	}
 	t.Logf("%d starts on a word", starts)
+}
+
+// TestRelayableNeedsProof: the leader relays a forwarded Transfer as its
+// From's word only when an authenticated connection proved the sender is
+// that From; without TLS (nothing proven) it never does.
+func TestRelayableNeedsProof(t *testing.T) {
+	tf := ledger.Transfer{Shard: 1, Epoch: 3, From: "n1", To: "n2"}
+	for _, c := range []struct {
+		name string
+		p    cluster.Peer
+		auth bool
+		want bool
+	}{
+		{"from, authenticated", cluster.Peer{ID: "n1", Role: cluster.RoleNode}, true, true},
+		{"another node", cluster.Peer{ID: "n3", Role: cluster.RoleNode}, true, false},
+		{"operator", cluster.Peer{ID: "n1", Role: cluster.RoleOperator}, true, false},
+		{"insecure", cluster.Peer{ID: "n1", Role: cluster.RoleNode}, false, false},
+		{"insecure, no peer", cluster.Peer{}, false, false},
+	} {
+		if got := relayable(c.p, c.auth, tf); got != c.want {
+			t.Errorf("%s: relayable = %v, want %v", c.name, got, c.want)
+		}
+	}
 }
