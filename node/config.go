@@ -319,14 +319,14 @@ func ConfigFromEnv(getenv func(string) string) Config {
 	if c.Group == "" {
 		c.Group = DefaultGroup
 	}
+	if strings.TrimSpace(getenv(UnreleasedVersionEnv)) == strconv.Itoa(int(ledger.VersionHandoffWords)) {
+		c.speakMax = ledger.VersionHandoffWords
+	}
 	return c
 }
 
 // withDefaults fills optional zero fields.
 func (c Config) withDefaults() Config {
-	if c.speakMax == 0 && os.Getenv(UnreleasedVersionEnv) == strconv.Itoa(int(ledger.VersionHandoffWords)) {
-		c.speakMax = ledger.VersionHandoffWords
-	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
 	}

@@ -99,3 +99,21 @@ func TestRelayableNeedsProof(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigFromEnvUnreleased: the opt-in to version 6 is read from the
+// environment ConfigFromEnv is given, not the process's.
+func TestConfigFromEnvUnreleased(t *testing.T) {
+	env := func(k string) string {
+		if k == UnreleasedVersionEnv {
+			return "6"
+		}
+		return ""
+	}
+	if c := ConfigFromEnv(env); c.speakMax != ledger.VersionHandoffWords {
+		t.Fatalf("speakMax %d with %s=6, want %d", c.speakMax, UnreleasedVersionEnv, ledger.VersionHandoffWords)
+	}
+	t.Setenv(UnreleasedVersionEnv, "6")
+	if c := ConfigFromEnv(func(string) string { return "" }).withDefaults(); c.speakMax != 0 {
+		t.Fatalf("speakMax %d from the process environment, want 0 (not in the given one)", c.speakMax)
+	}
+}

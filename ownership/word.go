@@ -67,12 +67,16 @@ type WordOutcome struct {
 func (WordOutcome) agentInput() {}
 
 // WordUntil is the local time until which a node may act on w, which
-// answered the ask it sent at local time asked: asked + Valid·(1−δ)/(1+δ).
+// answered the ask it sent at local time asked: asked + Valid·(1−δ)/(1+δ),
+// Valid at most the takeover wait (Lease+Drain)·(1+δ).
 // The leader read Valid after receiving the ask, so on any clock whose
 // rate is within δ the leader's bound ends no earlier. This is rule 1 of
 // the handoff on a word; the one place its clock is decided.
 func WordUntil(cfg Config, w Word, asked time.Time) time.Time {
-	return asked.Add(scale(w.Valid, (1-cfg.MaxDrift)/(1+cfg.MaxDrift)))
+	// No leader's wait is longer than the takeover wait: a larger Valid
+	// (a bug, a peer with another config) is cut to it.
+	valid := min(w.Valid, cfg.takeoverAfter())
+	return asked.Add(scale(valid, (1-cfg.MaxDrift)/(1+cfg.MaxDrift)))
 }
 
 // WordActing is the decision "may node self act on shard rec.Shard at

@@ -258,3 +258,22 @@ func TestPlannerWaitsOutWords(t *testing.T) {
 		}
 	}
 }
+
+// TestWordValidClamped: a word's Valid is cut to the takeover wait
+// (Lease+Drain)·(1+δ) on the target, whatever the leader relayed: no
+// leader's wait is longer, so a larger bound is never honoured.
+func TestWordValidClamped(t *testing.T) {
+	cfg := TestConfig()
+	asked := t0
+	wait := cfg.takeoverAfter()
+	w := Word{Shard: 0, Epoch: 3, From: "n2", To: "n1", Valid: wait}
+	want := WordUntil(cfg, w, asked)
+	w.Valid = 100 * wait
+	if got := WordUntil(cfg, w, asked); !got.Equal(want) {
+		t.Fatalf("Valid %v: acts until %v, want %v (clamped to %v)", w.Valid, got.Sub(asked), want.Sub(asked), wait)
+	}
+	w.Valid = wait / 2
+	if got := WordUntil(cfg, w, asked); !got.Before(want) {
+		t.Fatalf("Valid %v: acts until %v, want before %v", w.Valid, got.Sub(asked), want.Sub(asked))
+	}
+}
