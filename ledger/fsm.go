@@ -562,12 +562,12 @@ func (f *FSM) transfer(c Transfer) Result {
 	if c.To == "" {
 		return Result{Shard: rec, Err: errf(ErrInvalid, "transfer of shard %d to empty node", c.Shard)}
 	}
+	if err := f.checkNewOwner(c.To, c.ToIncarnation, c.ToLiveness); err != nil {
+		return Result{Shard: rec, Err: err}
+	}
 	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && c.To != rec.Target {
 		// e+1 is the token the target may have used on a word.
 		return Result{Shard: rec, Err: errf(ErrConflict, "transfer of shard %d to %q, revoked toward %q", c.Shard, c.To, rec.Target)}
-	}
-	if err := f.checkNewOwner(c.To, c.ToIncarnation, c.ToLiveness); err != nil {
-		return Result{Shard: rec, Err: err}
 	}
 	rec = ShardRecord{Shard: c.Shard, Epoch: rec.Epoch + 1, Owner: c.To, OwnerIncarnation: c.ToIncarnation,
 		OwnerLiveness: c.ToLiveness, State: ShardOwned, ChangedAt: c.Now, Reason: c.Reason}
