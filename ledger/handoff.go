@@ -25,8 +25,10 @@ const VersionHandoffWords uint32 = 6
 // today's rule: a Grant moves to rec.Epoch+1 and a Release keeps
 // rec.Epoch. Otherwise the target may have acted at rec.Epoch+1 on the old
 // owner's word, so that epoch is burned: a Release leaves the shard at
-// rec.Epoch+1 (Unowned) and a Grant gives rec.Epoch+2. This is rule 2 of
-// the handoff on a word; the one place it is decided.
+// rec.Epoch+1 (Unowned) and a Grant gives rec.Epoch+2. (The FSM refuses
+// such a Release from VersionHandoffWords, so at version 6 only the Grant
+// case is reached; the Release case stays for the rule's completeness.)
+// This is rule 2 of the handoff on a word; the one place it is decided.
 func HandoffEpoch(rec ShardRecord, words, grant bool) uint64 {
 	burn := words && rec.State == ShardRevoking && rec.Target != "" && !mutation.On(mutation.NoWordBurn)
 	switch {
