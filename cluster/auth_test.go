@@ -155,6 +155,18 @@ func (o outsider) apply(cmd string) (wire.ApplyReply, error) {
 	return reply, err
 }
 
+func (o outsider) words(node string) (wire.WordsReply, error) {
+	c, err := o.dial(protoRPC)
+	if err != nil {
+		return wire.WordsReply{}, err
+	}
+	cl := rpc.NewClient(c)
+	defer cl.Close()
+	var reply wire.WordsReply
+	err = cl.Call("Control.Words", &wire.WordsArgs{Node: node}, &reply)
+	return reply, err
+}
+
 func (o outsider) remove(id string) (wire.RemoveReply, error) {
 	c, err := o.dial(protoRPC)
 	if err != nil {
@@ -248,6 +260,19 @@ func TestOutsiderIsRefused(t *testing.T) {
 		r, err = (outsider{t, leader.addr, asN2}).apply("by:n2:own")
 		if err != nil || r.Code != wire.CodeOK {
 			t.Errorf("Control.Apply as n2 for itself = %+v, %v; want OK", r, err)
+		}
+	})
+	t.Run("words of another", func(t *testing.T) {
+		// The handoff on a word (cluster version 6): a node may ask only
+		// for the words relayed to itself; another's are refused before
+		// anything is read (this harness offers no words at all).
+		r, err := (outsider{t, leader.addr, asN2}).words("n3")
+		if err != nil || r.Code != wire.CodeUnauthorized {
+			t.Errorf("Control.Words as n2 for n3 = %+v, %v; want CodeUnauthorized", r, err)
+		}
+		r, err = (outsider{t, leader.addr, asN2}).words("n2")
+		if err != nil || r.Code != wire.CodeUnsupported {
+			t.Errorf("Control.Words as n2 for itself = %+v, %v; want CodeUnsupported (past the check)", r, err)
 		}
 	})
 	t.Run("remove another voter", func(t *testing.T) {

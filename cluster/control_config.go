@@ -87,6 +87,17 @@ type ControlConfig struct {
 	// returns travels back as is, with a refusal too. It may refuse (an
 	// error) to say renewals are not active now. Calls may be concurrent.
 	Renew func(now time.Time, req RenewRequest) (record []byte, err error)
+	// Words, if set, offers Control.Words (cluster version 6, the handoff
+	// on the old owner's word; ControlGroup.Words): the leader calls it for
+	// each node's ask for the words relayed to it, which it may hold until
+	// ctx ends; the bytes travel back as they are. Calls may be
+	// concurrent.
+	Words func(ctx context.Context, node string) ([]byte, error)
+	// Forwarded, if set, sees every command forwarded to this node as
+	// leader (Control.Apply) that passed Authorize, before it is proposed,
+	// with the peer proven by Authenticate (authenticated false: nothing
+	// is proven, an insecure cluster). It must not block.
+	Forwarded func(p Peer, authenticated bool, cmd []byte)
 	// RenewRefusals names the errors Renew may return that the renewing
 	// node must tell apart (stale incarnation, expiring, ...): such an
 	// error crosses the wire by its name and comes back from

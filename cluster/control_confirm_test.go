@@ -475,3 +475,73 @@ func TestEstablishBoundWithSilentVoter(t *testing.T) {
 		}
 	})
 }
+
+// A leader cut off from the other voters relays no words: it read their
+// bounds but cannot confirm it still leads, so it drops them (a deposed
+// leader's word could outlast the new leader's takeover grant).
+func TestWordsNeedConfirmedLeadership(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 15)
+		h.cfg = func(c *ControlConfig) {
+			c.BootstrapExpect, c.MaxVoters = 3, 3
+			c.Words = func(ctx context.Context, node string) ([]byte, error) {
+				return []byte("words:" + node), nil
+			}
+		}
+		for i := 1; i <= 3; i++ {
+			h.start(fmt.Sprintf("n%d", i))
+		}
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		old := h.waitLeader(10 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if data, err := old.g.Words(ctx, "n9"); err != nil || string(data) != "words:n9" {
+			t.Fatalf("words from a confirmed leader = %q, %v", data, err)
+		}
+		var others []string
+		for _, n := range h.running() {
+			if n != old {
+				others = append(others, n.addr)
+			}
+		}
+		h.mem.Partition([]string{old.addr}, others)
+		synctest.Wait()
+		if data, err := old.g.Words(ctx, "n9"); err == nil {
+			t.Fatalf("a partitioned leader relayed words %q", data)
+		}
+	})
+}
+
+// Without TLS nothing proves who asks for words (anyone could take
+// another node's, and the ask empties its queue): the leader refuses an
+// unauthenticated ask as unsupported, and the asker moves on the commit.
+func TestWordsNeedAuthentication(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 15)
+		h.cfg = func(c *ControlConfig) {
+			c.BootstrapExpect, c.MaxVoters = 3, 3
+			c.Words = func(ctx context.Context, node string) ([]byte, error) {
+				return []byte("words:" + node), nil
+			}
+		}
+		for i := 1; i <= 3; i++ {
+			h.start(fmt.Sprintf("n%d", i))
+		}
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		l := h.waitLeader(10 * time.Second)
+		var f *testNode
+		for _, n := range h.running() {
+			if n != l {
+				f = n
+				break
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if data, err := f.g.Words(ctx, f.id); !errors.Is(err, ErrWordsUnsupported) {
+			t.Fatalf("unauthenticated ask for words = %q, %v; want ErrWordsUnsupported", data, err)
+		}
+	})
+}

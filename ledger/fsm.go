@@ -254,7 +254,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			c, err := Decode(l.Data)
 			if err == nil {
 				f.entrySpoken = f.entrySpokenFor(c)
-				err = unreadableAt(c, f.entrySpoken)
+				err = unreadableAt(c, f.entrySpoken, f.cfg.readable())
 			}
 			if err != nil {
 				// Skipping the entry would make this replica differ from
@@ -496,8 +496,9 @@ func (f *FSM) grant(c Grant) Result {
 	if avoid == c.Owner {
 		avoid = "" // granted back to the resigner: the hint is spent
 	}
-	rec = ShardRecord{Shard: c.Shard, Epoch: rec.Epoch + 1, Owner: c.Owner, OwnerIncarnation: c.OwnerIncarnation,
-		OwnerLiveness: c.OwnerLiveness, State: ShardOwned, ChangedAt: c.Now, Reason: c.Reason, AvoidOwner: avoid}
+	rec = ShardRecord{Shard: c.Shard, Epoch: HandoffEpoch(rec, f.st.VersionActive(VersionHandoffWords), true), Owner: c.Owner,
+		OwnerIncarnation: c.OwnerIncarnation, OwnerLiveness: c.OwnerLiveness, State: ShardOwned, ChangedAt: c.Now,
+		Reason: c.Reason, AvoidOwner: avoid}
 	f.putShard(rec)
 	return Result{Shard: rec}
 }
@@ -539,6 +540,13 @@ func (f *FSM) release(c Release) Result {
 	if rec.State == ShardUnowned && !mutation.On(mutation.ReleaseTwice) {
 		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d already released at epoch %d", c.Shard, rec.Epoch)}
 	}
+	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && rec.Target != rec.Owner {
+		// The target may act at e+1 on the owner's word: only the
+		// Transfer to it (or the leader's takeover grant after the wait)
+		// moves the shard, never a Release the planner may grant at once.
+		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d is handed to %q (Revoking at epoch %d): release refused", c.Shard, rec.Target, rec.Epoch)}
+	}
+	rec.Epoch = HandoffEpoch(rec, f.st.VersionActive(VersionHandoffWords), false)
 	rec.State = ShardUnowned
 	rec.Target = ""
 	rec.ChangedAt = c.Now
@@ -566,6 +574,10 @@ func (f *FSM) transfer(c Transfer) Result {
 	}
 	if err := f.checkNewOwner(c.To, c.ToIncarnation, c.ToLiveness); err != nil {
 		return Result{Shard: rec, Err: err}
+	}
+	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && c.To != rec.Target {
+		// e+1 is the token the target may have used on a word.
+		return Result{Shard: rec, Err: errf(ErrConflict, "transfer of shard %d to %q, revoked toward %q", c.Shard, c.To, rec.Target)}
 	}
 	rec = ShardRecord{Shard: c.Shard, Epoch: rec.Epoch + 1, Owner: c.To, OwnerIncarnation: c.ToIncarnation,
 		OwnerLiveness: c.ToLiveness, State: ShardOwned, ChangedAt: c.Now, Reason: c.Reason}

@@ -71,21 +71,21 @@ func refuseUnspoken(c ClusterConfig, spoken uint32) error {
 
 // unreadableAt is unreadable for an entry applied with entrySpoken spoken:
 // a ClusterConfig the FSM will refuse is not a reason to halt.
-func unreadableAt(c Command, spoken uint32) error {
+func unreadableAt(c Command, spoken, readable uint32) error {
 	switch c := c.(type) {
 	case ClusterConfig:
 		if refuseUnspoken(c, spoken) != nil {
 			return nil
 		}
 	case Session:
-		return unreadableAt(c.Command, spoken)
+		return unreadableAt(c.Command, spoken, readable)
 	case Batch:
 		for _, sc := range c.Commands {
-			if err := unreadableAt(sc, spoken); err != nil {
+			if err := unreadableAt(sc, spoken, readable); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return unreadable(c)
+	return unreadable(c, readable)
 }

@@ -159,18 +159,19 @@ func (f *FSM) checkSpeaks(c Heartbeat) error {
 }
 
 // unreadable reports why this binary cannot apply c although it decodes
-// (a cluster version newer than it speaks), or nil.
-func unreadable(c Command) error {
+// (a cluster version newer than readable, the newest it applies:
+// Config.readable), or nil.
+func unreadable(c Command, readable uint32) error {
 	switch c := c.(type) {
 	case ClusterConfig:
-		if c.Version > MaxClusterVersion {
-			return fmt.Errorf("%w: cluster version %d (this binary speaks %d to %d)", ErrVersion, c.Version, MinClusterVersion, MaxClusterVersion)
+		if c.Version > readable {
+			return fmt.Errorf("%w: cluster version %d (this binary speaks %d to %d)", ErrVersion, c.Version, MinClusterVersion, readable)
 		}
 	case Session:
-		return unreadable(c.Command)
+		return unreadable(c.Command, readable)
 	case Batch:
 		for _, sc := range c.Commands {
-			if err := unreadable(sc); err != nil {
+			if err := unreadable(sc, readable); err != nil {
 				return err
 			}
 		}
@@ -185,9 +186,16 @@ func unreadable(c Command) error {
 // a cluster may be finalized; the leader's planner and `tenure upgrade
 // status` both call it.
 func VersionTarget(nodes []NodeRecord) (target uint32, blockers []string) {
-	target = MaxClusterVersion
+	return VersionTargetUpTo(nodes, MaxClusterVersion)
+}
+
+// VersionTargetUpTo is VersionTarget for a binary that speaks up to
+// speak (above MaxClusterVersion only with MaxUnreleasedVersion: the
+// simulator's version-6 runs).
+func VersionTargetUpTo(nodes []NodeRecord, speak uint32) (target uint32, blockers []string) {
+	target = speak
 	for _, n := range nodes {
-		if _, hi := n.SpeakRange(); hi < MaxClusterVersion {
+		if _, hi := n.SpeakRange(); hi < speak {
 			blockers = append(blockers, n.ID)
 			target = min(target, hi)
 		}

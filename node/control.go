@@ -91,6 +91,12 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		}
 		cc.RenewRefusals = renewRefusals
 	}
+	if d.words != nil {
+		cc.Words = d.words
+	}
+	if d.forwarded != nil {
+		cc.Forwarded = d.forwarded
+	}
 	var tune controlTuning
 	tuneControl(&tune)
 	if tune.snapshotThreshold > 0 {
@@ -210,6 +216,10 @@ func (c *clusterControl) Renew(ctx context.Context, node string, inc, liveness u
 		}
 	}
 	return res.CommitIndex, rec, err
+}
+
+func (c *clusterControl) Words(ctx context.Context, node string) ([]byte, error) {
+	return c.g.Words(ctx, node)
 }
 
 func (c *clusterControl) ReadIndex(ctx context.Context) (uint64, error) {

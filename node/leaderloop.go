@@ -140,6 +140,14 @@ func (l *leaderLoop) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness u
 	return l.core.Renew(now, rec, inc, liveness)
 }
 
+// WordValid is Leader.WordValid, serialized with the loop's rounds: the
+// bound to relay with an old owner's word (cluster version 6).
+func (l *leaderLoop) WordValid(now time.Time, rec ledger.ShardRecord, from, to string) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.WordValid(now, rec, from, to)
+}
+
 func (l *leaderLoop) step(in ownership.LeaderInput) ownership.LeaderReady {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()

@@ -56,6 +56,9 @@ type controlPlane interface {
 	// cluster.ControlGroup.ReadIndex): the leader's last log index, read
 	// after it received the request and confirmed by a quorum round.
 	ReadIndex(ctx context.Context) (uint64, error)
+	// Words asks the leader for the words relayed to node (cluster version
+	// 6, cluster.ControlGroup.Words).
+	Words(ctx context.Context, node string) ([]byte, error)
 	// EstablishBound is the new leader's bound from the voters' confirm
 	// records (cluster.ControlGroup.EstablishBound): now when unsure.
 	EstablishBound(ctx context.Context, now time.Time) time.Time
@@ -75,6 +78,10 @@ type controlDeps struct {
 	// renew judges a renewal this node received as leader
 	// (netBackend.serveRenew): the record is the node's in this replica.
 	renew func(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error)
+	// words and forwarded: the handoff on a word (cluster version 6,
+	// words.go), as the leader.
+	words     func(ctx context.Context, node string) ([]byte, error)
+	forwarded func(p cluster.Peer, authenticated bool, cmd []byte)
 	// joined is closed once the node's first join of its seeds has ended
 	// (cluster.ControlConfig.BootstrapGate).
 	joined <-chan struct{}
@@ -103,6 +110,11 @@ type netBackend struct {
 	ctl     controlPlane
 	batcher *commit.Batcher
 	loop    *leaderLoop
+	// relay holds old owners' words for their targets while this node
+	// leads (cluster version 6, words.go); wordStarts counts the shards
+	// this node started acting on by a word, before the Transfer applied.
+	relay      wordRelay
+	wordStarts atomic.Int64
 	// loopReady is loop once it exists: renewals can reach the control
 	// group before realBackend built the loop.
 	loopReady atomic.Pointer[leaderLoop]
@@ -251,7 +263,9 @@ func (b *netBackend) openDataDir(cleanup *[]func()) (err error) {
 // and wakes the agent on every applied entry and on a halt.
 func (b *netBackend) newReplica() (err error) {
 	cfg := b.cfg
-	b.fsm, err = ledger.NewFSM(ledger.DefaultConfig())
+	lc := ledger.DefaultConfig()
+	lc.Unreleased = cfg.speakMax > ledger.MaxClusterVersion // the handoff on a word: opted in (version.go)
+	b.fsm, err = ledger.NewFSM(lc)
 	if err != nil {
 		return err
 	}
@@ -279,7 +293,7 @@ func (b *netBackend) startControl(ctx context.Context, meta cluster.Meta, cleanu
 	cfg := b.cfg
 	joined := make(chan struct{})
 	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing, joined: joined,
-		renew: b.serveRenew})
+		renew: b.serveRenew, words: b.serveWords, forwarded: b.forwarded})
 	if err != nil {
 		return err
 	}

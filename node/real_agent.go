@@ -141,6 +141,7 @@ func (b *netBackend) stepLocked(now time.Time, in ownership.AgentInput, hold fun
 // proposals run on their own goroutines (a slow commit must not delay the
 // next ask). b.mu held.
 func (b *netBackend) dispatch(rd ownership.Ready) {
+	b.countStarts(rd.Changes)
 	b.applyChanges(rd.Changes)
 	if rd.Heartbeat != nil {
 		ask := *rd.Heartbeat
@@ -153,6 +154,29 @@ func (b *netBackend) dispatch(rd ownership.Ready) {
 	if len(rd.Proposals) > 0 {
 		cmds := rd.Proposals
 		b.goLoop(func() { b.proposeAll(cmds) })
+	}
+	if rd.WordAsk != nil {
+		ask := *rd.WordAsk
+		b.goLoop(func() { b.askWords(ask) })
+	}
+}
+
+// countStarts counts the shards changes start acting on (a new shard or
+// epoch), by what the start rests on: the old owner's word (cluster
+// version 6, before the Transfer applied) or the committed record
+// (tenure_shard_starts_total{on}). b.mu held, before applyChanges.
+func (b *netBackend) countStarts(changes []ownership.Change) {
+	now := time.Now()
+	for _, c := range changes {
+		if prev, had := b.work[c.Shard]; !c.Acting || had && prev.Epoch == c.Epoch {
+			continue
+		}
+		on := "commit"
+		if b.agent.OnWord(now, c.Shard) {
+			on = "word"
+			b.wordStarts.Add(1)
+		}
+		gometrics.IncrCounterWithLabels([]string{"shard", "starts"}, 1, []gometrics.Label{{Name: "on", Value: on}})
 	}
 }
 
@@ -243,6 +267,7 @@ func (b *netBackend) renew(ask ownership.RenewAsk) {
 func (b *netBackend) proposeAll(cmds []ledger.Command) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
 	defer cancel()
+	b.relayOwn(cmds)
 	res, errs := b.batcher.ApplyAll(ctx, cmds)
 	var last uint64
 	for i := range cmds {

@@ -146,6 +146,15 @@ func (b *netBackend) resign(ctx context.Context, s uint32, epoch uint64) error {
 			r, ok := st.Shard(s)
 			return ledger.Result{Shard: r}, ok && r.Epoch == epoch && r.State == ledger.ShardUnowned
 		})
+	if err != nil && errors.Is(err, ledger.ErrConflict) {
+		// From version 6 the ledger refuses to release a shard revoked
+		// toward a target (its target may act on this node's word): the
+		// handoff is under way, by the Transfer the agent proposed (or the
+		// leader's grant after the takeover wait). This node has stopped.
+		if r, ok := b.fsm.State().Shard(s); ok && (r.Epoch != epoch || (r.State == ledger.ShardRevoking && r.Target != "")) {
+			return nil
+		}
+	}
 	return err
 }
 

@@ -129,6 +129,10 @@ func (c *soloControl) ReadIndex(context.Context) (uint64, error) {
 // but itself; now is always safe.
 func (c *soloControl) EstablishBound(_ context.Context, now time.Time) time.Time { return now }
 
+func (c *soloControl) Words(context.Context, string) ([]byte, error) {
+	return nil, cluster.ErrWordsUnsupported
+}
+
 func (c *soloControl) Voters() []string { return []string{c.id} }
 func (c *soloControl) Addr() string     { return "" }
 

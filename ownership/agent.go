@@ -41,6 +41,18 @@ type Agent struct {
 	// be; drainAsked is the local time it last proposed it (zero: never).
 	drainWish  bool
 	drainAsked time.Time
+
+	// Words (cluster version 6, word.go): the ask in flight (token 0:
+	// none) and its local time, and when the next may be sent after a
+	// failure.
+	wordToken uint64
+	wordAsked time.Time
+	wordRetry time.Time
+	nextWord  uint64
+	// prevWord is the ask before the one in flight, still answerable (its
+	// words count from its own, earlier, ask time).
+	prevWord      uint64
+	prevWordAsked time.Time
 }
 
 // MaxHeartbeatsInFlight bounds the heartbeats an Agent has asked for and
@@ -169,6 +181,10 @@ type Ready struct {
 	// WakeAt is the local time to Step again (with Tick) unless another
 	// input comes first: the next heartbeat, lease or drain deadline.
 	WakeAt time.Time
+	// WordAsk, when not nil, is a request for words to send to the
+	// leader now (cluster version 6); report its answer with a
+	// WordOutcome carrying its Token.
+	WordAsk *WordAsk
 }
 
 // Acting is the acting state of one shard (Agent.Acting).
@@ -209,6 +225,8 @@ func (a *Agent) Step(now time.Time, in AgentInput) Ready {
 	case DrainWish:
 		a.drainWish = in.Draining
 		rd.Proposals = append(rd.Proposals, a.setDraining(now))
+	case WordOutcome:
+		a.wordOutcome(now, in)
 	}
 	a.ready(now, &rd)
 	return rd
@@ -328,6 +346,7 @@ func (a *Agent) ready(now time.Time, rd *Ready) {
 		rd.Proposals = append(rd.Proposals, a.setDraining(now))
 	}
 	rd.Proposals = append(rd.Proposals, a.tr.Handoffs(now)...)
+	a.askWords(now, rd)
 	rd.Changes = a.tr.Changes(now)
 	rd.WakeAt = a.nextHeartbeat
 	if len(a.inflight) >= MaxHeartbeatsInFlight {
@@ -345,6 +364,13 @@ func (a *Agent) ready(now time.Time, rd *Ready) {
 	if d := a.tr.NextDeadline(now); !d.IsZero() && d.Before(rd.WakeAt) {
 		rd.WakeAt = d
 	}
+	if a.wordToken != 0 {
+		if d := a.wordAsked.Add(a.wordPoll()); d.Before(rd.WakeAt) {
+			rd.WakeAt = d
+		}
+	} else if a.tr.version >= ledger.VersionHandoffWords && a.wordRetry.After(now) && a.wordRetry.Before(rd.WakeAt) {
+		rd.WakeAt = a.wordRetry
+	}
 	if self, ok := a.self(); ok && self.Draining != a.drainWish {
 		if d := a.drainAsked.Add(a.drainRetry()); d.Before(rd.WakeAt) {
 			rd.WakeAt = d
@@ -359,13 +385,75 @@ func (a *Agent) self() (ledger.NodeRecord, bool) {
 
 // Acting reports whether this node may act on shard at now by the lease
 // protocol (docs/protocol.md, node side, rule 4), including a revoked shard
-// it may only drain. It changes nothing.
+// it may only drain, or on the old owner's word (cluster version 6; Until
+// is then the word's end). It changes nothing.
 func (a *Agent) Acting(now time.Time, shard uint32) (Acting, bool) {
-	st := a.tr.shards[shard]
-	if st == nil || !a.tr.acting(st, now) {
+	c, ok := a.tr.current(shard, now)
+	if !ok {
 		return Acting{}, false
 	}
-	return Acting{Epoch: st.rec.Epoch, Until: a.tr.LeaseEnd(), Revoking: st.rec.State == ledger.ShardRevoking}, true
+	until := a.tr.LeaseEnd()
+	if a.tr.shards[shard] == nil {
+		until = c.Deadline
+	}
+	return Acting{Epoch: c.Epoch, Until: until, Revoking: c.Draining}, true
+}
+
+// OnWord reports whether the node acts on shard at now on the old owner's
+// word (cluster version 6) rather than as its committed owner.
+func (a *Agent) OnWord(now time.Time, shard uint32) bool { return a.tr.OnWord(shard, now) }
+
+// wordPoll is how long an ask for words may stay unanswered before the
+// agent asks again: the leader answers empty after WordHold, and a word
+// is counted from its ask, so an old ask would shorten every word it
+// carries.
+func (a *Agent) wordPoll() time.Duration { return 2 * WordHold(a.cfg) }
+
+// WordHold is how long the leader holds an ask for words with nothing to
+// relay before it answers empty: RenewEvery/2.
+func WordHold(cfg Config) time.Duration { return cfg.RenewEvery / 2 }
+
+// askWords sends an ask for words when the cluster runs version 6, the
+// node is registered and none is in flight (or the one in flight is
+// older than wordPoll).
+func (a *Agent) askWords(now time.Time, rd *Ready) {
+	if a.tr.version < ledger.VersionHandoffWords || a.tr.Fenced() || !a.tr.Registered() {
+		a.wordToken, a.prevWord = 0, 0
+		return
+	}
+	if a.wordToken != 0 && now.Sub(a.wordAsked) < a.wordPoll() || a.wordToken == 0 && now.Before(a.wordRetry) {
+		return
+	}
+	a.nextWord++
+	a.prevWord, a.prevWordAsked = a.wordToken, a.wordAsked
+	a.wordToken, a.wordAsked = a.nextWord, now
+	rd.WordAsk = &WordAsk{Token: a.wordToken, Node: a.tr.id}
+}
+
+// wordOutcome takes the answer to the ask in flight or to the one before
+// it: its words count from that ask's time (WordUntil). An answer to an
+// older ask is dropped.
+func (a *Agent) wordOutcome(now time.Time, in WordOutcome) {
+	var asked time.Time
+	switch {
+	case in.Token == 0:
+		return
+	case in.Token == a.wordToken:
+		asked, a.wordToken = a.wordAsked, 0
+		if in.Err != nil {
+			a.wordRetry = now.Add(a.cfg.RenewEvery / 4)
+		}
+	case in.Token == a.prevWord:
+		asked, a.prevWord = a.prevWordAsked, 0
+	default:
+		return
+	}
+	if in.Err != nil {
+		return
+	}
+	for _, w := range in.Words {
+		a.tr.Word(w, asked)
+	}
 }
 
 // Guard is how long before its lease ends a node stops handing out tokens,

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -272,6 +273,16 @@ func (c Config) fencedAfter() time.Duration {
 		return 3 * c.RenewEvery
 	}
 	return c.FencedAfter
+}
+
+// speakMax is the newest cluster version this node speaks:
+// ledger.MaxClusterVersion, or MaxVersion when set — below it, or up to
+// ledger.MaxUnreleasedVersion (the simulator's version-6 runs).
+func (c Config) speakMax() uint32 {
+	if c.MaxVersion == 0 {
+		return ledger.MaxClusterVersion
+	}
+	return max(ledger.MinClusterVersion, min(c.MaxVersion, ledger.MaxUnreleasedVersion))
 }
 
 func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }

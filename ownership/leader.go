@@ -147,6 +147,17 @@ func (l *Leader) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness uint6
 	return l.planner.Renew(now, rec, inc, liveness)
 }
 
+// WordValid is the bound to relay with the old owner's word (cluster
+// version 6, Planner.WordValid): now is the clock read after receiving
+// the target's ask, rec the shard in this replica. Not valid until the
+// term is established.
+func (l *Leader) WordValid(now time.Time, rec ledger.ShardRecord, from, to string) (time.Duration, bool) {
+	if !l.Established() {
+		return 0, false
+	}
+	return l.planner.WordValid(now, rec, from, to)
+}
+
 // Step feeds one event at now (the leader's monotonic clock) and returns
 // what the shell must do.
 func (l *Leader) Step(now time.Time, in LeaderInput) LeaderReady {

@@ -239,6 +239,7 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 		t.excluded[e.Node] = true
 	}
 	t.fenced = newFencedView(in)
+	t.words = max(in.Cluster.Version, 1) >= ledger.VersionHandoffWords
 	p.plannedAt, p.fencedOn = now, len(in.Fenced) > 0
 	p.observe(now, t)
 	exp := p.expiries(now, t)
@@ -317,7 +318,11 @@ func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, t table) 
 		// starting alongside could not run. Record once one has.
 		return ledger.ClusterConfig{}, false
 	}
-	target, _ := ledger.VersionTarget(live)
+	speak := ledger.MaxClusterVersion
+	if p.cfg.MaxVersion > speak {
+		speak = p.cfg.speakMax() // an unreleased version (the simulator's version-6 runs)
+	}
+	target, _ := ledger.VersionTargetUpTo(live, speak)
 	c := ledger.ClusterConfig{Name: p.cfg.ClusterName, Partitions: uint32(p.cfg.Ring.Partitions), Version: max(target, 1), Now: now.UnixNano()}
 	switch {
 	case cur.Name == "":
@@ -387,6 +392,36 @@ func (p *Planner) expireAfter() time.Duration {
 		return p.cfg.Lease
 	}
 	return p.cfg.ExpireAfter()
+}
+
+// takeoverDue reports whether the takeover wait of the Revoking shard rec
+// has passed at now: (Lease+Drain)·(1+δ) since the leader saw its Revoke.
+func (p *Planner) takeoverDue(now time.Time, rec ledger.ShardRecord) bool {
+	r, ok := p.revokes[rec.Shard]
+	if !ok || r.epoch != rec.Epoch {
+		return false // observe always records it; defensive
+	}
+	return now.Sub(r.seen) >= p.takeoverAfter() || mutation.On(mutation.SkipTakeoverWait)
+}
+
+// WordValid is the bound the leader relays with the old owner's word
+// (cluster version 6, word.go): rec is the shard as the leader's replica
+// shows it when it received from's Transfer to to. It is valid when rec
+// is Revoking from from at its epoch toward to and this leader leads and
+// has seen the Revoke: the shard then leaves from other than by the
+// Transfer only after the takeover wait (placement, takeoverDue), so the
+// bound is what remains of it at now, on the leader's clock. Read it
+// after receiving the target's ask.
+func (p *Planner) WordValid(now time.Time, rec ledger.ShardRecord, from, to string) (time.Duration, bool) {
+	if !p.leading || rec.State != ledger.ShardRevoking || rec.Owner != from || rec.Target != to || from == to || to == "" {
+		return 0, false
+	}
+	r, ok := p.revokes[rec.Shard]
+	if !ok || r.epoch != rec.Epoch {
+		return 0, false
+	}
+	d := r.seen.Add(p.takeoverAfter()).Sub(now)
+	return d, d > 0
 }
 
 func (p *Planner) takeoverAfter() time.Duration {
@@ -769,6 +804,11 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 		}
 		switch {
 		case !valid && rec.State != ledger.ShardUnowned && mutation.On(mutation.LeaveExpiredShards):
+		case !valid && t.words && rec.State == ledger.ShardRevoking && rec.Target != "" && !p.takeoverDue(now, rec) &&
+			!mutation.On(mutation.RetargetAfterWord):
+			// Rule 3 of the handoff on a word: the target may act on its
+			// old owner's word until the bound cut from this wait
+			// (WordValid), whatever became of the owner since.
 		case !valid:
 			// Unowned, or the owner's incarnation/liveness moved on (it
 			// restarted or was expired): grant at once. The ledger re-checks
@@ -780,11 +820,7 @@ func (p *Planner) placement(now time.Time, t table) []ledger.Command {
 			// the Revoke) ended by Lease after the Revoke committed and its
 			// drain by DrainTimeout after that; we saw the Revoke no earlier
 			// than it committed and wait (Lease+DrainTimeout)·(1+δ).
-			r, ok := p.revokes[s]
-			if !ok || r.epoch != rec.Epoch {
-				continue // observe always records it; defensive
-			}
-			if now.Sub(r.seen) < p.takeoverAfter() && !mutation.On(mutation.SkipTakeoverWait) {
+			if !p.takeoverDue(now, rec) {
 				continue
 			}
 			grants = append(grants, ledger.Grant{Shard: s, ExpectedEpoch: rec.Epoch, Owner: target,

@@ -57,7 +57,24 @@ type Tracker struct {
 	nodes     map[string]handoffTarget // every node record's fields a Transfer to it needs
 	shards    map[uint32]*shardTrack
 	reported  map[uint32]Change
+
+	// Handoff on a word (cluster version 6, word.go): targeted holds the
+	// records of other nodes' shards the replica shows Revoking toward
+	// this node; words the words the leader relayed to it, with the local
+	// time of the ask each answered (at most one per shard).
+	targeted map[uint32]ledger.ShardRecord
+	words    map[uint32]heldWord
 }
+
+// heldWord is a relayed word and the local time of the ask it answered.
+type heldWord struct {
+	w     Word
+	asked time.Time
+}
+
+// MaxHeldWords bounds the words a tracker holds (one per shard; the
+// leader relays only words for shards revoked toward the node).
+const MaxHeldWords = 1 << 16
 
 // ask is one heartbeat or renewal asked and not yet answered.
 type ask struct {
@@ -117,6 +134,8 @@ func NewTracker(cfg Config, id string, incarnation uint64) (*Tracker, error) {
 		nodes:    make(map[string]handoffTarget),
 		shards:   make(map[uint32]*shardTrack),
 		reported: make(map[uint32]Change),
+		targeted: make(map[uint32]ledger.ShardRecord),
+		words:    make(map[uint32]heldWord),
 	}, nil
 }
 
@@ -149,11 +168,7 @@ func (t *Tracker) HeartbeatAsked(now time.Time) (token uint64, hb ledger.Heartbe
 // maxVersion is the newest cluster version this node's heartbeats
 // advertise.
 func (t *Tracker) maxVersion() uint32 {
-	hi := ledger.MaxClusterVersion
-	if t.cfg.MaxVersion != 0 {
-		hi = max(ledger.MinClusterVersion, min(hi, t.cfg.MaxVersion))
-	}
-	return hi
+	return t.cfg.speakMax()
 }
 
 // Registered reports whether the replica shows this process registered as
@@ -311,6 +326,14 @@ type handoffTarget struct {
 // DrainTimeout·(1−δ); a node never starts acting on a Revoking shard.
 func (t *Tracker) ObserveShard(now time.Time, rec ledger.ShardRecord) {
 	prev := t.shards[rec.Shard]
+	if rec.State == ledger.ShardRevoking && rec.Target == t.id && rec.Owner != t.id {
+		t.targeted[rec.Shard] = rec
+	} else {
+		delete(t.targeted, rec.Shard)
+	}
+	if w, ok := t.words[rec.Shard]; ok && rec.Epoch > w.w.Epoch {
+		delete(t.words, rec.Shard) // the shard moved past the word's epoch
+	}
 	if rec.Owner != t.id {
 		delete(t.shards, rec.Shard)
 		return
@@ -352,10 +375,80 @@ func (t *Tracker) Resigned(shard uint32, epoch uint64) {
 }
 
 // Acting reports whether this node may act as owner of shard at local time
-// now (docs/protocol.md, node side, rule 4).
+// now (docs/protocol.md, node side, rule 4), or on the old owner's word
+// (cluster version 6).
 func (t *Tracker) Acting(shard uint32, now time.Time) bool {
-	st := t.shards[shard]
-	return st != nil && t.acting(st, now)
+	_, ok := t.current(shard, now)
+	return ok
+}
+
+// Word records a word the leader relayed in answer to the ask this node
+// sent at local time asked (cluster version 6). Words for other nodes, for
+// shards already past the word's epoch, and beyond MaxHeldWords are
+// dropped; a later word for the same shard replaces an earlier one.
+func (t *Tracker) Word(w Word, asked time.Time) {
+	if w.To != t.id || t.fenced {
+		return
+	}
+	if rec, ok := t.targeted[w.Shard]; ok && rec.Epoch != w.Epoch {
+		return
+	}
+	if _, had := t.words[w.Shard]; !had && len(t.words) >= MaxHeldWords {
+		return
+	}
+	t.words[w.Shard] = heldWord{w: w, asked: asked}
+}
+
+// wordChange is the acting change of shard on a held word at now, if the
+// node may act on it (WordActing): at the word's epoch+1, with the word's
+// end as deadline. Only while the node holds its own lease, registered
+// at this incarnation and liveness epoch.
+func (t *Tracker) wordChange(shard uint32, now time.Time) (Change, bool) {
+	hw, ok := t.words[shard]
+	if !ok || t.fenced || !t.selfKnown || t.self.Incarnation != t.inc || t.self.Liveness != t.liveness || t.self.Draining {
+		return Change{}, false
+	}
+	rec, ok := t.targeted[shard]
+	if !ok {
+		return Change{}, false
+	}
+	until, ok := WordActing(t.cfg, t.id, t.version, hw.w, hw.asked, rec, t.leaseEnd, now)
+	if !ok {
+		return Change{}, false
+	}
+	return Change{Shard: shard, Epoch: hw.w.Epoch + 1, Acting: true, Deadline: until}, true
+}
+
+// current is the acting change of shard at now: as its owner, or on a
+// word.
+func (t *Tracker) current(shard uint32, now time.Time) (Change, bool) {
+	if st := t.shards[shard]; st != nil {
+		if !t.acting(st, now) {
+			return Change{}, false
+		}
+		return Change{Shard: shard, Epoch: st.rec.Epoch, Acting: true,
+			Draining: st.rec.State == ledger.ShardRevoking, Deadline: t.deadline(st)}, true
+	}
+	return t.wordChange(shard, now)
+}
+
+// OnWord reports whether the node acts on shard at now on a word rather
+// than as its committed owner.
+func (t *Tracker) OnWord(shard uint32, now time.Time) bool {
+	if t.shards[shard] != nil {
+		return false
+	}
+	_, ok := t.wordChange(shard, now)
+	return ok
+}
+
+// pruneWords drops the words whose bound has passed at now.
+func (t *Tracker) pruneWords(now time.Time) {
+	for s, hw := range t.words {
+		if !now.Before(WordUntil(t.cfg, hw.w, hw.asked)) {
+			delete(t.words, s)
+		}
+	}
 }
 
 // holds reports whether the replica shows the shard validly owned by this
@@ -414,6 +507,11 @@ func (t *Tracker) NextDeadline(now time.Time) time.Time {
 			next = d
 		}
 	}
+	for s := range t.words {
+		if c, ok := t.wordChange(s, now); ok && (next.IsZero() || c.Deadline.Before(next)) {
+			next = c.Deadline
+		}
+	}
 	return next
 }
 
@@ -425,6 +523,11 @@ func (t *Tracker) ActingShards(now time.Time) []uint32 {
 			out = append(out, s)
 		}
 	}
+	for s := range t.words {
+		if t.OnWord(s, now) {
+			out = append(out, s)
+		}
+	}
 	slices.Sort(out)
 	return out
 }
@@ -433,27 +536,35 @@ func (t *Tracker) ActingShards(now time.Time) []uint32 {
 // sorted by shard: a stop before a start for the same shard.
 func (t *Tracker) Changes(now time.Time) []Change {
 	var out []Change
-	for s, st := range t.shards {
-		if !t.acting(st, now) {
-			continue
-		}
-		c := Change{Shard: s, Epoch: st.rec.Epoch, Acting: true,
-			Draining: st.rec.State == ledger.ShardRevoking, Deadline: t.deadline(st)}
-		old, had := t.reported[s]
+	t.pruneWords(now)
+	report := func(c Change) {
+		old, had := t.reported[c.Shard]
 		switch {
 		case !had:
 			out = append(out, c)
 		case old.Epoch != c.Epoch:
-			out = append(out, Change{Shard: s, Epoch: old.Epoch}, c)
+			out = append(out, Change{Shard: c.Shard, Epoch: old.Epoch}, c)
 		case old.Draining != c.Draining || !old.Deadline.Equal(c.Deadline):
 			out = append(out, c)
 		default:
+			return
+		}
+		t.reported[c.Shard] = c
+	}
+	for s := range t.words {
+		if c, ok := t.wordChange(s, now); ok && t.shards[s] == nil {
+			report(c)
+		}
+	}
+	for s, st := range t.shards {
+		if !t.acting(st, now) {
 			continue
 		}
-		t.reported[s] = c
+		report(Change{Shard: s, Epoch: st.rec.Epoch, Acting: true,
+			Draining: st.rec.State == ledger.ShardRevoking, Deadline: t.deadline(st)})
 	}
 	for s, old := range t.reported {
-		if st := t.shards[s]; st != nil && t.acting(st, now) {
+		if _, ok := t.current(s, now); ok {
 			continue
 		}
 		delete(t.reported, s)
@@ -505,7 +616,19 @@ func (t *Tracker) Handoffs(now time.Time) []ledger.Command {
 		// window (docs/protocol.md, node side, rule 5).
 		st.drained = !mutation.On(mutation.ResumeAfterHandoff)
 		r := st.rec
-		if to, ok := t.nodes[r.Target]; ok && r.Target != t.id && !to.Draining {
+		to, known := t.nodes[r.Target]
+		// Under version 6 a shard revoked toward a target leaves by the
+		// Transfer to it and nothing else, even to a draining target (it
+		// hands the shard on when revoked in turn): the Transfer may have
+		// been relayed as this node's word — by this process or an
+		// earlier one of the same incarnation — and a Release, which the
+		// planner may grant elsewhere at once, must never follow it (rule
+		// 3 of the handoff on a word).
+		words := t.version >= ledger.VersionHandoffWords && r.Target != "" && r.Target != t.id
+		if words && !known {
+			continue // the replica does not show the target yet: offer again later (or the takeover)
+		}
+		if known && r.Target != t.id && (!to.Draining || words) {
 			// The revocation's reason travels on ("handoff: pinned to n3"),
 			// so the move shows why it happened (tenure moves).
 			reason := "handoff"

@@ -141,6 +141,9 @@ type table struct {
 	// expiring are the nodes this round proposes ExpireNode for
 	// (expireView): the rest of the round plans as if those had applied.
 	expiring map[string]bool
+	// words: the cluster runs ledger.VersionHandoffWords (a target may act
+	// on its old owner's word).
+	words bool
 }
 
 func newTable(shards []ledger.ShardRecord, nodes []ledger.NodeRecord) table {

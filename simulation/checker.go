@@ -31,10 +31,13 @@ type checker struct {
 	// expiry is a failover: L1).
 	planned map[uint32]bool
 	gapInfo string
+	// onWord[shard][epoch] is the node that acted at that epoch on its old
+	// owner's word (cluster version 6): no other may ever own that epoch.
+	onWord map[uint32]map[uint64]string
 }
 
 func newChecker(s *Sim) *checker {
-	c := &checker{s: s, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}}
+	c := &checker{s: s, lastStop: map[uint32]int64{}, planned: map[uint32]bool{}, onWord: map[uint32]map[uint64]string{}}
 	st, _ := ledger.NewFSM(ledgerConfig())
 	c.hist = history.New(st.State().Settings(), func(rule, msg string) { s.violate(rule, "%s", msg) })
 	return c
@@ -51,6 +54,10 @@ func (c *checker) committed(index uint64, from int, cmd ledger.Command, res ledg
 	}
 	if res.Err != nil {
 		return
+	}
+	if o, ok := c.onWord[res.Shard.Shard][res.Shard.Epoch]; ok && res.Shard.State == ledger.ShardOwned && res.Shard.Owner != o {
+		c.s.violate("S1", "shard %d epoch %d granted to %s, but %s acted at that epoch on its old owner's word (%s)",
+			res.Shard.Shard, res.Shard.Epoch, res.Shard.Owner, o, ownership.FormatCommand(cmd))
 	}
 	switch cmd := cmd.(type) {
 	case ledger.Revoke:
@@ -94,6 +101,9 @@ func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 	settled := int64(s.cfg.FaultsUntil) + int64(o.ExpireAfter()+o.StableFor) + int64(time.Second)
 	t, ok := c.lastStop[shard]
 	delete(c.lastStop, shard)
+	if ok && len(s.res.HandoffGaps) < maxHandoffGaps {
+		s.res.HandoffGaps = append(s.res.HandoffGaps, time.Duration(s.now-t))
+	}
 	if ok && t >= settled {
 		if gap := time.Duration(s.now - t); gap > s.res.MaxHandoffGap {
 			s.res.MaxHandoffGap = gap
@@ -101,6 +111,20 @@ func (c *checker) startedActing(n *node, shard uint32, rec ledger.ShardRecord) {
 		}
 	}
 }
+
+// actedOnWord records that n acts on shard at epoch on its old owner's
+// word (S1: that token is n's).
+func (c *checker) actedOnWord(n *node, shard uint32, epoch uint64) {
+	m := c.onWord[shard]
+	if m == nil {
+		m = map[uint64]string{}
+		c.onWord[shard] = m
+	}
+	m[epoch] = n.id
+}
+
+// maxHandoffGaps bounds Result.HandoffGaps.
+const maxHandoffGaps = 1 << 16
 
 func (c *checker) stoppedActing(n *node, shard uint32, epoch uint64) {
 	if c.planned[shard] {

@@ -61,6 +61,8 @@ func mutationConfig(m mutation.Switch, seed uint64) Config {
 		cfg.Stress = true
 	case mutation.NoHandoff:
 		cfg = handoffConfig(seed)
+	case mutation.WordPastLease, mutation.NoWordBurn, mutation.RetargetAfterWord:
+		cfg = wordsConfig(seed)
 	case mutation.GatedWhileMixed:
 		// A rolling upgrade from version-3 binaries: until the leader
 		// finalizes, the cluster runs version 3 and refuses what version
@@ -98,6 +100,7 @@ var scenarioOnly = map[mutation.Switch]bool{
 	mutation.RenewWithoutConfirm: true, mutation.EstablishIgnoresBound: true, mutation.LeaderKeepsTerm: true,
 	mutation.RenewWithoutApplyWait: true, mutation.RenewWhileExpiring: true, mutation.DrainIgnoresLease: true,
 	mutation.LeaveExpiredShards: true, mutation.NoRebalance: true, mutation.NoHandoff: true, mutation.GatedWhileMixed: true,
+	mutation.WordPastLease: true, mutation.NoWordBurn: true, mutation.RetargetAfterWord: true,
 }
 
 // tier2Only are the mutations of code only tier 2 runs (the real control

@@ -59,6 +59,11 @@ type node struct {
 	confirmFloor int64
 	renewQueue   []*renewReq
 	confirming   bool
+	// Words (cluster version 6, words.go), as the leader: the ask each
+	// node has waiting, and the Transfers received for each target that
+	// no ask has carried yet.
+	wordAsks  map[string]*wordAsk
+	wordQueue map[string][]ledger.Transfer
 
 	acting    map[uint32]uint64 // acting set as last computed (shard -> epoch)
 	wakeAt    int64
@@ -159,7 +164,11 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 	n.syncing = false
 	n.lead, n.barrier, n.outcomes = nil, false, nil
 	if n.voter {
-		n.lead = newLeader(s.cfg.Ownership)
+		lc := s.cfg.Ownership
+		if n.binMax > ledger.MaxClusterVersion {
+			lc.MaxVersion = n.binMax // an unreleased version (6): the leader finalizes it
+		}
+		n.lead = newLeader(lc)
 	}
 	n.acting = map[uint32]uint64{}
 	n.inflight = map[string]int64{}
@@ -168,6 +177,7 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 	n.roundAt = 0
 	n.v4At = 0
 	n.confirms = map[uint64]int64{}
+	n.wordAsks, n.wordQueue = map[string]*wordAsk{}, map[string][]ledger.Transfer{}
 	n.confirmFloor = n.local(s.now)
 	n.renewQueue, n.confirming = nil, false
 	s.tracef("%s start inc=%d gen=%d", n.id, n.inc, n.gen)
@@ -263,11 +273,24 @@ func (s *Sim) step(n *node, in ownership.AgentInput) {
 		s.renew(n, *rd.Renew)
 	}
 	for _, c := range rd.Proposals {
-		switch c.(type) {
-		case ledger.Release, ledger.Transfer:
+		switch c := c.(type) {
+		case ledger.Release:
 			s.res.Handoffs++
+		case ledger.Transfer:
+			s.res.Handoffs++
+			s.sendWord(n, c)
+			if p := s.cfg.LoseTransfers; p > 0 && s.chance(p) {
+				// The leader (having relayed the word, at version 6)
+				// lost the Transfer: it died or lost its leadership
+				// before the commit. The old owner offers it again
+				// after RenewEvery, unless it dies first.
+				continue
+			}
 		}
 		s.raft.propose(n, c, nil)
+	}
+	if rd.WordAsk != nil {
+		s.askWords(n, *rd.WordAsk)
 	}
 	if d := rd.WakeAt; !d.IsZero() {
 		at := s.now + int64(n.trueAfter(time.Duration(d.UnixNano()-local.UnixNano())))
@@ -416,6 +439,12 @@ func (s *Sim) actingChanged(n *node, changes []ownership.Change) {
 			rec.Epoch = c.Epoch
 			n.acting[c.Shard] = c.Epoch
 			s.check.startedActing(n, c.Shard, rec)
+			if n.agent.OnWord(n.localTime(s.now), c.Shard) {
+				s.res.WordStarts++
+				s.check.actedOnWord(n, c.Shard, c.Epoch)
+				s.timeline(c.Shard, "%s acts e%d on the word", n.id, c.Epoch)
+				continue
+			}
 			s.timeline(c.Shard, "%s acts e%d", n.id, c.Epoch)
 		}
 	}

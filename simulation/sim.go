@@ -110,6 +110,11 @@ type Config struct {
 	// every 700 ms (each down 200 ms, a new incarnation); the leader raises
 	// the cluster version once every live node speaks it.
 	UpgradeAt time.Duration
+	// LoseTransfers is the chance that a Transfer reaching the leader is
+	// lost before its commit (the leader dies or is deposed; at version 6
+	// after it relayed the old owner's word): the old owner offers it
+	// again after RenewEvery. Zero: never.
+	LoseTransfers float64
 }
 
 // DefaultConfig is a 5-node cluster (3 voters) with the ownership test
@@ -239,8 +244,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Duration = %v, FaultsUntil = %v, want 0 ≤ FaultsUntil ≤ Duration", ErrInvalidConfig, c.Duration, c.FaultsUntil)
 	case c.ClockRateError < 0 || c.ClockRateError >= 1:
 		return fmt.Errorf("%w: ClockRateError = %v, want in [0, 1)", ErrInvalidConfig, c.ClockRateError)
-	case c.ClusterVersion > ledger.MaxClusterVersion:
-		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxClusterVersion)
+	case c.LoseTransfers < 0 || c.LoseTransfers >= 1:
+		return fmt.Errorf("%w: LoseTransfers = %v, want in [0, 1)", ErrInvalidConfig, c.LoseTransfers)
+	case c.ClusterVersion > ledger.MaxUnreleasedVersion:
+		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxUnreleasedVersion)
 	case c.UpgradeAt < 0 || c.UpgradeAt > c.Duration:
 		return fmt.Errorf("%w: UpgradeAt = %v, want 0..Duration", ErrInvalidConfig, c.UpgradeAt)
 	}
@@ -293,9 +300,17 @@ type Result struct {
 	// there; Config.Fenced).
 	FencedOverlaps int
 	MaxHandoffGap  time.Duration
+	// HandoffGaps are the gaps of every planned move (a stop while a
+	// Revoke was in progress → the next start), faults or not, in order
+	// (at most 65536).
+	HandoffGaps []time.Duration
 	// Renewals counts lease renewals acked (cluster version 4) and
 	// ConfirmRounds the leaders' quorum rounds that confirmed them.
 	Renewals, ConfirmRounds int
+	// WordStarts counts the times a target started acting on a shard on
+	// its old owner's word, before the Transfer applied (cluster version
+	// 6, words.go); WordsRelayed the words leaders relayed.
+	WordStarts, WordsRelayed int
 	// ZoneShards counts the committed owners' partitions per zone at the
 	// end (Config.Zones); LoadMaxOverAvg is the most loaded node's load
 	// over its weighted share at the end (Config.ShardLoads).
@@ -374,6 +389,7 @@ const (
 	evProbe
 	evRenew
 	evConfirm
+	evWord
 )
 
 // at schedules fn at true time t (ns).
@@ -519,4 +535,11 @@ func (s *Sim) violate(rule, format string, args ...any) {
 }
 
 // ledgerConfig is the FSM configuration of every replica.
-func ledgerConfig() ledger.Config { return ledger.DefaultConfig() }
+// ledgerConfig is every replica's configuration: it applies the
+// unreleased cluster version 6 (the handoff on a word) when the nodes
+// speak it (Config.ClusterVersion 6); the other runs never propose it.
+func ledgerConfig() ledger.Config {
+	c := ledger.DefaultConfig()
+	c.Unreleased = true
+	return c
+}

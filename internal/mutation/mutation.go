@@ -223,6 +223,23 @@ const (
 	// outcome) keeps its term's state and, leading again, plans from it
 	// without a Barrier and a new bound (Establish).
 	LeaderKeepsTerm
+
+	// The handoff on the old owner's word (issue 28, cluster version 6,
+	// ledger.VersionHandoffWords).
+
+	// WordPastLease: the target acts on a word past its validity (the
+	// old owner's lease bound as the leader relayed it, counted from the
+	// target's ask and scaled by (1−δ)/(1+δ)), until its own lease ends.
+	WordPastLease
+	// NoWordBurn: a shard revoked toward a target that leaves its owner
+	// other than by the Transfer does not burn epoch e+1 (the next Grant
+	// gives e+1, a token the target may have used on a word).
+	NoWordBurn
+	// RetargetAfterWord: the planner grants a shard revoked toward a
+	// target away as soon as its owner's ownership is invalid (an expiry,
+	// a restart), without waiting out the takeover wait that bounds every
+	// word the target may hold.
+	RetargetAfterWord
 	numSwitches
 )
 
@@ -243,7 +260,7 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
 	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
-	"leader-keeps-term"}
+	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -306,6 +323,9 @@ var rules = [...]string{
 	"security: ledger.Authorize refuses operator actions from a member certificate (ErrUnauthorized)",
 	"security (v5): every handshake and every later use of an authenticated connection checks the committed deny-list (RevokeNode)",
 	"protocol: every leadership term is established anew (Barrier, bound, Establish) before the leader plans; nothing of an earlier term is kept",
+	"handoff word rule 1 (v6): the target acts on the old owner's word only until the relayed bound, counted from its ask, scaled by (1−δ)/(1+δ)",
+	"handoff word rule 2 (v6): a shard revoked toward a target that leaves its owner other than by the Transfer burns e+1 (the next Grant gives e+2)",
+	"handoff word rule 3 (v6): a shard revoked toward a target is granted elsewhere only after the takeover wait, even when its owner's ownership is invalid",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations

@@ -229,7 +229,7 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 			c.fail("S1", index, cmd, "granted over %s's valid ownership (%s, epoch %d)", pre.Owner, pre.State, pre.Epoch)
 		}
 		c.checkGrantee(index, cmd, cmd.Owner, cmd.OwnerIncarnation, cmd.OwnerLiveness)
-		c.newOwner(index, cmd, pre, res.Shard, cmd.Owner)
+		c.newOwner(index, cmd, c.burned(pre), res.Shard, cmd.Owner)
 	case ledger.Revoke:
 		if res.Err != nil {
 			return
@@ -256,7 +256,7 @@ func (c *Checker) Apply(index uint64, from string, cmd ledger.Command, res ledge
 		if pre.State == ledger.ShardUnowned {
 			c.fail("S1", index, cmd, "released a shard already Unowned at epoch %d", pre.Epoch)
 		}
-		c.sameEpoch(index, cmd, pre, res.Shard, ledger.ShardUnowned)
+		c.sameEpoch(index, cmd, c.burned(pre), res.Shard, ledger.ShardUnowned)
 	case ledger.Transfer:
 		if res.Err != nil {
 			return
@@ -393,6 +393,18 @@ func (c *Checker) forget(index uint64, cmd ledger.ForgetNode, res ledger.Result)
 	}
 	c.forgotten[cmd.Node] = max(c.forgotten[cmd.Node], pre.Incarnation)
 	delete(c.nodes, cmd.Node)
+}
+
+// burned is pre as a Grant or a Release must see it from cluster version
+// 6 (ledger.VersionHandoffWords) on: a shard revoked toward a target may
+// have been acted on at epoch+1 on the old owner's word, so leaving its
+// owner other than by the Transfer burns that epoch (pre's epoch +1: the
+// Grant gives +2, the Release leaves +1).
+func (c *Checker) burned(pre ledger.ShardRecord) ledger.ShardRecord {
+	if c.version >= ledger.VersionHandoffWords && pre.State == ledger.ShardRevoking && pre.Target != "" {
+		pre.Epoch++
+	}
+	return pre
 }
 
 // checkGrantee: the new owner's record matches (inc, liveness).

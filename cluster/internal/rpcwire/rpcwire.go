@@ -191,3 +191,17 @@ type SubscribeReply struct {
 	Voters     []string
 	VoterAddrs []string
 }
+
+// WordsArgs is the request of Control.Words (cluster version 6): a node
+// asks the leader for the words of old owners relayed to it (a long poll).
+type WordsArgs struct {
+	Node    string
+	Timeout time.Duration // 0 = the callee's RPCTimeout
+}
+
+// WordsReply is the reply of Control.Words.
+type WordsReply struct {
+	Code ReplyCode
+	Msg  string
+	Data []byte // the words (encoded by the caller's layer)
+}

@@ -1,0 +1,116 @@
+package cluster
+
+// Words: the handoff on the old owner's word (cluster version 6,
+// ownership/word.go). The old owner's forwarded Transfer reaches the
+// leader over this port, where the sender's certificate is proven
+// (ControlConfig.Forwarded sees it after Authorize); the target asks the
+// leader for the words relayed to it with Control.Words, a long poll the
+// leader answers as soon as it holds one (ControlConfig.Words).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+)
+
+// ErrWordsUnsupported: the leader does not offer words (ControlConfig.Words
+// unset, an older binary, or not active now).
+var ErrWordsUnsupported = errors.New("cluster: leader does not offer words")
+
+// Words asks the current leader (this node itself if it leads) for the
+// words relayed to node, waiting up to the leader's hold; the bytes are
+// what ControlConfig.Words returned there.
+func (g *ControlGroup) Words(ctx context.Context, node string) ([]byte, error) {
+	if g.isClosing() {
+		return nil, ErrControlClosed
+	}
+	id, addr := g.Leader()
+	switch {
+	case addr == "":
+		return nil, ErrNoLeader
+	case id == g.cfg.NodeID:
+		return g.wordsLocal(ctx, node)
+	}
+	args := wire.WordsArgs{Node: node, Timeout: timeoutFrom(ctx)}
+	var reply wire.WordsReply
+	cctx, cancel := g.whileLeader(ctx, addr)
+	defer cancel()
+	if err := g.pool.call(cctx, addr, "Control.Words", &args, &reply); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: asking %s for words: %w", ErrTimeout, addr, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: asking %s for words: %v", ErrNotLeader, addr, err)
+	}
+	switch reply.Code {
+	case wire.CodeOK:
+		return reply.Data, nil
+	case wire.CodeUnsupported:
+		return nil, fmt.Errorf("%w: %s: %s", ErrWordsUnsupported, addr, reply.Msg)
+	case wire.CodeUnauthorized:
+		return nil, fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, reply.Msg)
+	case wire.CodeNotLeader, wire.CodeClosed:
+		return nil, fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, reply.Msg)
+	}
+	return nil, fmt.Errorf("cluster: asking %s for words: %s", addr, reply.Msg)
+}
+
+// wordsLocal is the leader's side of an ask for words.
+func (g *ControlGroup) wordsLocal(ctx context.Context, node string) ([]byte, error) {
+	if g.cfg.Words == nil {
+		return nil, ErrWordsUnsupported
+	}
+	if !g.isRaftLeader() {
+		return nil, ErrNotLeader
+	}
+	data, err := g.cfg.Words(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	// The words' bounds were read (cfg.Words read the time and the
+	// replica) before this round starts: a leader deposed by then does not
+	// confirm, and its words are dropped (the target falls back to the
+	// commit). docs/guarantees.md says why this must come after the read.
+	if err := g.ConfirmLeadership(ctx); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// Words serves a node's ask for the words relayed to it: only its own.
+func (s *controlRPC) Words(args *wire.WordsArgs, reply *wire.WordsReply) error {
+	g := s.g
+	if args == nil || ValidateNodeID(args.Node) != nil {
+		reply.Code, reply.Msg = wire.CodeBadRequest, "bad words request"
+		return nil
+	}
+	if !s.authenticated {
+		// Nothing proves who asks (no TLS): anyone could take another
+		// node's words (the ask empties the queue). Words need TLS; the
+		// asker falls back to the commit.
+		reply.Code, reply.Msg = wire.CodeUnsupported, "words are served only over an authenticated (TLS) connection"
+		return nil
+	}
+	if s.peer.IsOperator() || s.peer.ID != args.Node {
+		reply.Code = wire.CodeUnauthorized
+		reply.Msg = fmt.Sprintf("%s may ask only for its own words, not %q's", s.peer, args.Node)
+		return nil
+	}
+	if g.isClosing() {
+		reply.Code, reply.Msg = wire.CodeClosed, "closing"
+		return nil
+	}
+	ctx, cancel := s.ctx(args.Timeout)
+	defer cancel()
+	data, err := g.wordsLocal(ctx, args.Node)
+	reply.Data = data
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrWordsUnsupported):
+		reply.Code, reply.Msg = wire.CodeUnsupported, err.Error()
+	default:
+		reply.Code, reply.Msg = codeOf(err), err.Error()
+	}
+	return nil
+}

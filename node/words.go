@@ -1,0 +1,217 @@
+package node
+
+// The handoff on the old owner's word (cluster version 6, unreleased:
+// ownership/word.go, docs/guarantees.md). As the control-group leader
+// this node keeps the Transfers old owners send it — forwarded over the
+// RPC port, the sender proven by its certificate (cluster.ControlConfig.
+// Forwarded), or its own — for their targets, and answers each target's
+// ask for words (Control.Words, a long poll) with the bound its planner
+// gives after receipt (leaderLoop.WordValid). As a target it
+// sends the asks its agent wants (ownership.Ready.WordAsk) and steps the
+// answers in.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
+)
+
+// wordRelay holds the Transfers received for each target until its ask.
+type wordRelay struct {
+	mu    sync.Mutex
+	queue map[string][]ledger.Transfer
+	wake  map[string]chan struct{}
+}
+
+// maxQueuedWords bounds the Transfers held for one target.
+const maxQueuedWords = 4096
+
+// add keeps tf for its target (once per shard and epoch) and wakes the
+// target's ask.
+func (r *wordRelay) add(tf ledger.Transfer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queue == nil {
+		r.queue, r.wake = map[string][]ledger.Transfer{}, map[string]chan struct{}{}
+	}
+	q := r.queue[tf.To]
+	for _, old := range q {
+		if old.Shard == tf.Shard && old.Epoch == tf.Epoch {
+			return
+		}
+	}
+	if len(q) >= maxQueuedWords {
+		return
+	}
+	r.queue[tf.To] = append(q, tf)
+	if ch := r.wake[tf.To]; ch != nil {
+		close(ch)
+		delete(r.wake, tf.To)
+	}
+}
+
+// wait returns the Transfers held for node, waiting up to hold (or ctx)
+// for one when there is none. A newer ask of the same node ends an older
+// one's wait.
+func (r *wordRelay) wait(ctx context.Context, node string, hold time.Duration) []ledger.Transfer {
+	r.mu.Lock()
+	if r.queue == nil {
+		r.queue, r.wake = map[string][]ledger.Transfer{}, map[string]chan struct{}{}
+	}
+	if q := r.queue[node]; len(q) > 0 {
+		delete(r.queue, node)
+		r.mu.Unlock()
+		return q
+	}
+	if old := r.wake[node]; old != nil {
+		close(old)
+	}
+	ch := make(chan struct{})
+	r.wake[node] = ch
+	r.mu.Unlock()
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.wake[node] == ch {
+		delete(r.wake, node)
+	}
+	q := r.queue[node]
+	delete(r.queue, node)
+	return q
+}
+
+// transfersOf returns the Transfers in c (a Batch's, a Session's).
+func transfersOf(c ledger.Command, out []ledger.Transfer) []ledger.Transfer {
+	switch c := c.(type) {
+	case ledger.Transfer:
+		return append(out, c)
+	case ledger.Session:
+		return transfersOf(c.Command, out)
+	case ledger.Batch:
+		for _, sc := range c.Commands {
+			out = transfersOf(sc, out)
+		}
+	}
+	return out
+}
+
+// forwarded is cluster.ControlConfig.Forwarded: a command forwarded to
+// this node as leader, authorized. Its Transfers are kept as their
+// senders' words when the sender is proven to be their From (relayable)
+// and the replica runs version 6.
+func (b *netBackend) forwarded(p cluster.Peer, authenticated bool, cmd []byte) {
+	if !b.fsm.State().VersionActive(ledger.VersionHandoffWords) {
+		return
+	}
+	c, err := ledger.Decode(cmd)
+	if err != nil {
+		return
+	}
+	st := b.fsm.State()
+	for _, tf := range transfersOf(c, nil) {
+		if !relayable(p, authenticated, tf) {
+			continue
+		}
+		b.keepWord(st, tf)
+	}
+}
+
+// relayable reports whether a forwarded Transfer may be relayed as its
+// From's word: only when an authenticated connection (TLS) proved the
+// sender is that node. Without TLS nothing proves it, and a forged word
+// would let its target act while the owner still does: the move goes by
+// the commit.
+func relayable(p cluster.Peer, authenticated bool, tf ledger.Transfer) bool {
+	return authenticated && !p.IsOperator() && p.ID == tf.From
+}
+
+// keepWord keeps tf for its target when the leader's replica shows the
+// shard Revoking from tf.From toward tf.To at tf.Epoch (so the relay holds
+// words only for real moves: at most one per shard).
+func (b *netBackend) keepWord(st *ledger.State, tf ledger.Transfer) {
+	rec, ok := st.Shard(tf.Shard)
+	if !ok || rec.State != ledger.ShardRevoking || rec.Owner != tf.From || rec.Target != tf.To || rec.Epoch != tf.Epoch {
+		return
+	}
+	b.relay.add(tf)
+}
+
+// relayOwn keeps this node's own Transfers as its words when it leads (a
+// leader's proposals do not cross the RPC port).
+func (b *netBackend) relayOwn(cmds []ledger.Command) {
+	if !b.fsm.State().VersionActive(ledger.VersionHandoffWords) {
+		return
+	}
+	if b.ctl.Leader() != b.id {
+		return
+	}
+	st := b.fsm.State()
+	for _, c := range cmds {
+		for _, tf := range transfersOf(c, nil) {
+			if tf.From == b.id {
+				b.keepWord(st, tf)
+			}
+		}
+	}
+}
+
+// serveWords is cluster.ControlConfig.Words: node's ask, on the leader.
+func (b *netBackend) serveWords(ctx context.Context, node string) ([]byte, error) {
+	if !b.fsm.State().VersionActive(ledger.VersionHandoffWords) {
+		return nil, cluster.ErrWordsUnsupported
+	}
+	loop := b.loopReady.Load()
+	if loop == nil {
+		return nil, ownership.ErrNotLeader
+	}
+	tfs := b.relay.wait(ctx, node, ownership.WordHold(b.ocfg))
+	now := time.Now() // after receipt: the bound is read now
+	st := b.fsm.State()
+	words := []ownership.Word{}
+	for _, tf := range tfs {
+		rec, _ := st.Shard(tf.Shard)
+		if rec.Epoch != tf.Epoch {
+			continue
+		}
+		if d, ok := loop.WordValid(now, rec, tf.From, tf.To); ok {
+			words = append(words, ownership.Word{Shard: tf.Shard, Epoch: tf.Epoch, From: tf.From, To: tf.To, Valid: d})
+		}
+	}
+	return json.Marshal(words)
+}
+
+// askWords sends one ask for words the agent wants and steps the answer
+// in.
+func (b *netBackend) askWords(ask ownership.WordAsk) {
+	ctx, cancel := context.WithTimeout(b.ctx, 2*ownership.WordHold(b.ocfg)+b.timing.RenewEvery)
+	defer cancel()
+	data, err := b.ctl.Words(ctx, ask.Node)
+	var words []ownership.Word
+	if err == nil {
+		if derr := json.Unmarshal(data, &words); derr != nil {
+			err = fmt.Errorf("node: decode the leader's words: %w", derr)
+		}
+	}
+	if len(words) > ownership.MaxHeldWords {
+		words = words[:ownership.MaxHeldWords]
+	}
+	if err != nil {
+		// Back off a little (the agent retries after RenewEvery/4).
+		b.step(time.Now(), ownership.WordOutcome{Token: ask.Token, Err: err})
+		return
+	}
+	b.step(time.Now(), ownership.WordOutcome{Token: ask.Token, Words: words})
+	b.notify()
+}
