@@ -540,7 +540,8 @@ func (f *FSM) release(c Release) Result {
 	if rec.State == ShardUnowned && !mutation.On(mutation.ReleaseTwice) {
 		return Result{Shard: rec, Err: errf(ErrConflict, "shard %d already released at epoch %d", c.Shard, rec.Epoch)}
 	}
-	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && rec.Target != rec.Owner {
+	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && rec.Target != rec.Owner &&
+		!mutation.On(mutation.ReleaseDuringWord) {
 		// The target may act at e+1 on the owner's word: only the
 		// Transfer to it (or the leader's takeover grant after the wait)
 		// moves the shard, never a Release the planner may grant at once.
@@ -575,7 +576,8 @@ func (f *FSM) transfer(c Transfer) Result {
 	if err := f.checkNewOwner(c.To, c.ToIncarnation, c.ToLiveness); err != nil {
 		return Result{Shard: rec, Err: err}
 	}
-	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && c.To != rec.Target {
+	if f.st.VersionActive(VersionHandoffWords) && rec.State == ShardRevoking && rec.Target != "" && c.To != rec.Target &&
+		!mutation.On(mutation.TransferPastTarget) {
 		// e+1 is the token the target may have used on a word.
 		return Result{Shard: rec, Err: errf(ErrConflict, "transfer of shard %d to %q, revoked toward %q", c.Shard, c.To, rec.Target)}
 	}

@@ -115,6 +115,10 @@ var tier2Only = map[mutation.Switch]bool{mutation.StreamResumeSkips: true}
 var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.MemberProposesOperatorKinds: {"./ledger/", "TestAuthorizeTable"},
 	mutation.HandshakeSkipsDenyList:      {"./node/", "TestRevokedNodeIsRefused"},
+	mutation.WordsSkipConfirm:            {"./cluster/", "TestWordsNeedConfirmedLeadership"},
+	mutation.ReleaseDuringWord:           {"./ledger/", "TestHandoffRefusals"},
+	mutation.TransferPastTarget:          {"./ledger/", "TestHandoffRefusals"},
+	mutation.WordsUnauthenticated:        {"./cluster/", "TestWordsNeedAuthentication"},
 }
 
 // testMutation runs m's catching test under m and reports whether it

@@ -240,6 +240,20 @@ const (
 	// a restart), without waiting out the takeover wait that bounds every
 	// word the target may hold.
 	RetargetAfterWord
+	// WordsSkipConfirm: the leader answers Control.Words without the
+	// quorum round after reading the words' bounds: a deposed leader
+	// relays a bound past a later leader's takeover grant.
+	WordsSkipConfirm
+	// ReleaseDuringWord: the FSM accepts a Release of a shard revoked
+	// toward a target, which the planner may grant at once while the
+	// target acts on the owner's word.
+	ReleaseDuringWord
+	// TransferPastTarget: the FSM accepts a Transfer of a shard revoked
+	// toward T to another node, which gets e+1, the token T may have used.
+	TransferPastTarget
+	// WordsUnauthenticated: the leader relays a forwarded Transfer and
+	// serves words over a connection nothing authenticated.
+	WordsUnauthenticated
 	numSwitches
 )
 
@@ -260,7 +274,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"ack-before-commit", "leave-expired-shards", "no-rebalance", "no-handoff",
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
 	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
-	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word"}
+	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
+	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -326,6 +341,10 @@ var rules = [...]string{
 	"handoff word rule 1 (v6): the target acts on the old owner's word only until the relayed bound, counted from its ask, scaled by (1−δ)/(1+δ)",
 	"handoff word rule 2 (v6): a shard revoked toward a target that leaves its owner other than by the Transfer burns e+1 (the next Grant gives e+2)",
 	"handoff word rule 3 (v6): a shard revoked toward a target is granted elsewhere only after the takeover wait, even when its owner's ownership is invalid",
+	"handoff word rule 1 (v6): the leader confirms its leadership by a quorum round after it read the words' bounds, before it answers",
+	"ledger Release (v6): refused for a shard revoked toward a target (ErrConflict): only the Transfer or the takeover grant moves it",
+	"ledger Transfer (v6): a shard revoked toward T goes only to T (ErrConflict)",
+	"security (v6): words are relayed and served only over connections whose peer TLS proved",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
