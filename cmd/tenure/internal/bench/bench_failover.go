@@ -36,6 +36,10 @@ type failoverOptions struct {
 	// burn is how many CPU-burning processes run beside the cluster
 	// during the measured runs (bench_failover_phases.go).
 	burn int
+	// tls gives the agents a CA and node certificates (mutual TLS on the
+	// Raft/RPC port, as a deployment runs): cluster version 6 relays the
+	// old owner's word only over it (bench_failover_tls.go).
+	tls bool
 }
 
 func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error) {
@@ -50,6 +54,7 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for shard choice and kill phase (0: random)")
 	fs.DurationVar(&o.down, "down", 0, "restart mode: how long the killed agent stays down before it restarts (0: at once); then restart→acting is measured")
 	fs.IntVar(&o.burn, "burn", 0, "run this many CPU-burning processes (busy loops) beside the cluster during the measured runs, to measure under load")
+	fs.BoolVar(&o.tls, "tls", true, "run the agents with a CA and node certificates (mutual TLS on the Raft/RPC port, as a deployment does; the handoff on the old owner's word needs it); false: plaintext, as before")
 	fencedFlags(fs, &o)
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return o, err
@@ -155,6 +160,12 @@ type failoverSummary struct {
 	// over the measured runs, from their own histograms
 	// (bench_failover_raft.go).
 	Raft *raftLatency `json:"raft,omitempty"`
+	// TLS: the agents ran with node certificates (-tls).
+	TLS bool `json:"tls"`
+	// Starts (drain mode): tenure_shard_starts_total over the measured
+	// runs, summed over the agents, by what a start rested on (commit, or
+	// word: the old owner's word, cluster version 6).
+	Starts map[string]int `json:"starts,omitempty"`
 	// Burn is -burn; LoadAvgMin/Max the 1-minute load average seen at the
 	// start of each run; FsyncP50Ms/P99Ms a 4 KiB write+fsync every 20 ms
 	// in the agents' parent directory during the runs.
@@ -243,7 +254,7 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	rng := rand.New(rand.NewPCG(o.seed, 0xfa11))
 	s := failoverSummary{Mode: o.mode, Profile: o.profile, Runs: o.runs, Nodes: o.nodes, Partitions: o.partitions,
 		LeaseMs: o.lease.Milliseconds(), TickMs: float64(o.tick.Microseconds()) / 1000, TickSampleMs: float64(o.tickSample.Microseconds()) / 1000, AgentRSSMB: rss, AgentCPUPct: cpu, Seed: o.seed,
-		Fenced: o.fenced, FencedAfterMs: ms(o.fencedAfter)}
+		Fenced: o.fenced, FencedAfterMs: ms(o.fencedAfter), TLS: o.tls}
 	s.Measured = "kill→acting"
 	switch {
 	case o.mode == "drain":
@@ -265,8 +276,12 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	defer probe.finish()
 	s.Burn, s.LoadAvgMin = o.burn, math.Inf(1)
 	var raftBefore raftSnapshot
+	var startsBefore map[string]map[string]int
 	if o.mode == "drain" {
 		if raftBefore, err = c.raftSnapshot(ctx); err != nil {
+			return fmt.Errorf("bench failover: %w", err)
+		}
+		if startsBefore, err = c.startsSnapshot(ctx); err != nil {
 			return fmt.Errorf("bench failover: %w", err)
 		}
 	}
@@ -332,6 +347,13 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 		r := raftLatencyBetween(raftBefore, after)
 		s.Raft = &r
 	}
+	if startsBefore != nil {
+		after, err := c.startsSnapshot(ctx)
+		if err != nil {
+			return fmt.Errorf("bench failover: %w", err)
+		}
+		s.Starts = startsBetween(startsBefore, after)
+	}
 	s.FsyncP50Ms, s.FsyncP99Ms, _ = probe.finish()
 	if o.json {
 		return writeJSONLine(m.Stdout, s)
@@ -365,7 +387,10 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 		fmt.Fprintf(m.Stdout, "  raft, all entries: log writes (%d, 2 fdatasyncs each) p50 %.2f / p99 %.2f ms; leader commits (%d) p50 %.2f / p99 %.2f ms\n",
 			r.StoreLogs, r.StoreLogsP50Ms, r.StoreLogsP99Ms, r.Commits, r.CommitP50Ms, r.CommitP99Ms)
 	}
-	fmt.Fprintf(m.Stdout, "  load average %.1f..%.1f (%d burners); fsync p50 %.2f, p99 %.2f ms\n", s.LoadAvgMin, s.LoadAvgMax, s.Burn, s.FsyncP50Ms, s.FsyncP99Ms)
+	if s.Starts != nil {
+		fmt.Fprintf(m.Stdout, "  shard starts over the runs: on commit %d, on the old owner's word %d\n", s.Starts["commit"], s.Starts["word"])
+	}
+	fmt.Fprintf(m.Stdout, "  tls %v; load average %.1f..%.1f (%d burners); fsync p50 %.2f, p99 %.2f ms\n", s.TLS, s.LoadAvgMin, s.LoadAvgMax, s.Burn, s.FsyncP50Ms, s.FsyncP99Ms)
 	if o.fenced {
 		fmt.Fprintf(m.Stdout, "  fenced: %d runs left out, their shard moved before the kill (a live owner taken for dead; the witness counts the overlaps)\n", s.FencedEarly)
 	}

@@ -46,6 +46,9 @@ type foCluster struct {
 	log     func(string, ...any)
 	agents  []*foAgent
 	client  http.Client
+	// tlsDir holds ca.pem and each agent's <id>.pem, <id>-key.pem when
+	// opts.tls is set (made by start).
+	tlsDir string
 }
 
 func freeLoopbackAddrs(n int) ([]string, error) {
@@ -79,6 +82,16 @@ func (c *foCluster) start(ctx context.Context) error {
 			gossip: addrs[3*i], raft: addrs[3*i+1], httpAddr: addrs[3*i+2],
 		})
 	}
+	if c.opts.tls {
+		ids := make([]string, 0, len(c.agents))
+		for _, a := range c.agents {
+			ids = append(ids, a.id)
+		}
+		c.tlsDir = filepath.Join(c.dir, "tls")
+		if err := writeNodeCerts(c.tlsDir, ids); err != nil {
+			return err
+		}
+	}
 	for _, a := range c.agents {
 		if err := c.spawn(a); err != nil {
 			return err
@@ -108,6 +121,9 @@ func (c *foCluster) agentArgs(a *foAgent) []string {
 	}
 	if c.opts.fencedAfter > 0 {
 		args = append(args, "--fenced-after", c.opts.fencedAfter.String())
+	}
+	if c.tlsDir != "" {
+		args = append(args, tlsArgs(c.tlsDir, a.id)...)
 	}
 	return args
 }
