@@ -148,9 +148,9 @@ bench-peers:
 # tenure and etcd crash failover back to back at equal lease TTL (2 s, then
 # 1 s), one JSON line each; docs/benchmarks.md divides them.
 bench-compare: build
-	./$(BIN) bench failover --profile default --runs $(PEERS_RUNS) --json
+	./$(BIN) bench failover --tls=false --profile default --runs $(PEERS_RUNS) --json
 	cd bench/peers && $(GO) run . --ttl 2s --runs $(PEERS_RUNS) --json
-	./$(BIN) bench failover --profile fast --runs $(PEERS_RUNS) --json
+	./$(BIN) bench failover --tls=false --profile fast --runs $(PEERS_RUNS) --json
 	cd bench/peers && $(GO) run . --ttl 1s --tuned --runs $(PEERS_RUNS) --json
 
 sim:
