@@ -95,6 +95,45 @@ func (f *fakeRaft) node(id string) ledger.NodeRecord {
 	return rec
 }
 
+// heartbeatUntil heartbeats every node each interval until done holds for
+// the number of validly owned shards, failing with what() after 10 s of
+// virtual time.
+func (f *fakeRaft) heartbeatUntil(t *testing.T, every time.Duration, done func(owned int) bool, what func() string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(every)
+		f.heartbeatAll()
+		total := 0
+		for _, n := range f.owners() {
+			total += n
+		}
+		if done(total) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after 10s (virtual): %v", what(), f.owners())
+		}
+	}
+}
+
+// runLoop runs loop as the leader; stop ends its term, cancels Run and
+// checks that Run returned context.Canceled.
+func runLoop(t *testing.T, loop *leaderLoop) (stop func()) {
+	leaderCh := make(chan bool, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx, leaderCh) }()
+	leaderCh <- true
+	return func() {
+		leaderCh <- false
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Fatalf("Run returned %v", err)
+		}
+	}
+}
+
 func (f *fakeRaft) owners() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -119,38 +158,15 @@ func TestLeaderLoopGrantsAndSurvivesLeadershipLoss(t *testing.T) {
 		f := newFakeRaft(t, "n1", "n2", "n3")
 		f.loseNext = true
 		loop := newLeaderLoop(p, f, f, loopConfig{})
-		leaderCh := make(chan bool, 1)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- loop.Run(ctx, leaderCh) }()
-		leaderCh <- true
+		stop := runLoop(t, loop)
 
-		// Heartbeat every RenewEvery until every shard is owned, with a
-		// virtual deadline.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			time.Sleep(cfg.RenewEvery)
-			f.heartbeatAll()
-			total := 0
-			for _, n := range f.owners() {
-				total += n
-			}
-			if total == cfg.Ring.Partitions {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not every shard owned after 10s (virtual): %v", f.owners())
-			}
-		}
+		f.heartbeatUntil(t, cfg.RenewEvery, func(owned int) bool { return owned == cfg.Ring.Partitions },
+			func() string { return "not every shard owned" })
 		st := loop.Stats()
 		if st.LeadershipLost != 1 || f.barriers < 2 || st.Terms < 2 {
 			t.Fatalf("leadership loss not handled by re-establishing: stats %+v barriers %d", st, f.barriers)
 		}
-		leaderCh <- false
-		cancel()
-		if err := <-done; err != context.Canceled {
-			t.Fatalf("Run returned %v", err)
-		}
+		stop()
 	})
 }
 
@@ -275,11 +291,7 @@ func TestLeaderLoopRenewAndBound(t *testing.T) {
 		if err := loop.Renew(time.Now(), rec("n1"), 1, 1); err != ownership.ErrNotLeader {
 			t.Fatalf("renew before the term: %v, want ownership.ErrNotLeader", err)
 		}
-		leaderCh := make(chan bool, 1)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- loop.Run(ctx, leaderCh) }()
-		leaderCh <- true
+		stop := runLoop(t, loop)
 		<-boundCalled
 		synctest.Wait()
 		// n1 renews every RenewEvery; n2 is silent. n2 is expired
@@ -304,8 +316,7 @@ func TestLeaderLoopRenewAndBound(t *testing.T) {
 		if r := rec("n1"); r.Liveness != 1 {
 			t.Fatalf("renewing n1 expired: %+v", r)
 		}
-		cancel()
-		<-done
+		stop()
 	})
 }
 
@@ -341,31 +352,12 @@ func TestLeaderLoopBatchProposer(t *testing.T) {
 		f := &batchRaft{fakeRaft: newFakeRaft(t, "n1", "n2", "n3")}
 		f.loseNext = true
 		loop := newLeaderLoop(p, f, f, loopConfig{})
-		leaderCh := make(chan bool, 1)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- loop.Run(ctx, leaderCh) }()
-		leaderCh <- true
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			time.Sleep(cfg.RenewEvery)
-			f.heartbeatAll()
-			total := 0
-			for _, n := range f.owners() {
-				total += n
-			}
-			if total == cfg.Ring.Partitions && loop.Stats().Terms >= 2 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not every shard owned, or no new term after the unknown outcome, after 10s (virtual): %v, stats %+v", f.owners(), loop.Stats())
-			}
-		}
-		leaderCh <- false
-		cancel()
-		if err := <-done; err != context.Canceled {
-			t.Fatalf("Run returned %v", err)
-		}
+		stop := runLoop(t, loop)
+		f.heartbeatUntil(t, cfg.RenewEvery, func(owned int) bool { return owned == cfg.Ring.Partitions && loop.Stats().Terms >= 2 },
+			func() string {
+				return fmt.Sprintf("not every shard owned, or no new term after the unknown outcome (stats %+v)", loop.Stats())
+			})
+		stop()
 		st := loop.Stats()
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -398,11 +390,7 @@ func TestLeaderLoopExpiresOnDeadline(t *testing.T) {
 			return boundAt
 		}, RenewalsSince: longAgo})
 		rec := f.node
-		leaderCh := make(chan bool, 1)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- loop.Run(ctx, leaderCh) }()
-		leaderCh <- true
+		stop := runLoop(t, loop)
 		<-boundCalled
 		synctest.Wait()
 		expireAt := boundAt.Add(cfg.ExpireAfter())
@@ -425,7 +413,6 @@ func TestLeaderLoopExpiresOnDeadline(t *testing.T) {
 		if r := rec("n1"); r.Liveness != 1 {
 			t.Fatalf("renewing n1 expired: %+v", r)
 		}
-		cancel()
-		<-done
+		stop()
 	})
 }
