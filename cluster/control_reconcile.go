@@ -529,14 +529,14 @@ func (g *ControlGroup) applyChange(c raftChange) error {
 	case changeAddNonvoter:
 		f = r.AddNonvoter(id, addr, 0, to)
 	case changePromote:
-		f = r.AddVoter(id, addr, 0, to)
+		return g.mapRaftErr(g.waitVoteGained(r, r.AddVoter(id, addr, 0, to)))
 	case changeDemote:
 		f = r.DemoteVoter(id, 0, to)
 	case changeRemove:
 		f = r.RemoveServer(id, 0, to)
 	case changeUpdateAddr:
 		if c.Voter {
-			f = r.AddVoter(id, addr, 0, to)
+			return g.mapRaftErr(g.waitVoteGained(r, r.AddVoter(id, addr, 0, to)))
 		} else {
 			f = r.AddNonvoter(id, addr, 0, to)
 		}
@@ -545,6 +545,49 @@ func (g *ControlGroup) applyChange(c raftChange) error {
 	}
 	return g.mapRaftErr(g.wait(f))
 }
+
+// waitVoteGained waits for a configuration change that gives a server a
+// vote, appending barrier entries while it does not commit.
+//
+// hashicorp/raft (v1.7.3, appendConfigurationEntry) wakes the replicators
+// for the new configuration entry before it installs that configuration in
+// its commitment tracker. A non-voter that acknowledges the entry inside
+// that window has its match index dropped (it had no vote yet), and the new
+// configuration counts it at 0 until another entry reaches it. With one
+// voter down — the case that promotes a replacement — the entry can then
+// wait for a quorum it already has, for as long as the log stays quiet
+// (TestPromotionAckRace). A barrier is that next entry: its
+// acknowledgements count under the new configuration, and committing it
+// commits the change. Nudges back off from nudgeFirst and stop after
+// nudgeMax; an entry that cannot reach a quorum still ends with leadership.
+func (g *ControlGroup) waitVoteGained(r *raft.Raft, f raft.Future) error {
+	armFuture(f, g.closing)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	every := nudgeFirst
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for nudges := 0; ; {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+		}
+		if nudges++; nudges <= nudgeMax {
+			g.log.Debug("cluster: configuration change not committed yet; appending a barrier", "nudge", nudges)
+			r.Barrier(g.cfg.RPCTimeout) // not waited on: f's outcome is what counts
+		}
+		every *= 2
+		t.Reset(every)
+	}
+}
+
+// The barriers of waitVoteGained: the first after nudgeFirst, then after
+// twice the previous wait, at most nudgeMax of them (the last ≈ 3 s in).
+const (
+	nudgeFirst = 100 * time.Millisecond
+	nudgeMax   = 5
+)
 
 // removeServer runs on the leader: a graceful leave (args.Leave) or an
 // operator removal.
