@@ -1,7 +1,9 @@
 package node
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
@@ -55,30 +57,46 @@ func TestHandoffOnWord(t *testing.T) {
 	t.Logf("%d starts on a word", starts)
 }
 
-// TestHandoffMixedVersion5: a node of the previous release (speaks up to
-// 5) next to two of this binary keeps the cluster at version 5 (the
-// leader finalizes only what every node speaks), and a drain hands over
-// the old way: on the committed Transfer, no word asked or acted on.
+// TestHandoffMixedVersion5: a cluster of the previous release (nodes that
+// speak up to 5) of which two nodes are upgraded to this binary stays at
+// version 5 (the leader finalizes only what every node speaks), and a
+// drain of an upgraded node hands over the old way: on the committed
+// Transfer, no word asked or acted on.
 func TestHandoffMixedVersion5(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real nodes")
 	}
 	const v5 = ledger.VersionHandoffWords - 1
 	ca, cert, key := tlsFiles(t, t.TempDir(), "n1", "n2", "n3") // as TestHandoffOnWord: only the version differs
-	tc := newCluster(t, 3, func(i int, c *Config) {
-		if i == 2 {
-			c.speakMax = v5
-		}
+	tc := newCluster(t, 3, func(_ int, c *Config) {
+		c.speakMax = v5
 		c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile = ca, cert[c.NodeID], key[c.NodeID]
 	})
 	ctx := tc.ctx()
 	st := func(n *Node) *ledger.State { return n.be.(*netBackend).fsm.State() }
+	// Upgrade n1 and n2; n3 stays on the previous release.
+	for i := range 2 {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := tc.nodes[i].Close(cctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("close n%d: %v", i+1, err)
+		}
+		tc.cfgs[i].speakMax = 0
+		if tc.nodes[i], err = tc.start(i); err != nil {
+			t.Fatalf("upgrade n%d: %v", i+1, err)
+		}
+	}
 	for _, n := range tc.nodes {
 		if !waitTrue(ctx, func() bool {
-			r, ok := st(n).Node(tc.nodes[2].ID())
-			return ok && r.MaxVersion == v5 && st(n).VersionActive(v5)
+			for _, m := range tc.nodes[:2] {
+				if r, ok := st(n).Node(m.ID()); !ok || r.MaxVersion != ledger.MaxClusterVersion {
+					return false
+				}
+			}
+			return true
 		}) {
-			t.Fatalf("%s never saw the cluster at version %d with n3 speaking %d", n.ID(), v5, v5)
+			t.Fatalf("%s never saw n1 and n2 speak %d", n.ID(), ledger.MaxClusterVersion)
 		}
 	}
 	victim := tc.nodes[0] // this binary: it would send words at version 6
