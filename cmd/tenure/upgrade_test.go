@@ -220,6 +220,9 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	again = append(again, agentByID(dc, stNow.ControlLeader))
 	for _, a := range again {
+		// A node restarted just before (the data-dir check) may not own
+		// shards again yet: its drain would hand nothing over.
+		waitOwns(t, a, 60*time.Second)
 		replace("restart at new", a, newBin)
 	}
 	newWords := 0
@@ -265,6 +268,21 @@ func TestRollingUpgrade(t *testing.T) {
 		seed, oldRev, acked, rep.Ticks, rep.Shards, len(rep.Violations),
 		before.Active, worstOld.Round(time.Millisecond), moveOld.Round(time.Millisecond),
 		upgradeStatusOf(t, dc.agents[0]).Active, worstNew.Round(time.Millisecond), moveNew.Round(time.Millisecond), newWords, tb.String())
+}
+
+// waitOwns waits until a acts on some shard.
+func waitOwns(t *testing.T, a *demoAgent, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if st, err := getJSON[apitypes.Status](a.http, "/v1/status"); err == nil && st.Owned > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s owns no shard after %v", a.id, d)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
 }
 
 // wordStarts is tenure_shard_starts_total{on="word"} of every live agent
