@@ -70,7 +70,11 @@ func TestRollingUpgrade(t *testing.T) {
 	t.Logf("previous release %s → current tree", oldRev)
 
 	dir := t.TempDir()
-	dc, err := startDemo(oldBin, dir, 5, partitions, "fast", "--manual-finalize", "--tick", "5ms")
+	// The workload looks at its shards every millisecond and reports the
+	// first and last sample of each acting stretch (--tick-sample), so a
+	// step's gap is the handoff's to within 1 ms, not up to a 5 ms tick on
+	// each side (as tenure bench failover --mode drain measures it).
+	dc, err := startDemo(oldBin, dir, 5, partitions, "fast", "--manual-finalize", "--tick", "5ms", "--tick-sample", "1ms")
 	if dc != nil {
 		t.Cleanup(func() {
 			dc.stop(testWriter{t})
