@@ -29,25 +29,6 @@ type Config struct {
 	// means DefaultMaxSessions. The oldest go first (docs/ledger.md).
 	SessionWindow time.Duration
 	MaxSessions   int
-	// Unreleased lets the replica apply cluster versions above
-	// MaxClusterVersion, up to MaxUnreleasedVersion (version 6, the
-	// handoff on a word, whose transport is not built): the simulator's
-	// version-6 runs set it. node/ never does: a ClusterConfig above
-	// MaxClusterVersion halts its replica as before.
-	Unreleased bool
-}
-
-// MaxUnreleasedVersion is the newest cluster version a replica with
-// Config.Unreleased applies (and an agent or planner whose
-// ownership.Config.MaxVersion names it speaks).
-const MaxUnreleasedVersion = VersionHandoffWords
-
-// readable is the newest cluster version the replica applies.
-func (c Config) readable() uint32 {
-	if c.Unreleased {
-		return MaxUnreleasedVersion
-	}
-	return MaxClusterVersion
 }
 
 // Defaults.

@@ -254,7 +254,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			c, err := Decode(l.Data)
 			if err == nil {
 				f.entrySpoken = f.entrySpokenFor(c)
-				err = unreadableAt(c, f.entrySpoken, f.cfg.readable())
+				err = unreadableAt(c, f.entrySpoken, MaxClusterVersion)
 			}
 			if err != nil {
 				// Skipping the entry would make this replica differ from

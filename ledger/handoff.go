@@ -12,10 +12,9 @@ import "github.com/tenurehq/tenure/internal/mutation"
 // (HandoffEpoch), so a token T may have used on a word is never issued to
 // anyone else. It adds no command and no encoding: a Grant's and a
 // Release's effect changes, so it is gated like any rule (State.
-// VersionActive). MaxClusterVersion does not include it: it is
-// unreleased, spoken only by nodes opted in ($TENURE_UNRELEASED_VERSION=6
-// in node/; Config.Unreleased here), so every other cluster runs as
-// before.
+// VersionActive). A cluster reaches it when every node holding a lease
+// runs a binary that speaks it and the leader finalizes (docs/upgrades.md);
+// until then every rule here is as in version 5.
 const VersionHandoffWords uint32 = 6
 
 // HandoffEpoch is the epoch a shard gets when it leaves rec other than by

@@ -5,20 +5,20 @@ import (
 	"testing"
 )
 
+// v5 is the cluster version before the handoff on a word.
+const v5 = VersionHandoffWords - 1
+
 // handoffFSM is a replica with n1 and n2 registered and shard 0 granted to
 // n1 at epoch 1, then revoked toward n2, running at cluster version v.
-// VersionHandoffWords is above MaxClusterVersion (no binary speaks it
-// yet), so the test sets the active version on the working state.
 func handoffFSM(t *testing.T, v uint32) *FSM {
 	t.Helper()
 	f, _ := newTestFSM(t, propConfig())
 	applyCmds(t, f,
 		Heartbeat{Node: "n1", Incarnation: 1, Now: 1, MinVersion: 1, MaxVersion: MaxClusterVersion},
 		Heartbeat{Node: "n2", Incarnation: 1, Now: 1, MinVersion: 1, MaxVersion: MaxClusterVersion},
-		ClusterConfig{Name: "c", Partitions: 8, Version: MaxClusterVersion, Now: 1},
+		ClusterConfig{Name: "c", Partitions: 8, Version: v, Now: 1},
 		Grant{Shard: 0, ExpectedEpoch: 0, Owner: "n1", OwnerIncarnation: 1, OwnerLiveness: 1, Now: 2},
 		Revoke{Shard: 0, Epoch: 1, Target: "n2", Now: 3, Reason: "drain"})
-	f.st.cluster.Version = v
 	return f
 }
 
@@ -43,9 +43,9 @@ func TestHandoffWordBurn(t *testing.T) {
 		{"restart then grant v6", VersionHandoffWords, []Command{
 			Heartbeat{Node: "n1", Incarnation: 2, Now: 4, MinVersion: 1, MaxVersion: VersionHandoffWords},
 			Grant{Shard: 0, ExpectedEpoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, Now: 5}}, 3, ShardOwned},
-		{"takeover v5", MaxClusterVersion, []Command{Grant{Shard: 0, ExpectedEpoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, Takeover: true, Now: 4}}, 2, ShardOwned},
-		{"release v5", MaxClusterVersion, []Command{Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4}}, 1, ShardUnowned},
-		{"release then grant v5", MaxClusterVersion, []Command{
+		{"takeover v5", v5, []Command{Grant{Shard: 0, ExpectedEpoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, Takeover: true, Now: 4}}, 2, ShardOwned},
+		{"release v5", v5, []Command{Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4}}, 1, ShardUnowned},
+		{"release then grant v5", v5, []Command{
 			Release{Shard: 0, Epoch: 1, Owner: "n1", Now: 4},
 			Grant{Shard: 0, ExpectedEpoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, Now: 5}}, 2, ShardOwned},
 	} {
@@ -87,9 +87,9 @@ func TestHandoffRefusals(t *testing.T) {
 		refused bool
 	}{
 		{"release v6", VersionHandoffWords, release, true},
-		{"release v5", MaxClusterVersion, release, false},
+		{"release v5", v5, release, false},
 		{"transfer to another v6", VersionHandoffWords, toN3, true},
-		{"transfer to another v5", MaxClusterVersion, toN3, false},
+		{"transfer to another v5", v5, toN3, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := handoffFSM(t, c.v)

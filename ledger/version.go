@@ -35,8 +35,13 @@ const (
 	// committed-state stream instead of Raft (VersionStreamMembers; no new
 	// command or encoding); least privilege (the FSM refuses a
 	// ClusterConfig no registered node speaks instead of halting on it;
-	// VersionLeastPrivilege, no new encoding).
-	MaxClusterVersion uint32 = 5
+	// VersionLeastPrivilege, no new encoding). Version 6: the handoff on
+	// the old owner's word (VersionHandoffWords; no new command or
+	// encoding: the leader relays the old owner's Transfer to its target
+	// over the Control.Words RPC, and the FSM burns e+1 when a shard
+	// revoked toward a target leaves its owner other than by the
+	// Transfer).
+	MaxClusterVersion uint32 = 6
 )
 
 // VersionLeaseRenewals is the cluster version from which nodes renew their
@@ -186,16 +191,9 @@ func unreadable(c Command, readable uint32) error {
 // a cluster may be finalized; the leader's planner and `tenure upgrade
 // status` both call it.
 func VersionTarget(nodes []NodeRecord) (target uint32, blockers []string) {
-	return VersionTargetUpTo(nodes, MaxClusterVersion)
-}
-
-// VersionTargetUpTo is VersionTarget for a binary that speaks up to
-// speak (above MaxClusterVersion only with MaxUnreleasedVersion: the
-// simulator's version-6 runs).
-func VersionTargetUpTo(nodes []NodeRecord, speak uint32) (target uint32, blockers []string) {
-	target = speak
+	target = MaxClusterVersion
 	for _, n := range nodes {
-		if _, hi := n.SpeakRange(); hi < speak {
+		if _, hi := n.SpeakRange(); hi < MaxClusterVersion {
 			blockers = append(blockers, n.ID)
 			target = min(target, hi)
 		}

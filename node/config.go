@@ -8,12 +8,10 @@ import (
 	"net"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tenurehq/tenure/cluster"
-	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -282,19 +280,10 @@ type Config struct {
 	FencedAfter time.Duration
 
 	// speakMax, if non-zero, caps the cluster versions this node
-	// advertises (tests: a node standing in for an older release). Above
-	// ledger.MaxClusterVersion it opts in to an unreleased version (6, the
-	// handoff on a word): tests, or $TENURE_UNRELEASED_VERSION=6
-	// (UnreleasedVersionEnv) for benchmarks. Every node of a cluster must
-	// opt in before the leader finalizes it.
+	// advertises below ledger.MaxClusterVersion: in tests, a node standing
+	// in for a binary of an older release (mixed-version tests).
 	speakMax uint32
 }
-
-// UnreleasedVersionEnv, set to 6 in a node's environment, makes it speak
-// the unreleased cluster version 6 (the handoff on the old owner's word,
-// docs/guarantees.md): for benchmarks and experiments only. A cluster
-// finalized to 6 cannot run a node without it again.
-const UnreleasedVersionEnv = "TENURE_UNRELEASED_VERSION"
 
 // DefaultConfig returns the default configuration with the node's identity
 // taken from the environment: NodeID from $HOSTNAME, Group from
@@ -318,9 +307,6 @@ func ConfigFromEnv(getenv func(string) string) Config {
 	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
-	}
-	if strings.TrimSpace(getenv(UnreleasedVersionEnv)) == strconv.Itoa(int(ledger.VersionHandoffWords)) {
-		c.speakMax = ledger.VersionHandoffWords
 	}
 	return c
 }

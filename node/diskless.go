@@ -104,9 +104,9 @@ func (b *netBackend) claimIncarnation(ctx context.Context, cl incarnationClaimer
 	}
 	hi := ledger.MaxClusterVersion
 	if b.ocfg.MaxVersion != 0 {
-		// As the agent advertises (ownership.Config.MaxVersion): up to
-		// the unreleased version when opted in.
-		hi = max(ledger.MinClusterVersion, min(ledger.MaxUnreleasedVersion, b.ocfg.MaxVersion))
+		// As the agent advertises (ownership.Config.MaxVersion): a test's
+		// stand-in for an older binary.
+		hi = max(ledger.MinClusterVersion, min(ledger.MaxClusterVersion, b.ocfg.MaxVersion))
 	}
 	var last error
 	for {

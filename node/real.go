@@ -264,7 +264,6 @@ func (b *netBackend) openDataDir(cleanup *[]func()) (err error) {
 func (b *netBackend) newReplica() (err error) {
 	cfg := b.cfg
 	lc := ledger.DefaultConfig()
-	lc.Unreleased = cfg.speakMax > ledger.MaxClusterVersion // the handoff on a word: opted in (version.go)
 	b.fsm, err = ledger.NewFSM(lc)
 	if err != nil {
 		return err

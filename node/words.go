@@ -1,6 +1,6 @@
 package node
 
-// The handoff on the old owner's word (cluster version 6, unreleased:
+// The handoff on the old owner's word (cluster version 6:
 // ownership/word.go, docs/guarantees.md). As the control-group leader
 // this node keeps the Transfers old owners send it — forwarded over the
 // RPC port, the sender proven by its certificate (cluster.ControlConfig.

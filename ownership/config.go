@@ -276,13 +276,12 @@ func (c Config) fencedAfter() time.Duration {
 }
 
 // speakMax is the newest cluster version this node speaks:
-// ledger.MaxClusterVersion, or MaxVersion when set — below it, or up to
-// ledger.MaxUnreleasedVersion (the simulator's version-6 runs).
+// ledger.MaxClusterVersion, or MaxVersion when set below it.
 func (c Config) speakMax() uint32 {
 	if c.MaxVersion == 0 {
 		return ledger.MaxClusterVersion
 	}
-	return max(ledger.MinClusterVersion, min(c.MaxVersion, ledger.MaxUnreleasedVersion))
+	return max(ledger.MinClusterVersion, min(c.MaxVersion, ledger.MaxClusterVersion))
 }
 
 func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }

@@ -318,11 +318,7 @@ func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, t table) 
 		// starting alongside could not run. Record once one has.
 		return ledger.ClusterConfig{}, false
 	}
-	speak := ledger.MaxClusterVersion
-	if p.cfg.MaxVersion > speak {
-		speak = p.cfg.speakMax() // an unreleased version (the simulator's version-6 runs)
-	}
-	target, _ := ledger.VersionTargetUpTo(live, speak)
+	target, _ := ledger.VersionTarget(live)
 	c := ledger.ClusterConfig{Name: p.cfg.ClusterName, Partitions: uint32(p.cfg.Ring.Partitions), Version: max(target, 1), Now: now.UnixNano()}
 	switch {
 	case cur.Name == "":

@@ -116,7 +116,7 @@ func TestAgentWordThenTransfer(t *testing.T) {
 		{"another epoch", ledger.VersionHandoffWords, Word{Shard: 0, Epoch: 2, From: "n2", To: "n1", Valid: time.Second}, revokingTo},
 		{"another sender", ledger.VersionHandoffWords, Word{Shard: 0, Epoch: 3, From: "n3", To: "n1", Valid: time.Second}, revokingTo},
 		{"another target", ledger.VersionHandoffWords, Word{Shard: 0, Epoch: 3, From: "n2", To: "n3", Valid: time.Second}, revokingTo},
-		{"version 5", ledger.MaxClusterVersion, Word{Shard: 0, Epoch: 3, From: "n2", To: "n1", Valid: time.Second}, revokingTo},
+		{"version 5", ledger.VersionHandoffWords - 1, Word{Shard: 0, Epoch: 3, From: "n2", To: "n1", Valid: time.Second}, revokingTo},
 		{"owned, not revoking", ledger.VersionHandoffWords, Word{Shard: 0, Epoch: 3, From: "n2", To: "n1", Valid: time.Second},
 			ledger.ShardRecord{Shard: 0, Epoch: 3, Owner: "n2", State: ledger.ShardOwned, Target: "n1"}},
 	} {
@@ -143,7 +143,7 @@ func TestAgentWordThenTransfer(t *testing.T) {
 // becomes a Release as before.
 func TestHandoffDecidedOnce(t *testing.T) {
 	cfg := TestConfig()
-	for _, v := range []uint32{ledger.MaxClusterVersion, ledger.VersionHandoffWords} {
+	for _, v := range []uint32{ledger.VersionHandoffWords - 1, ledger.VersionHandoffWords} {
 		tr, err := NewTracker(cfg, "n2", 1)
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +197,7 @@ func TestHandoffDecidedOnce(t *testing.T) {
 func TestPlannerWaitsOutWords(t *testing.T) {
 	cfg := TestConfig()
 	cfg.Ring.Partitions = 4
-	for _, v := range []uint32{ledger.MaxClusterVersion, ledger.VersionHandoffWords} {
+	for _, v := range []uint32{ledger.VersionHandoffWords - 1, ledger.VersionHandoffWords} {
 		p, err := NewPlanner(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -164,11 +164,7 @@ func (s *Sim) start(n *node, sameIncarnation bool) {
 	n.syncing = false
 	n.lead, n.barrier, n.outcomes = nil, false, nil
 	if n.voter {
-		lc := s.cfg.Ownership
-		if n.binMax > ledger.MaxClusterVersion {
-			lc.MaxVersion = n.binMax // an unreleased version (6): the leader finalizes it
-		}
-		n.lead = newLeader(lc)
+		n.lead = newLeader(s.cfg.Ownership)
 	}
 	n.acting = map[uint32]uint64{}
 	n.inflight = map[string]int64{}

@@ -246,8 +246,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: ClockRateError = %v, want in [0, 1)", ErrInvalidConfig, c.ClockRateError)
 	case c.LoseTransfers < 0 || c.LoseTransfers >= 1:
 		return fmt.Errorf("%w: LoseTransfers = %v, want in [0, 1)", ErrInvalidConfig, c.LoseTransfers)
-	case c.ClusterVersion > ledger.MaxUnreleasedVersion:
-		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxUnreleasedVersion)
+	case c.ClusterVersion > ledger.MaxClusterVersion:
+		return fmt.Errorf("%w: ClusterVersion = %d, want 0..%d", ErrInvalidConfig, c.ClusterVersion, ledger.MaxClusterVersion)
 	case c.UpgradeAt < 0 || c.UpgradeAt > c.Duration:
 		return fmt.Errorf("%w: UpgradeAt = %v, want 0..Duration", ErrInvalidConfig, c.UpgradeAt)
 	}
@@ -535,11 +535,6 @@ func (s *Sim) violate(rule, format string, args ...any) {
 }
 
 // ledgerConfig is the FSM configuration of every replica.
-// ledgerConfig is every replica's configuration: it applies the
-// unreleased cluster version 6 (the handoff on a word) when the nodes
-// speak it (Config.ClusterVersion 6); the other runs never propose it.
 func ledgerConfig() ledger.Config {
-	c := ledger.DefaultConfig()
-	c.Unreleased = true
-	return c
+	return ledger.DefaultConfig()
 }

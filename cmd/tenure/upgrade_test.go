@@ -20,7 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/cmd/tenure/internal/bench"
 	"github.com/tenurehq/tenure/httpapi/apitypes"
+	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -33,11 +35,20 @@ import (
 // go back to the previous binary and forward again, one at a time (the
 // downgrade window that --manual-finalize keeps open), and the cluster is
 // finalized; then the previous binary, started on a data dir that ran at
-// the finalized version, must be refused with a clear error. It checks: no two nodes ever acted on one shard at
-// once (the witness), every shard acting after each step, every
-// acknowledged job done exactly once with its creation reported once, the
-// voter set unchanged, and, when the new binary speaks a newer cluster
-// version, that finalizing raises it and then refuses the previous binary.
+// the finalized version, must be refused with a clear error; then every
+// node is drained and restarted once more on the current tree, now at the
+// finalized version (what the next release's upgrade looks like). It
+// checks: no two nodes ever acted on one shard at once (the witness),
+// every shard acting after each step, every acknowledged job done exactly
+// once with its creation reported once, the voter set unchanged, no shard
+// started on the old owner's word before finalizing (a mixed cluster
+// hands over on the commit), and, when the new binary speaks a newer
+// cluster version (it must: ledger.MaxClusterVersion above the previous
+// release's), that finalizing raises it to ledger.MaxClusterVersion and
+// refuses the previous binary, and — from version 6 — that the restarts
+// after it hand shards over on words. It prints each step's worst acting
+// gap, and the worst per phase: the steps at the previous version and the
+// restarts at the new one.
 func TestRollingUpgrade(t *testing.T) {
 	if os.Getenv("TENURE_UPGRADE_TESTS") == "" {
 		t.Skip("set TENURE_UPGRADE_TESTS=1 (make upgrade-test)")
@@ -59,7 +70,11 @@ func TestRollingUpgrade(t *testing.T) {
 	t.Logf("previous release %s → current tree", oldRev)
 
 	dir := t.TempDir()
-	dc, err := startDemo(oldBin, dir, 5, partitions, "fast", "--manual-finalize", "--tick", "5ms")
+	// The workload looks at its shards every millisecond and reports the
+	// first and last sample of each acting stretch (--tick-sample), so a
+	// step's gap is the handoff's to within 1 ms, not up to a 5 ms tick on
+	// each side (as tenure bench failover --mode drain measures it).
+	dc, err := startDemo(oldBin, dir, 5, partitions, "fast", "--manual-finalize", "--tick", "5ms", "--tick-sample", "1ms")
 	if dc != nil {
 		t.Cleanup(func() {
 			dc.stop(testWriter{t})
@@ -111,12 +126,17 @@ func TestRollingUpgrade(t *testing.T) {
 		leaderChanges    int
 		took             time.Duration
 		leaderAfterwards string
+		version          uint32 // the cluster's active version during the step
+		words            int    // shards started on the old owner's word (tenure_shard_starts_total{on="word"})
 	}
 	var steps []step
 	replace := func(what string, a *demoAgent, bin string) {
 		t.Helper()
 		t0 := time.Now()
 		leaderBefore := mustStatus(t, dc, live).ControlLeader
+		version := upgradeStatusOf(t, agentByID(dc, leaderBefore)).Active
+		wordsBefore := wordStarts(t, dc, live)
+		delete(wordsBefore, a.id) // it restarts: its count starts from 0
 		drainAgent(t, a)
 		stopAgent(t, a)
 		live[a.id] = false
@@ -132,8 +152,13 @@ func TestRollingUpgrade(t *testing.T) {
 			changes = 1
 		}
 		gap, moveGap := maxTickGaps(dc.witness, partitions, t0, time.Now())
+		words := 0
+		for id, n := range wordStarts(t, dc, live) {
+			words += n - min(n, wordsBefore[id])
+		}
 		steps = append(steps, step{what: what, id: a.id, gap: gap, moveGap: moveGap,
-			leaderChanges: changes, took: time.Since(t0), leaderAfterwards: st.ControlLeader})
+			leaderChanges: changes, took: time.Since(t0), leaderAfterwards: st.ControlLeader,
+			version: version, words: words})
 	}
 	for _, a := range order {
 		replace("upgrade", a, newBin)
@@ -152,6 +177,15 @@ func TestRollingUpgrade(t *testing.T) {
 	if after.Active != before.Active {
 		t.Fatalf("the cluster version moved from %d to %d before finalizing (--manual-finalize)", before.Active, after.Active)
 	}
+	if after.BinaryMax != ledger.MaxClusterVersion {
+		t.Fatalf("the upgraded agents speak up to %d, this tree %d", after.BinaryMax, ledger.MaxClusterVersion)
+	}
+	for _, s := range steps {
+		if s.words != 0 {
+			t.Errorf("%s %s: %d shards started on a word in a cluster at version %d (mixed with the previous release)", s.what, s.id, s.words, s.version)
+		}
+	}
+	preSteps := len(steps)
 	code, body := postJSON(t, dc.agents[0], "/v1/upgrade/finalize")
 	switch {
 	case after.BinaryMax > before.BinaryMax:
@@ -172,6 +206,40 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Logf("both binaries speak up to version %d: nothing to finalize (%s)", after.BinaryMax, strings.TrimSpace(body))
 	}
 
+	// Restart at the new version: every node drained and restarted once
+	// more on this tree, members first and the leader last, as the next
+	// release's upgrade will do it (from version 6 the drains hand over on
+	// the old owner's word).
+	stNow := mustStatus(t, dc, live)
+	var again []*demoAgent
+	for _, group := range [][]*demoAgent{members, voters} {
+		for _, a := range group {
+			if a.id != stNow.ControlLeader {
+				again = append(again, a)
+			}
+		}
+	}
+	if a := agentByID(dc, st0.ControlLeader); a.id != stNow.ControlLeader {
+		again = append(again, a)
+	}
+	again = append(again, agentByID(dc, stNow.ControlLeader))
+	for _, a := range again {
+		// A node restarted just before (the data-dir check) may not own
+		// shards again yet: its drain would hand nothing over.
+		waitOwns(t, a, 60*time.Second)
+		replace("restart at new", a, newBin)
+	}
+	newWords := 0
+	for _, s := range steps[preSteps:] {
+		if s.version != ledger.MaxClusterVersion {
+			t.Errorf("%s %s: the cluster ran version %d after finalizing, want %d", s.what, s.id, s.version, ledger.MaxClusterVersion)
+		}
+		newWords += s.words
+	}
+	if ledger.MaxClusterVersion >= ledger.VersionHandoffWords && newWords == 0 {
+		t.Errorf("no shard started on the old owner's word in %d drains at version %d", len(steps)-preSteps, ledger.MaxClusterVersion)
+	}
+
 	acked := load.stop()
 	load.checkDone(t, dc, live, 90*time.Second)
 	st := mustStatus(t, dc, live)
@@ -187,15 +255,62 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 
 	var tb strings.Builder
-	fmt.Fprintf(&tb, "%-19s %-4s %8s %8s %14s %-12s %-28s %9s %s\n", "step", "node", "max gap", "took", "leader changes", "leader after", "max gap at", "move gap", "at")
-	var worst time.Duration
-	for _, s := range steps {
-		fmt.Fprintf(&tb, "%-19s %-4s %8s %8s %14d %-12s %-28s %9s %s\n", s.what, s.id, s.gap.d.Round(time.Millisecond), s.took.Round(100*time.Millisecond),
-			s.leaderChanges, s.leaderAfterwards, s.gap, s.moveGap.d.Round(time.Millisecond), s.moveGap)
-		worst = max(worst, s.gap.d)
+	fmt.Fprintf(&tb, "%-19s %-4s %7s %8s %8s %14s %-12s %-28s %9s %-28s %5s\n", "step", "node", "version", "max gap", "took", "leader changes", "leader after", "max gap at", "move gap", "at", "words")
+	var worstOld, worstNew, moveOld, moveNew time.Duration
+	for i, s := range steps {
+		fmt.Fprintf(&tb, "%-19s %-4s %7d %8s %8s %14d %-12s %-28s %9s %-28s %5d\n", s.what, s.id, s.version, s.gap.d.Round(time.Millisecond), s.took.Round(100*time.Millisecond),
+			s.leaderChanges, s.leaderAfterwards, s.gap, s.moveGap.d.Round(time.Millisecond), s.moveGap, s.words)
+		if i < preSteps {
+			worstOld, moveOld = max(worstOld, s.gap.d), max(moveOld, s.moveGap.d)
+		} else {
+			worstNew, moveNew = max(worstNew, s.gap.d), max(moveNew, s.moveGap.d)
+		}
 	}
-	t.Logf("seed %d, %s → current: %d jobs acknowledged, witness %d ticks on %d shards, %d overlaps; worst per-step gap %v\n%s",
-		seed, oldRev, acked, rep.Ticks, rep.Shards, len(rep.Violations), worst.Round(time.Millisecond), tb.String())
+	t.Logf("seed %d, %s → current: %d jobs acknowledged, witness %d ticks on %d shards, %d overlaps\n"+
+		"worst per-step gap at version %d (upgrade, downgrade window): %v (across a handoff: %v)\n"+
+		"worst per-step gap restarting at version %d: %v (across a handoff: %v), %d shards started on a word\n%s",
+		seed, oldRev, acked, rep.Ticks, rep.Shards, len(rep.Violations),
+		before.Active, worstOld.Round(time.Millisecond), moveOld.Round(time.Millisecond),
+		upgradeStatusOf(t, dc.agents[0]).Active, worstNew.Round(time.Millisecond), moveNew.Round(time.Millisecond), newWords, tb.String())
+}
+
+// waitOwns waits until a acts on some shard.
+func waitOwns(t *testing.T, a *demoAgent, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if st, err := getJSON[apitypes.Status](a.http, "/v1/status"); err == nil && st.Owned > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s owns no shard after %v", a.id, d)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+}
+
+// wordStarts is tenure_shard_starts_total{on="word"} of every live agent
+// (0 for one of a release without the series).
+func wordStarts(t *testing.T, dc *demoCluster, live map[string]bool) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	c := &http.Client{Timeout: 10 * time.Second}
+	for _, a := range dc.agents {
+		if !live[a.id] {
+			continue
+		}
+		resp, err := c.Get("http://" + a.http + "/metrics")
+		if err != nil {
+			t.Fatalf("GET /metrics on %s: %v", a.id, err)
+		}
+		m, err := bench.ParseLabeledCounter(io.LimitReader(resp.Body, 8<<20), "tenure_shard_starts_total", "on")
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("/metrics of %s: %v", a.id, err)
+		}
+		out[a.id] = m["word"]
+	}
+	return out
 }
 
 // checkDigests asks every agent for a hash of its replicated state right

@@ -85,7 +85,7 @@ func (c *foCluster) startsSnapshot(ctx context.Context) (map[string]map[string]i
 			resp.Body.Close()
 			return nil, fmt.Errorf("%s: GET /metrics: %s", a.id, resp.Status)
 		}
-		m, err := parseLabeledCounter(io.LimitReader(resp.Body, maxMetricsBody), startsSeries, "on")
+		m, err := ParseLabeledCounter(io.LimitReader(resp.Body, maxMetricsBody), startsSeries, "on")
 		resp.Body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", a.id, err)
@@ -95,9 +95,9 @@ func (c *foCluster) startsSnapshot(ctx context.Context) (map[string]map[string]i
 	return out, nil
 }
 
-// parseLabeledCounter reads name{label="v"} N lines of a Prometheus text
+// ParseLabeledCounter reads name{label="v"} N lines of a Prometheus text
 // exposition (no other labels): v → N.
-func parseLabeledCounter(r io.Reader, name, label string) (map[string]int, error) {
+func ParseLabeledCounter(r io.Reader, name, label string) (map[string]int, error) {
 	out := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

@@ -52,7 +52,7 @@ func TestFailoverTLS(t *testing.T) {
 }
 
 func TestStartsBetween(t *testing.T) {
-	m, err := parseLabeledCounter(strings.NewReader(
+	m, err := ParseLabeledCounter(strings.NewReader(
 		"# HELP tenure_shard_starts_total x\n"+
 			`tenure_shard_starts_total{on="commit"} 12`+"\n"+
 			`tenure_shard_starts_total{on="word"} 7`+"\n"+
