@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenurehq/tenure/internal/mutation"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -284,7 +285,7 @@ func (p *Planner) forgets(now time.Time, in Input, t table) []ledger.Command {
 		}
 	}
 	for _, m := range in.Members {
-		if m.State == GossipAlive || m.State == GossipSuspect {
+		if m.State == member.Alive || m.State == member.Suspect {
 			named[m.ID] = true
 		}
 	}
@@ -563,8 +564,8 @@ func (p *Planner) updateRing(now time.Time, t table, members []Member) {
 			e = &eligTrack{}
 			p.elig[id] = e
 		}
-		hard := !p.live(now, id) || n.Draining || t.excluded[id] || (known && (m.Draining || m.NoShards || m.State == GossipLeft))
-		soft := !known || m.State == GossipSuspect || m.State == GossipDead || m.Health < p.cfg.MinHealth
+		hard := !p.live(now, id) || n.Draining || t.excluded[id] || (known && (m.Draining || m.NoShards || m.State == member.Left))
+		soft := !known || m.State == member.Suspect || m.State == member.Dead || m.Health < p.cfg.MinHealth
 		switch {
 		case hard:
 			*e = eligTrack{}
