@@ -12,7 +12,8 @@ import (
 	"github.com/tenurehq/tenure/httpapi/apitypes"
 )
 
-// Sentinels an error of the client matches with errors.Is.
+// Sentinels an error of the client matches with errors.Is. Those of the
+// classes the server shares (apitypes) are the same values as httpapi's.
 var (
 	// ErrBadRequest: 400, the request is invalid (its Code may say more:
 	// "invalid").
@@ -20,23 +21,23 @@ var (
 	// ErrUnauthorized: 401, no token or a wrong one.
 	ErrUnauthorized = errors.New("tenure: unauthorized")
 	// ErrForbidden: 403, the read token where the write token is needed.
-	ErrForbidden = errors.New("tenure: forbidden")
+	ErrForbidden = apitypes.ErrForbidden
 	// ErrNotFound: 404.
-	ErrNotFound = errors.New("tenure: not found")
+	ErrNotFound = apitypes.ErrNotFound
 	// ErrConflict: 409 (a job in the wrong state, a stale token, nothing to
 	// finalize).
-	ErrConflict = errors.New("tenure: conflict")
+	ErrConflict = apitypes.ErrConflict
 	// ErrTooLarge: 413.
 	ErrTooLarge = errors.New("tenure: request too large")
 	// ErrQueueFull: 429, the job's shard holds its cap of pending jobs;
 	// retry after APIError.RetryAfter.
-	ErrQueueFull = errors.New("tenure: too many pending jobs")
+	ErrQueueFull = apitypes.ErrQueueFull
 	// ErrKeyReused: 422, the Idempotency-Key was used for another request
 	// body within the server's session window. Nothing was enqueued.
-	ErrKeyReused = errors.New("tenure: idempotency key reused with another request")
+	ErrKeyReused = apitypes.ErrKeyReused
 	// ErrUnavailable: 503, the node has no quorum or is closing (retried
 	// for idempotent calls), or is still joining.
-	ErrUnavailable = errors.New("tenure: unavailable")
+	ErrUnavailable = apitypes.ErrUnavailable
 	// ErrTimeout: 504, the node's operation ran out of time.
 	ErrTimeout = errors.New("tenure: timed out")
 	// ErrNotImplemented: 501, the node cannot do this (no keyring, no

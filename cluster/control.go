@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/cluster/gossip"
 	"github.com/tenurehq/tenure/cluster/identity"
 	"github.com/tenurehq/tenure/cluster/internal/logadapt"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
@@ -79,7 +80,7 @@ func (e *FSMError) Unwrap() error { return e.Err }
 
 // EventStream is a subscription to coalesced membership events.
 type EventStream interface {
-	C() <-chan []Event
+	C() <-chan []gossip.Event
 	Dropped() uint64
 	Close()
 }

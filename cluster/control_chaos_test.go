@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
 // TestControlChaos drives five nodes through a seeded schedule of crashes,
@@ -46,7 +48,7 @@ func chaos(t *testing.T, seed int64) {
 			if len(h.running()) == len(ids) {
 				id := ids[rng.Intn(len(ids))]
 				h.stop(id)
-				h.gossip.state(id, StateDead, EventFailed)
+				h.gossip.state(id, StateDead, gossip.EventFailed)
 			}
 		case r < 4: // restart everything that is down
 			for _, id := range ids {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // ControlConfig configures a ControlGroup. Start from DefaultControlConfig,
@@ -104,7 +106,7 @@ type ControlConfig struct {
 	// ControlGroup.Renew as the same sentinel. Every node must use the same
 	// names.
 	RenewRefusals map[string]error
-	// MaxRPCMessage bounds one RPC message in bytes (DefaultMaxRPCMessage
+	// MaxRPCMessage bounds one RPC message in bytes (rpc.DefaultMaxRPCMessage
 	// if 0); RPCIdleTimeout and RPCMessageTimeout bound the time between
 	// requests and within one (defaults if 0).
 	MaxRPCMessage     int
@@ -208,9 +210,9 @@ func (c *ControlConfig) standbys() int {
 // defaults fills the fields NewControlGroup defaults when left 0: the RPC
 // limits, the InstallSnapshot bound and the stream's settings.
 func (c *ControlConfig) defaults() {
-	orDefault(&c.MaxRPCMessage, DefaultMaxRPCMessage)
-	orDefault(&c.RPCIdleTimeout, DefaultRPCIdleTimeout)
-	orDefault(&c.RPCMessageTimeout, DefaultRPCMessageTimeout)
+	orDefault(&c.MaxRPCMessage, rpc.DefaultMaxRPCMessage)
+	orDefault(&c.RPCIdleTimeout, rpc.DefaultRPCIdleTimeout)
+	orDefault(&c.RPCMessageTimeout, rpc.DefaultRPCMessageTimeout)
 	orDefault(&c.MaxInstallSnapshot, DefaultMaxInstallSnapshot)
 	orDefault(&c.StreamBuffer, DefaultStreamBuffer)
 	orDefault(&c.StreamBufferBytes, DefaultStreamBufferBytes)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
 // A leader's planned stop hands leadership to a live voter (the first in id
@@ -40,7 +42,7 @@ func TestHandOverLeadership(t *testing.T) {
 				live = append(live, id)
 			}
 		}
-		h.gossip.state(live[0], StateDead, EventFailed)
+		h.gossip.state(live[0], StateDead, gossip.EventFailed)
 		start := time.Now()
 		to, err := leader.g.HandOverLeadership(context.Background())
 		if err != nil || to != live[1] {
@@ -60,8 +62,8 @@ func TestHandOverLeadership(t *testing.T) {
 		}
 
 		// With every other voter dead in gossip, no handover is tried.
-		h.gossip.state(leader.id, StateDead, EventFailed)
-		h.gossip.state(live[0], StateDead, EventFailed)
+		h.gossip.state(leader.id, StateDead, gossip.EventFailed)
+		h.gossip.state(live[0], StateDead, gossip.EventFailed)
 		if to, err := next.g.HandOverLeadership(context.Background()); to != "" || err != nil {
 			t.Fatalf("HandOverLeadership with no live voter = %q, %v; want \"\", nil", to, err)
 		}

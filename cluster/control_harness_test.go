@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
 // fakeGossip is a shared membership view for control-group tests: every node
@@ -46,22 +48,22 @@ func (f *fakeGossip) Members() []Member {
 func (f *fakeGossip) Subscribe(buffer int) EventStream {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := &fakeSub{ch: make(chan []Event, buffer), g: f}
+	s := &fakeSub{ch: make(chan []gossip.Event, buffer), g: f}
 	f.subs = append(f.subs, s)
 	return s
 }
 
 // set records m and publishes an event of kind.
-func (f *fakeGossip) set(m Member, kind EventKind) {
+func (f *fakeGossip) set(m Member, kind gossip.EventKind) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.members[m.ID] = m
 	for _, s := range f.subs {
-		s.publish([]Event{{Kind: kind, Member: m}})
+		s.publish([]gossip.Event{{Kind: kind, Member: m}})
 	}
 }
 
-func (f *fakeGossip) state(id string, st MemberState, kind EventKind) {
+func (f *fakeGossip) state(id string, st gossip.MemberState, kind gossip.EventKind) {
 	f.mu.Lock()
 	m, ok := f.members[id]
 	f.mu.Unlock()
@@ -81,12 +83,12 @@ func (f *fakeGossip) forget(id string) {
 type fakeSub struct {
 	g       *fakeGossip
 	mu      sync.Mutex
-	ch      chan []Event
+	ch      chan []gossip.Event
 	dropped uint64
 	closed  bool
 }
 
-func (s *fakeSub) publish(b []Event) {
+func (s *fakeSub) publish(b []gossip.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -99,7 +101,7 @@ func (s *fakeSub) publish(b []Event) {
 	}
 }
 
-func (s *fakeSub) C() <-chan []Event { return s.ch }
+func (s *fakeSub) C() <-chan []gossip.Event { return s.ch }
 func (s *fakeSub) Dropped() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -319,7 +321,7 @@ func (h *harness) startAt(id, addr string) *testNode {
 	}
 	n.g = g
 	n.addr = g.Addr()
-	h.gossip.set(Member{Meta: Meta{ID: id, RaftAddr: n.addr, Incarnation: n.inc}, Addr: n.addr, State: StateAlive}, EventJoin)
+	h.gossip.set(Member{Meta: Meta{ID: id, RaftAddr: n.addr, Incarnation: n.inc}, Addr: n.addr, State: StateAlive}, gossip.EventJoin)
 	return n
 }
 

@@ -1,5 +1,7 @@
 package cluster
 
+import "github.com/tenurehq/tenure/cluster/gossip"
+
 // Membership events seen by the control group: graceful leaves recorded so
 // reconcile can remove the non-voters that left, pruned once they are gone.
 
@@ -13,7 +15,7 @@ func (g *ControlGroup) membershipLoop() {
 				return
 			}
 			for _, ev := range batch {
-				if ev.Kind == EventLeave {
+				if ev.Kind == gossip.EventLeave {
 					g.markLeft(ev.Member.ID, ev.Member.Incarnation)
 				}
 			}

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
-func mem(id, addr string, st MemberState) Member {
+func mem(id, addr string, st gossip.MemberState) Member {
 	return Member{Meta: Meta{ID: id, RaftAddr: addr, Incarnation: 1}, State: st}
 }
 
@@ -117,7 +119,7 @@ func TestPlanReconcile(t *testing.T) {
 		}, ""},
 		{"voter that left gossip keeps its place (rolling restart)", func(s *reconcileState) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d"), nv("e")}
-			s.Members = []Member{alive("a"), mem("b", "b:1", StateLeft), alive("c"), alive("d"), alive("e")}
+			s.Members = []Member{alive("a"), mem("b", "b:1", gossip.StateLeft), alive("c"), alive("d"), alive("e")}
 			s.Left["b"] = 1
 			s.CaughtUp = map[string]bool{"d": true, "e": true}
 		}, ""},
@@ -129,7 +131,7 @@ func TestPlanReconcile(t *testing.T) {
 		{"voter that left and stayed away is replaced after the timeout", func(s *reconcileState) {
 			s.DeadVoterTimeout = time.Hour
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("d")}
-			s.Members = []Member{alive("a"), mem("b", "b:1", StateLeft), alive("c"), alive("d")}
+			s.Members = []Member{alive("a"), mem("b", "b:1", gossip.StateLeft), alive("c"), alive("d")}
 			s.Left["b"] = 1
 			s.GoneSince["b"] = t0.Add(-time.Hour)
 			s.CaughtUp["d"] = true
@@ -290,7 +292,7 @@ func TestPlanReconcileProperties(t *testing.T) {
 			t.Logf("seed %d", seed)
 		}
 	}()
-	states := []MemberState{StateAlive, StateAlive, StateAlive, StateSuspect, StateDead, StateLeft}
+	states := []gossip.MemberState{StateAlive, StateAlive, StateAlive, StateSuspect, StateDead, gossip.StateLeft}
 	for iter := range 2000 {
 		s := reconcileState{Self: "n0", Now: time.Unix(5000, 0), MaxVoters: []int{1, 3, 5}[rng.Intn(3)],
 			Left: map[string]uint64{}, GoneSince: map[string]time.Time{}, CaughtUp: map[string]bool{}}
@@ -319,7 +321,7 @@ func TestPlanReconcileProperties(t *testing.T) {
 				}
 				s.Members = append(s.Members, m)
 			}
-			if st == StateLeft && i != 0 {
+			if st == gossip.StateLeft && i != 0 {
 				s.Left[id] = 1
 			}
 			if st != StateAlive && st != StateSuspect && rng.Intn(2) == 0 {

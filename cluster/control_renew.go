@@ -168,10 +168,19 @@ func (s *controlRPC) Renew(args *wire.RenewArgs, reply *wire.RenewReply) error {
 // finds no command there (or cannot read the log) it answers LastIndex, the
 // conservative index.
 func (g *ControlGroup) renewIndex() uint64 {
-	last := g.raftLastIndex()
-	var l raft.Log
+	return lastCommandIndex(g.cfg.LogStore, g.raftLastIndex())
+}
+
+// lastCommandIndex is renewIndex's read-back of store from last.
+func lastCommandIndex(store raft.LogStore, last uint64) uint64 {
 	for i := last; i > 0 && last-i < renewScan; i-- {
-		if err := g.cfg.LogStore.GetLog(i, &l); err != nil {
+		// A fresh Log for every entry: a raft.LogCache hands out its cached
+		// entry's Data slice, and raft-boltdb decodes the next entry into
+		// the slice it is given, so reusing one Log wrote an older entry's
+		// bytes over the cached one that replication sends to followers
+		// (a data race under -race; TestLastCommandIndexLeavesCacheAlone).
+		var l raft.Log
+		if err := store.GetLog(i, &l); err != nil {
 			break
 		}
 		if l.Type == raft.LogCommand {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
 // runLifecycle is the control-group story both transports must pass: five
@@ -73,7 +75,7 @@ func runLifecycle(t *testing.T, h *harness, wait time.Duration) {
 	}
 	cancel()
 	h.nodes[leaving].g = nil
-	h.gossip.state(leaving, StateLeft, EventLeave)
+	h.gossip.state(leaving, gossip.StateLeft, gossip.EventLeave)
 	var voters []string
 	for _, id := range []string{"n1", "n2", "n3", "n4"} {
 		if id != leaving {
@@ -105,7 +107,7 @@ func runLifecycle(t *testing.T, h *harness, wait time.Duration) {
 	leader = h.waitLeader(wait)
 	dead := leader.id
 	h.stop(dead)
-	h.gossip.state(dead, StateDead, EventFailed)
+	h.gossip.state(dead, StateDead, gossip.EventFailed)
 	newLeader := h.waitLeader(wait)
 	if newLeader.id == dead {
 		t.Fatalf("dead node %s still leader", dead)
@@ -173,7 +175,7 @@ func TestControlDeadVoter(t *testing.T) {
 					victim = "n2"
 				}
 				h.stop(victim)
-				h.gossip.state(victim, StateDead, EventFailed)
+				h.gossip.state(victim, StateDead, gossip.EventFailed)
 				var replaced []string
 				for _, id := range []string{"n1", "n2", "n3", "n4"} {
 					if id != victim {
@@ -347,7 +349,7 @@ func TestControlOperatorRemoveAndLeaderLeave(t *testing.T) {
 			}
 		}
 		h.stop(victim)
-		h.gossip.state(victim, StateDead, EventFailed)
+		h.gossip.state(victim, StateDead, gossip.EventFailed)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := follower.g.RemoveServer(ctx, victim); err != nil { // forwarded
@@ -370,7 +372,7 @@ func TestControlOperatorRemoveAndLeaderLeave(t *testing.T) {
 			t.Fatalf("leader shutdown: %v", err)
 		}
 		leader.g = nil
-		h.gossip.state(leader.id, StateLeft, EventLeave)
+		h.gossip.state(leader.id, gossip.StateLeft, gossip.EventLeave)
 		next := h.waitLeader(10 * time.Second)
 		h.apply(next, "after-leave", 10*time.Second)
 		servers, err := next.g.Servers()

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // The flood helper: run as a child process (TENURE_FLOOD_ADDR set), it
@@ -129,8 +131,8 @@ func TestIdleConnectionFlood(t *testing.T) {
 	// one file and one goroutine per connection).
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		t.Logf("%d open files in the cluster's process during the flood", len(fds))
-		if len(fds) > 2*DefaultMaxPendingConns {
-			t.Errorf("%d open files during the flood: the pending-connection cap (%d) did not hold", len(fds), DefaultMaxPendingConns)
+		if len(fds) > 2*rpc.DefaultMaxPendingConns {
+			t.Errorf("%d open files during the flood: the pending-connection cap (%d) did not hold", len(fds), rpc.DefaultMaxPendingConns)
 		}
 	}
 	start := time.Now()

@@ -32,8 +32,7 @@ const (
 
 // Identity errors (the same values as identity's).
 var (
-	ErrPeerRevoked     = identity.ErrPeerRevoked
-	ErrMessageTooLarge = identity.ErrMessageTooLarge
+	ErrPeerRevoked = identity.ErrPeerRevoked
 )
 
 // DefaultMaxInstallSnapshot bounds one InstallSnapshot stream when

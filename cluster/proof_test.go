@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
 // TestGossipIDTakeoverIgnored: a process with the gossip key gossips a
@@ -40,10 +42,10 @@ func TestGossipIDTakeoverIgnored(t *testing.T) {
 	}
 	moved, crashed := victims[0], victims[1]
 	h.stop(crashed.id)
-	h.gossip.state(crashed.id, StateDead, EventFailed)
+	h.gossip.state(crashed.id, StateDead, gossip.EventFailed)
 	dead := "127.0.0.1:1" // nothing listens there
-	h.gossip.set(Member{Meta: Meta{ID: moved.id, RaftAddr: dead, Incarnation: moved.inc + 100}, Addr: dead, State: StateAlive}, EventUpdate)
-	h.gossip.set(Member{Meta: Meta{ID: "evil", RaftAddr: crashed.addr, Incarnation: 1}, Addr: crashed.addr, State: StateAlive}, EventJoin)
+	h.gossip.set(Member{Meta: Meta{ID: moved.id, RaftAddr: dead, Incarnation: moved.inc + 100}, Addr: dead, State: StateAlive}, gossip.EventUpdate)
+	h.gossip.set(Member{Meta: Meta{ID: "evil", RaftAddr: crashed.addr, Incarnation: 1}, Addr: crashed.addr, State: StateAlive}, gossip.EventJoin)
 	want := []string{"evil@" + crashed.addr, moved.id + "@" + dead}
 	waitFor(t, 30*time.Second, "the leader to report both claims as unproven", func() bool {
 		return slices.Equal(leader.g.Unproven(), want)
@@ -63,7 +65,7 @@ func TestGossipIDTakeoverIgnored(t *testing.T) {
 		t.Fatalf("leadership moved from %s", leader.id)
 	}
 	// The real node proves itself again: gossip back at its address.
-	h.gossip.set(Member{Meta: Meta{ID: moved.id, RaftAddr: moved.addr, Incarnation: moved.inc + 101}, Addr: moved.addr, State: StateAlive}, EventUpdate)
+	h.gossip.set(Member{Meta: Meta{ID: moved.id, RaftAddr: moved.addr, Incarnation: moved.inc + 101}, Addr: moved.addr, State: StateAlive}, gossip.EventUpdate)
 	waitFor(t, 30*time.Second, "the real member proven again", func() bool {
 		return slices.Equal(leader.g.Unproven(), []string{"evil@" + crashed.addr})
 	})

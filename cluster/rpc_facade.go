@@ -16,17 +16,6 @@ import (
 // the control RPC.
 type StreamLayer = rpc.StreamLayer
 
-// Defaults of the RPC limits and of the limits before authentication
-// (rpc's).
-const (
-	DefaultMaxRPCMessage       = rpc.DefaultMaxRPCMessage
-	DefaultRPCIdleTimeout      = rpc.DefaultRPCIdleTimeout
-	DefaultRPCMessageTimeout   = rpc.DefaultRPCMessageTimeout
-	DefaultMaxPendingConns     = rpc.DefaultMaxPendingConns
-	DefaultMaxPendingPerSource = rpc.DefaultMaxPendingPerSource
-	DefaultMaxInflightRPCs     = rpc.DefaultMaxInflightRPCs
-)
-
 // NewTCPStreamLayer is rpc.NewTCPStreamLayer.
 func NewTCPStreamLayer(bindAddr, advertiseAddr string) (StreamLayer, error) {
 	return rpc.NewTCPStreamLayer(bindAddr, advertiseAddr)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/cluster/gossip"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -25,12 +26,12 @@ func newSoloGroup(t testing.TB) *ControlGroup {
 	store := raft.NewInmemStore()
 	cfg.LogStore, cfg.StableStore, cfg.SnapshotStore = store, store, raft.NewInmemSnapshotStore()
 	cfg.Logger = testLogger()
-	gossip := newFakeGossip()
-	g, err := NewControlGroup(cfg, gossip)
+	fg := newFakeGossip()
+	g, err := NewControlGroup(cfg, fg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gossip.set(Member{Meta: Meta{ID: "solo", RaftAddr: g.Addr()}, State: StateAlive}, EventJoin)
+	fg.set(Member{Meta: Meta{ID: "solo", RaftAddr: g.Addr()}, State: StateAlive}, gossip.EventJoin)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

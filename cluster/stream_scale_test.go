@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/cluster/rpc"
 )
 
 // BenchmarkStreamFanout emulates many members on the committed-state
@@ -48,7 +50,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 			id := fmt.Sprintf("m%04d", i)
 			f := &seqFSM{}
 			g := &ControlGroup{
-				cfg:          ControlConfig{NodeID: id, Voter: VoterNever, StreamWait: DefaultStreamWait, RPCTimeout: 5 * time.Second, MaxRPCMessage: DefaultMaxRPCMessage, StreamBatchBytes: DefaultStreamBatchBytes, StreamMaxSnapshot: DefaultStreamMaxSnapshot, ElectionTimeout: time.Second},
+				cfg:          ControlConfig{NodeID: id, Voter: VoterNever, StreamWait: DefaultStreamWait, RPCTimeout: 5 * time.Second, MaxRPCMessage: rpc.DefaultMaxRPCMessage, StreamBatchBytes: DefaultStreamBatchBytes, StreamMaxSnapshot: DefaultStreamMaxSnapshot, ElectionTimeout: time.Second},
 				log:          slog.New(slog.DiscardHandler),
 				closing:      closing,
 				leaderChange: make(chan struct{}),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/cluster/gossip"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -146,7 +147,7 @@ func (sh *streamHarness) start(id string) *testNode {
 	if sh.members[id] {
 		tags[TagVoter] = string(VoterNever)
 	}
-	sh.gossip.set(Member{Meta: Meta{ID: id, RaftAddr: n.addr, Incarnation: n.inc, Tags: tags}, Addr: n.addr, State: StateAlive}, EventUpdate)
+	sh.gossip.set(Member{Meta: Meta{ID: id, RaftAddr: n.addr, Incarnation: n.inc, Tags: tags}, Addr: n.addr, State: StateAlive}, gossip.EventUpdate)
 	return n
 }
 

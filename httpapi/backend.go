@@ -110,20 +110,21 @@ type PlacementBackend interface {
 	Exclude(ctx context.Context, req apitypes.ExcludeRequest) error
 }
 
-// Error classes Backend methods wrap.
+// Error classes Backend methods wrap. Those the client tells apart too are
+// apitypes' (the same values as client's).
 var (
-	ErrUnavailable = errors.New("tenure: unavailable")
-	ErrNotFound    = errors.New("tenure: not found")
-	ErrConflict    = errors.New("tenure: conflict")
+	ErrUnavailable = apitypes.ErrUnavailable
+	ErrNotFound    = apitypes.ErrNotFound
+	ErrConflict    = apitypes.ErrConflict
 	ErrBadInput    = errors.New("tenure: bad input")
 	// ErrQueueFull: the job's shard holds its cap of pending jobs (429).
-	ErrQueueFull = errors.New("tenure: too many pending jobs")
+	ErrQueueFull = apitypes.ErrQueueFull
 	// ErrRequestIDReused: the Idempotency-Key was used for another request
 	// body within the session window (422).
-	ErrRequestIDReused = errors.New("tenure: idempotency key reused with another request")
+	ErrRequestIDReused = apitypes.ErrKeyReused
 	// ErrForbidden: the control group refused the command for this node's
 	// certificate (a member certificate proposing an operator action; 403).
-	ErrForbidden = errors.New("tenure: forbidden")
+	ErrForbidden = apitypes.ErrForbidden
 	// ErrNotImplemented: the node cannot do this (501).
 	ErrNotImplemented = errors.New("tenure: not supported by this node")
 	// ErrNoEligibleNode: Drain returns it (wrapped) when the node still

@@ -216,6 +216,11 @@ func (a *nodeAdapter) EnqueueJobID(ctx context.Context, req apitypes.JobRequest,
 	return jobFrom(j), created, nil
 }
 
+// jobFrom is the one mapping of node's Job (mapped from the ledger's record
+// in node's jobFromRecord) to the API's JSON shape: the id as a string, the
+// state's name, JSON payloads passed through (others quoted). The two
+// types stay apart: the JSON keeps its field names and types, node's API
+// its uint64 id, JobState and time.Duration.
 func jobFrom(j node.Job) apitypes.Job {
 	out := apitypes.Job{
 		ID: strconv.FormatUint(j.ID, 10), Shard: j.Shard, Key: j.Key, Type: j.Type, State: j.State.String(),

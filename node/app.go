@@ -28,15 +28,12 @@ import (
 //   - Snapshot returns the whole state; Restore replaces the state with a
 //     snapshot's. A restarting node restores the last snapshot and applies
 //     the log after it.
-type StateMachine interface {
-	// Apply applies one committed command for shard, proposed by its owner
-	// at epoch, at log index. The result is returned to the proposer.
-	Apply(shard uint32, epoch uint64, index uint64, payload []byte) ([]byte, error)
-	// Snapshot serialises the whole state.
-	Snapshot() ([]byte, error)
-	// Restore replaces the state with a snapshot.
-	Restore(snapshot []byte) error
-}
+//
+// Apply applies one committed command for shard, proposed by its owner at
+// epoch, at log index; its result is returned to the proposer. Snapshot
+// serialises the whole state; Restore replaces the state with a snapshot.
+// The one definition is ledger.StateMachine, which the ledger calls.
+type StateMachine = ledger.StateMachine
 
 // Applied is the outcome of a committed application command.
 type Applied struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -42,7 +43,7 @@ func newFakeRaft(t *testing.T, ids ...string) *fakeRaft {
 	}
 	f := &fakeRaft{fsm: fsm}
 	for _, id := range ids {
-		f.members = append(f.members, ownership.Member{ID: id, Incarnation: 1, State: ownership.GossipAlive, Health: 1})
+		f.members = append(f.members, ownership.Member{ID: id, Incarnation: 1, State: member.Alive, Health: 1})
 	}
 	f.heartbeatAll()
 	return f

@@ -14,6 +14,9 @@ import (
 	"github.com/tenurehq/tenure/ledger"
 )
 
+// jobFromRecord is the one mapping of a job from the ledger's record (log
+// shape: nanosecond ints) to node's Job (time.Time, time.Duration); the
+// HTTP shape is mapped from Job in one place too (httpapi's jobFrom).
 func jobFromRecord(j ledger.JobRecord) Job {
 	t := func(ns int64) time.Time {
 		if ns == 0 {

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/ledger"
 	"pgregory.net/rapid"
+
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 )
 
 // TestElectionPlacementProperty: with groups, election shards and
@@ -24,7 +26,7 @@ func TestElectionPlacementProperty(t *testing.T) {
 		// so that nodes enter the ring and elections get placed.
 		for _, n := range in.Nodes {
 			if rapid.IntRange(0, 4).Draw(t, "healthy?") != 0 {
-				in.Members = append(in.Members, Member{ID: n.ID, Incarnation: n.Incarnation, State: GossipAlive, Health: 1})
+				in.Members = append(in.Members, Member{ID: n.ID, Incarnation: n.Incarnation, State: member.Alive, Health: 1})
 			}
 		}
 		groupOf := map[string]string{}

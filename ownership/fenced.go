@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 )
 
 // Fenced takeover (ledger.SetTakeoverPolicy, docs/guarantees.md): for a
@@ -27,7 +28,7 @@ type fencedView struct {
 func newFencedView(in Input) fencedView {
 	v := fencedView{ranges: in.Fenced}
 	for _, m := range in.Members {
-		if m.State == GossipDead {
+		if m.State == member.Dead {
 			if v.dead == nil {
 				v.dead = make(map[string]bool)
 			}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 )
 
 // leaderInput is a table of three heartbeating members and no owners.
 func leaderInput(l *testLedger) Input {
 	in := Input{Shards: l.shards(), Nodes: l.nodes()}
 	for _, id := range []string{"n1", "n2", "n3"} {
-		in.Members = append(in.Members, Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1})
+		in.Members = append(in.Members, Member{ID: id, Incarnation: 1, State: member.Alive, Health: 1})
 	}
 	return in
 }

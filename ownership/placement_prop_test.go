@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/ledger"
-	"github.com/tenurehq/tenure/ring"
 	"pgregory.net/rapid"
+
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
+	"github.com/tenurehq/tenure/ring"
 )
 
 // TestPlannerOneMovePerChangeProperty drives the planner through a cold
@@ -26,7 +28,7 @@ func TestPlannerOneMovePerChangeProperty(t *testing.T) {
 		e := newPlannerEnv(t, cfg)
 		for i := range n {
 			id := fmt.Sprintf("n%d", i+1)
-			e.members[id] = Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1}
+			e.members[id] = Member{ID: id, Incarnation: 1, State: member.Alive, Health: 1}
 			e.ledger.heartbeat(id, 1, false)
 		}
 		now := t0
@@ -87,14 +89,14 @@ func TestPlannerOneMovePerChangeProperty(t *testing.T) {
 		var optimum int
 		if rapid.Bool().Draw(rt, "join") {
 			id := "joiner"
-			e.members[id] = Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1}
+			e.members[id] = Member{ID: id, Incarnation: 1, State: member.Alive, Health: 1}
 			e.ledger.heartbeat(id, 1, false)
 			members = append(members, id)
 			optimum = ring.Quotas(cfg.Ring.Partitions, members)[id]
 		} else {
 			leaver := rapid.SampledFrom(members).Draw(rt, "leaver")
 			m := e.members[leaver]
-			m.State = GossipLeft
+			m.State = member.Left
 			e.members[leaver] = m
 			optimum = ring.Loads(before, members)[leaver]
 			members = slices.DeleteFunc(members, func(id string) bool { return id == leaver })

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenurehq/tenure/ledger"
 	"pgregory.net/rapid"
+
+	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 )
 
 // genInput draws an arbitrary (not necessarily consistent) world.
@@ -27,7 +29,7 @@ func genInput(t *rapid.T, partitions int) Input {
 		for range rapid.IntRange(0, 2).Draw(t, "members-"+id) {
 			in.Members = append(in.Members, Member{ID: id,
 				Incarnation: rapid.Uint64Range(1, 3).Draw(t, "minc"),
-				State:       GossipState(rapid.IntRange(0, 3).Draw(t, "state")),
+				State:       member.State(rapid.IntRange(0, 3).Draw(t, "state")),
 				Health:      rapid.Float64Range(0, 1).Draw(t, "health"),
 				Draining:    rapid.Float64Range(0, 1).Draw(t, "mdrain") < 0.1})
 		}
@@ -125,7 +127,7 @@ func TestPlannerMoreNodesThanShards(t *testing.T) {
 	e := newPlannerEnv(t, cfg)
 	for i := range 5 {
 		id := fmt.Sprintf("n%d", i+1)
-		e.members[id] = Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1}
+		e.members[id] = Member{ID: id, Incarnation: 1, State: member.Alive, Health: 1}
 		e.ledger.heartbeat(id, 1, false)
 	}
 	e.p.Establish(t0, e.input(), time.Time{})

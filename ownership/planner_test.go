@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 	"github.com/tenurehq/tenure/ring"
 )
 
@@ -120,16 +122,16 @@ func argFloat(t testing.TB, td *datadriven.TestData, key string, def float64) fl
 	return v
 }
 
-func parseGossip(t testing.TB, s string) GossipState {
+func parseGossip(t testing.TB, s string) member.State {
 	switch s {
 	case "alive":
-		return GossipAlive
+		return member.Alive
 	case "suspect":
-		return GossipSuspect
+		return member.Suspect
 	case "dead":
-		return GossipDead
+		return member.Dead
 	case "left":
-		return GossipLeft
+		return member.Left
 	}
 	t.Fatalf("unknown gossip state %q", s)
 	return 0
@@ -172,7 +174,7 @@ func (e *plannerEnv) run(t *testing.T, td *datadriven.TestData) string {
 	case "join":
 		id := argStr(td, "id", "")
 		inc := uint64(argInt(t, td, "inc", 1))
-		e.members[id] = Member{ID: id, Incarnation: inc, State: GossipAlive, Health: argFloat(t, td, "health", 1),
+		e.members[id] = Member{ID: id, Incarnation: inc, State: member.Alive, Health: argFloat(t, td, "health", 1),
 			Group: argStr(td, "group", ""), Zone: argStr(td, "zone", ""), Weight: argInt(t, td, "weight", 0)}
 		return e.ledger.heartbeat(id, inc, false)
 	case "member":
@@ -372,7 +374,7 @@ func TestPlannerReExpiresTransferTargetWithoutLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	members := []Member{{ID: "n1", Incarnation: 1, State: member.Alive, Health: 1}, {ID: "n2", Incarnation: 1, State: member.Alive, Health: 1}}
 	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
 	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
 	shards := []ledger.ShardRecord{
@@ -425,7 +427,7 @@ func TestPlannerForgetsGoneNodes(t *testing.T) {
 	k := ledger.NodeRecord{ID: "k", Incarnation: 3, Liveness: 1, Seq: 1}
 	input := func(version uint32) Input {
 		return Input{
-			Members: []Member{{ID: "a", Incarnation: 1, State: GossipAlive, Health: 1}},
+			Members: []Member{{ID: "a", Incarnation: 1, State: member.Alive, Health: 1}},
 			Nodes:   []ledger.NodeRecord{a, m, k},
 			// k is still named by a revocation's target.
 			Shards:  []ledger.ShardRecord{{Shard: 0, Epoch: 3, Owner: "a", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardRevoking, Target: "k"}},
@@ -475,7 +477,7 @@ func TestPlannerExpiresAndGrantsInOneRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	members := []Member{{ID: "n1", Incarnation: 1, State: member.Alive, Health: 1}, {ID: "n2", Incarnation: 1, State: member.Alive, Health: 1}}
 	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
 	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
 	var shards []ledger.ShardRecord
@@ -537,7 +539,7 @@ func TestPlannerEstablishGraceAfterSlowElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	members := []Member{{ID: "n1", Incarnation: 1, State: member.Alive, Health: 1}, {ID: "n2", Incarnation: 1, State: member.Alive, Health: 1}}
 	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
 	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
 	var shards []ledger.ShardRecord
@@ -587,7 +589,7 @@ func TestPlannerFencedGraceAfterSlowElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := []Member{{ID: "n1", Incarnation: 1, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+	members := []Member{{ID: "n1", Incarnation: 1, State: member.Alive, Health: 1}, {ID: "n2", Incarnation: 1, State: member.Alive, Health: 1}}
 	n1 := ledger.NodeRecord{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5}
 	n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5}
 	var shards []ledger.ShardRecord

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 )
 
 // reentryWorld drives a planner through rounds every 100 ms over three
@@ -25,7 +26,7 @@ func newReentryWorld(t *testing.T, cfg Config) *reentryWorld {
 	t.Helper()
 	e := newPlannerEnv(t, cfg)
 	for _, id := range []string{"n1", "n2", "n3"} {
-		e.members[id] = Member{ID: id, Incarnation: 1, State: GossipAlive, Health: 1}
+		e.members[id] = Member{ID: id, Incarnation: 1, State: member.Alive, Health: 1}
 		e.ledger.heartbeat(id, 1, false)
 	}
 	e.p.Establish(t0, e.input(), time.Time{})
@@ -77,7 +78,7 @@ func (w *reentryWorld) until(d time.Duration) {
 func (w *reentryWorld) crash() {
 	w.t.Helper()
 	w.up = false
-	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: GossipDead, Health: 1}
+	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: member.Dead, Health: 1}
 	start := w.now
 	for w.inRing() || !w.e.p.nodes["n2"].expired {
 		if w.now-start > 5*time.Second {
@@ -95,7 +96,7 @@ func (w *reentryWorld) restart(d time.Duration) time.Duration {
 	w.until(d - 100*time.Millisecond)
 	w.up = true
 	w.inc++
-	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: GossipAlive, Health: 1}
+	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: member.Alive, Health: 1}
 	w.e.ledger.heartbeat("n2", w.inc, false)
 	return w.enter(d)
 }
@@ -154,7 +155,7 @@ func TestPlannerReentryWaitsForARenewal(t *testing.T) {
 	at := w.now + 10*time.Second
 	w.until(at - 100*time.Millisecond)
 	w.inc++
-	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: GossipAlive, Health: 1}
+	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: member.Alive, Health: 1}
 	w.e.ledger.heartbeat("n2", w.inc, false)
 	// n2 registered but never renews (w.up stays false): it waits StableFor
 	// like any joiner; the renewals of the others do not count for it.
@@ -202,7 +203,7 @@ func TestPlannerReentryWithoutRestartWaitsStableFor(t *testing.T) {
 	// A quick restart first (before its lease expired): it keeps its
 	// place, and that restart is used up.
 	w.inc++
-	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: GossipAlive, Health: 1}
+	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: member.Alive, Health: 1}
 	w.e.ledger.heartbeat("n2", w.inc, false)
 	w.until(w.now + 300*time.Millisecond)
 	if !w.inRing() {
@@ -214,7 +215,7 @@ func TestPlannerReentryWithoutRestartWaitsStableFor(t *testing.T) {
 	at := w.now + 2*time.Second
 	w.until(at - 100*time.Millisecond)
 	w.up = true
-	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: GossipAlive, Health: 1}
+	w.e.members["n2"] = Member{ID: "n2", Incarnation: w.inc, State: member.Alive, Health: 1}
 	w.e.ledger.heartbeat("n2", w.inc, true)
 	if d := w.enter(at); d < cfg.StableFor {
 		t.Errorf("n2 back from a partition re-entered after %v, want ≥ StableFor %v", d, cfg.StableFor)

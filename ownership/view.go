@@ -10,19 +10,6 @@ import (
 	"github.com/tenurehq/tenure/ring"
 )
 
-// GossipState is gossip's opinion of a member (the one definition is
-// member.State, which cluster produces). Gossip is a hint: the planner uses
-// it for placement only, never to decide that a lease has ended.
-type GossipState = member.State
-
-// The gossip states.
-const (
-	GossipAlive   = member.Alive
-	GossipSuspect = member.Suspect
-	GossipDead    = member.Dead
-	GossipLeft    = member.Left
-)
-
 // Member is one node of the cluster: gossip's view (a hint) joined, where
 // node/ fills them, with the control group's committed view. It is the one
 // type of the concept: node.Member is an alias of it. node/ builds it from
@@ -32,7 +19,7 @@ const (
 type Member struct {
 	ID          string
 	Incarnation uint64
-	State       GossipState
+	State       member.State
 	// Health is the gossiped health score, 0..1.
 	Health float64
 	// Draining is the gossiped drain request (the ledger's

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 )
 
 // wordAgent is n1 registered and renewed under cluster version 6, with a
@@ -202,7 +203,7 @@ func TestPlannerWaitsOutWords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		members := []Member{{ID: "n1", Incarnation: 2, State: GossipAlive, Health: 1}, {ID: "n2", Incarnation: 1, State: GossipAlive, Health: 1}}
+		members := []Member{{ID: "n1", Incarnation: 2, State: member.Alive, Health: 1}, {ID: "n2", Incarnation: 1, State: member.Alive, Health: 1}}
 		n1 := ledger.NodeRecord{ID: "n1", Incarnation: 2, Liveness: 1, Seq: 5, MaxVersion: v}
 		n2 := ledger.NodeRecord{ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5, MaxVersion: v}
 		var shards []ledger.ShardRecord

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tenurehq/tenure/member"
 	"github.com/tenurehq/tenure/ownership"
 	"github.com/tenurehq/tenure/ring"
 )
@@ -23,7 +24,7 @@ type gossipModel struct {
 
 type memberView struct {
 	known    bool
-	state    ownership.GossipState
+	state    member.State
 	inc      uint64
 	health   float64
 	draining bool
@@ -93,9 +94,9 @@ func (g *gossipModel) refresh(o, n int) {
 	old := *v
 	switch {
 	case reachable && g.suspect[o][n] == 0:
-		*v = memberView{known: true, state: ownership.GossipAlive, inc: sub.inc, health: sub.health, draining: sub.draining}
+		*v = memberView{known: true, state: member.Alive, inc: sub.inc, health: sub.health, draining: sub.draining}
 	case reachable:
-		v.known, v.state, v.inc, v.health, v.draining = true, ownership.GossipSuspect, sub.inc, sub.health, sub.draining
+		v.known, v.state, v.inc, v.health, v.draining = true, member.Suspect, sub.inc, sub.health, sub.draining
 	default:
 		if !v.known {
 			return
@@ -106,9 +107,9 @@ func (g *gossipModel) refresh(o, n int) {
 		// Suspect after a probe timeout, dead after the suspicion timeout.
 		switch since := time.Duration(s.now - v.unreachableSince); {
 		case since >= 1500*time.Millisecond:
-			v.state = ownership.GossipDead
+			v.state = member.Dead
 		case since >= 300*time.Millisecond:
-			v.state = ownership.GossipSuspect
+			v.state = member.Suspect
 			g.refreshLater(o, n, 1500*time.Millisecond-since)
 		default:
 			g.refreshLater(o, n, 300*time.Millisecond-since)
@@ -131,7 +132,7 @@ func (g *gossipModel) members(o *node) []ownership.Member {
 	var out []ownership.Member
 	for i, v := range g.view[o.idx] {
 		if i == o.idx {
-			out = append(out, g.s.placementAttrs(o.idx, ownership.Member{ID: o.id, Incarnation: o.inc, State: ownership.GossipAlive, Health: o.health, Draining: o.draining}))
+			out = append(out, g.s.placementAttrs(o.idx, ownership.Member{ID: o.id, Incarnation: o.inc, State: member.Alive, Health: o.health, Draining: o.draining}))
 			continue
 		}
 		if !v.known {

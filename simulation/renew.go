@@ -24,23 +24,18 @@ import (
 
 // renewReq is a renewal the leader accepted and has not answered yet.
 type renewReq struct {
-	from  *node
-	gen   uint64
-	agent *ownership.Agent
-	ask   ownership.RenewAsk
+	asker
+	ask ownership.RenewAsk
 	// index is the leader's last log index read after receipt; rec its
 	// record of the node.
 	index uint64
 	rec   ledger.NodeRecord
-	// answered: the node got its answer or gave up waiting (the first of
-	// the two counts).
-	answered bool
 }
 
 // renew sends the renewal the agent of n asked for to the leader.
 func (s *Sim) renew(n *node, ask ownership.RenewAsk) {
 	r := s.raft
-	req := &renewReq{from: n, gen: n.gen, agent: n.agent, ask: ask}
+	req := &renewReq{asker: askerOf(n), ask: ask}
 	s.tracef("%s renews (token %d, liveness %d) with leader %d", n.id, ask.Token, ask.Liveness, r.leader)
 	if r.leader < 0 || !r.link(n.idx, r.leader) {
 		s.renewAnswer(req, s.jitter(5*time.Millisecond, 100*time.Millisecond), ownership.RenewOutcome{Token: ask.Token, Err: ownership.ErrNotLeader})
@@ -153,12 +148,32 @@ func (s *Sim) renewReply(l *node, req *renewReq, out ownership.RenewOutcome) {
 
 // renewAnswer delivers out to req's process after d.
 func (s *Sim) renewAnswer(req *renewReq, d time.Duration, out ownership.RenewOutcome) {
-	n := req.from
-	s.onNodeGen(n, req.gen, d, evDeliver, func() {
-		if n.agent != req.agent || req.answered {
+	s.answer(&req.asker, d, evDeliver, out)
+}
+
+// asker is the asking side of a request an agent makes of the leader (a
+// renewal, a word): its process, the agent that asked, and whether it has
+// its answer.
+type asker struct {
+	from  *node
+	gen   uint64
+	agent *ownership.Agent
+	// answered: the node got its answer or gave up waiting (the first of
+	// the two counts).
+	answered bool
+}
+
+func askerOf(n *node) asker { return asker{from: n, gen: n.gen, agent: n.agent} }
+
+// answer delivers out to a's process after d (an event of kind ev): once,
+// and only to the agent that asked (not to a restarted one).
+func (s *Sim) answer(a *asker, d time.Duration, ev uint8, out ownership.AgentInput) {
+	n := a.from
+	s.onNodeGen(n, a.gen, d, ev, func() {
+		if n.agent != a.agent || a.answered {
 			return
 		}
-		req.answered = true
+		a.answered = true
 		s.step(n, out)
 	})
 }

@@ -22,11 +22,8 @@ import (
 
 // wordAsk is an ask for words a leader holds.
 type wordAsk struct {
-	from     *node
-	gen      uint64
-	agent    *ownership.Agent
-	ask      ownership.WordAsk
-	answered bool
+	asker
+	ask ownership.WordAsk
 }
 
 // wordDelay is one message's network delay: mostly sub-millisecond, one
@@ -42,7 +39,7 @@ func (s *Sim) wordDelay() time.Duration {
 // askWords sends n's ask for words to the leader.
 func (s *Sim) askWords(n *node, ask ownership.WordAsk) {
 	r := s.raft
-	a := &wordAsk{from: n, gen: n.gen, agent: n.agent, ask: ask}
+	a := &wordAsk{asker: askerOf(n), ask: ask}
 	if r.leader < 0 || !r.link(n.idx, r.leader) || !s.nodes[r.leader].up || s.chance(0.02) {
 		s.wordAnswer(a, s.jitter(5*time.Millisecond, 100*time.Millisecond), ownership.WordOutcome{Token: ask.Token, Err: ownership.ErrNotLeader})
 		return
@@ -148,12 +145,5 @@ func (s *Sim) wordReply(l *node, a *wordAsk, out ownership.WordOutcome) {
 
 // wordAnswer delivers out to a's process after d.
 func (s *Sim) wordAnswer(a *wordAsk, d time.Duration, out ownership.WordOutcome) {
-	n := a.from
-	s.onNodeGen(n, a.gen, d, evWord, func() {
-		if n.agent != a.agent || a.answered {
-			return
-		}
-		a.answered = true
-		s.step(n, out)
-	})
+	s.answer(&a.asker, d, evWord, out)
 }

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/benchkit"
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -44,32 +45,16 @@ type etcdCluster struct {
 	endpoints []string
 }
 
-// freeLoopbackURLs reserves n loopback ports by binding and releasing them.
-func freeLoopbackURLs(n int) ([]url.URL, error) {
-	var out []url.URL
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, url.URL{Scheme: "http", Host: l.Addr().String()})
-	}
-	return out, nil
-}
-
 // startEtcd starts three members and waits until all of them serve clients.
 func startEtcd(ctx context.Context, dir string, t raftTimings) (*etcdCluster, error) {
 	const n = 3
-	urls, err := freeLoopbackURLs(2 * n)
+	addrs, err := benchkit.FreeLoopbackAddrs(2 * n)
 	if err != nil {
 		return nil, fmt.Errorf("peers: reserve ports: %w", err)
+	}
+	var urls []url.URL
+	for _, a := range addrs {
+		urls = append(urls, url.URL{Scheme: "http", Host: a})
 	}
 	peerURLs, clientURLs := urls[:n], urls[n:]
 	var initial []string

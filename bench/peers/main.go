@@ -24,7 +24,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -34,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/benchkit"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -130,17 +131,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// summary is the JSON line the benchmark prints; its first eight fields are
-// the ones `tenure bench failover --json` prints too.
+// summary is the JSON line the benchmark prints; its head is the one
+// `tenure bench failover --json` prints too.
 type summary struct {
-	Mode         string    `json:"mode"`
-	Profile      string    `json:"profile"`
-	Runs         int       `json:"runs"`
-	MinMs        float64   `json:"min_ms"`
-	P50Ms        float64   `json:"p50_ms"`
-	P99Ms        float64   `json:"p99_ms"`
-	MaxMs        float64   `json:"max_ms"`
-	Overlaps     int       `json:"overlaps"`
+	benchkit.FailoverSummary
 	TTLMs        int64     `json:"ttl_ms"`
 	GrantedTTLMs int64     `json:"granted_ttl_ms"`
 	TickMs       uint      `json:"heartbeat_ms"`
@@ -181,15 +175,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "peers: note: etcd with heartbeat %d ms / election %d ms grants at least %v; -ttl %v will be raised (try -tuned)\n",
 			o.timing.TickMs, o.timing.ElectionMs, min, o.ttl)
 	}
-	parent := o.dir
-	if parent == "" {
-		d, err := os.MkdirTemp("", "tenure-bench-peers-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		parent = d
+	parent, cleanup, err := benchkit.WorkDir(o.dir, "tenure-bench-peers-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	fmt.Fprintf(stderr, "starting 3 etcd members on loopback (heartbeat %d ms, election %d ms, data in %s)\n",
 		o.timing.TickMs, o.timing.ElectionMs, parent)
 	c, err := startEtcd(ctx, parent, o.timing)
@@ -211,8 +201,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	rng := rand.New(rand.NewPCG(o.seed, 0x7e4e))
 	s := summary{
-		Mode: o.mode, Profile: profileName(o), Runs: o.runs,
-		TTLMs: o.ttl.Milliseconds(), TickMs: o.timing.TickMs, ElectionMs: o.timing.ElectionMs, Seed: o.seed,
+		FailoverSummary: benchkit.FailoverSummary{Mode: o.mode, Profile: profileName(o), Runs: o.runs},
+		TTLMs:           o.ttl.Milliseconds(), TickMs: o.timing.TickMs, ElectionMs: o.timing.ElectionMs, Seed: o.seed,
 	}
 	fmt.Fprintf(stderr, "%s: %d runs, mode %s, seed %d\n", s.Profile, o.runs, o.mode, o.seed)
 	for i := range o.runs {
@@ -238,7 +228,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sorted := slices.Clone(s.SamplesMs)
 	slices.Sort(sorted)
 	s.MinMs, s.MaxMs = sorted[0], sorted[len(sorted)-1]
-	s.P50Ms, s.P99Ms = quantile(sorted, 0.50), quantile(sorted, 0.99)
+	s.P50Ms, s.P99Ms = benchkit.NearestRank(sorted, 0.50), benchkit.NearestRank(sorted, 0.99)
 	if o.json {
 		b, err := json.Marshal(s)
 		if err != nil {
@@ -257,15 +247,6 @@ func killWord(mode string) string {
 		return "resign"
 	}
 	return "kill -9"
-}
-
-// quantile is the nearest-rank quantile of sorted samples.
-func quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 type runSpec struct {

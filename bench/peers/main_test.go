@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/benchkit"
 )
 
 // TestMain lets the test binary act as the holder child when the smoke
@@ -75,12 +77,12 @@ func TestMinLeaseTTL(t *testing.T) {
 func TestQuantile(t *testing.T) {
 	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	for q, want := range map[float64]float64{0.5: 5, 0.99: 10, 0: 1, 1: 10} {
-		if got := quantile(s, q); got != want {
-			t.Errorf("quantile(%v) = %v, want %v", q, got, want)
+		if got := benchkit.NearestRank(s, q); got != want {
+			t.Errorf("benchkit.NearestRank(%v) = %v, want %v", q, got, want)
 		}
 	}
-	if quantile(nil, 0.5) != 0 {
-		t.Error("quantile(nil) != 0")
+	if benchkit.NearestRank(nil, 0.5) != 0 {
+		t.Error("benchkit.NearestRank(nil) != 0")
 	}
 }
 

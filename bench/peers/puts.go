@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/benchkit"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -57,7 +59,7 @@ func runPuts(ctx context.Context, o options, cli *clientv3.Client, stdout io.Wri
 		all := slices.Concat(lat...)
 		slices.Sort(all)
 		row := putsRow{Mode: "puts", Profile: profile, Proposers: n, Puts: done.Load(), Seconds: secs,
-			PutsPerSec: float64(done.Load()) / secs, P50Ms: quantile(all, 0.5), P99Ms: quantile(all, 0.99), Failed: failed.Load()}
+			PutsPerSec: float64(done.Load()) / secs, P50Ms: benchkit.NearestRank(all, 0.5), P99Ms: benchkit.NearestRank(all, 0.99), Failed: failed.Load()}
 		if o.json {
 			b, err := json.Marshal(row)
 			if err != nil {

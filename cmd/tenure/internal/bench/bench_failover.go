@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
+	"github.com/tenurehq/tenure/internal/benchkit"
 )
 
 func init() {
@@ -102,17 +103,10 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	return o, nil
 }
 
-// failoverSummary is `tenure bench failover --json`. The first eight fields
-// match bench/peers (etcd) so the two can be divided.
+// failoverSummary is `tenure bench failover --json`. Its head is
+// bench/peers's (etcd) so the two can be divided.
 type failoverSummary struct {
-	Mode     string  `json:"mode"`
-	Profile  string  `json:"profile"`
-	Runs     int     `json:"runs"`
-	MinMs    float64 `json:"min_ms"`
-	P50Ms    float64 `json:"p50_ms"`
-	P99Ms    float64 `json:"p99_ms"`
-	MaxMs    float64 `json:"max_ms"`
-	Overlaps int     `json:"overlaps"`
+	benchkit.FailoverSummary
 	// Measured is what min..max describe: "kill→acting" (crash, restart),
 	// "restart→acting" (restart with -down: the restarted agent's first
 	// tick on any shard) or "handoff gap" (drain: last tick of the old owner → first tick of
@@ -252,7 +246,7 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	progress("cluster settled; agents idle at %.0f MiB RSS, %.1f%% CPU each (median)", rss, cpu)
 
 	rng := rand.New(rand.NewPCG(o.seed, 0xfa11))
-	s := failoverSummary{Mode: o.mode, Profile: o.profile, Runs: o.runs, Nodes: o.nodes, Partitions: o.partitions,
+	s := failoverSummary{FailoverSummary: benchkit.FailoverSummary{Mode: o.mode, Profile: o.profile, Runs: o.runs}, Nodes: o.nodes, Partitions: o.partitions,
 		LeaseMs: o.lease.Milliseconds(), TickMs: float64(o.tick.Microseconds()) / 1000, TickSampleMs: float64(o.tickSample.Microseconds()) / 1000, AgentRSSMB: rss, AgentCPUPct: cpu, Seed: o.seed,
 		Fenced: o.fenced, FencedAfterMs: ms(o.fencedAfter), TLS: o.tls}
 	s.Measured = "kill→acting"
@@ -326,17 +320,17 @@ func runBenchFailover(ctx context.Context, m *Env, args []string) error {
 	s.Samples = len(sorted)
 	if len(sorted) > 0 {
 		s.MinMs, s.MaxMs = sorted[0], sorted[len(sorted)-1]
-		s.P50Ms, s.P99Ms = nearestRank(sorted, 0.5), nearestRank(sorted, 0.99)
+		s.P50Ms, s.P99Ms = benchkit.NearestRank(sorted, 0.5), benchkit.NearestRank(sorted, 0.99)
 	}
 	slices.Sort(commits)
-	s.CommitP50Ms, s.CommitP99Ms = nearestRank(commits, 0.5), nearestRank(commits, 0.99)
+	s.CommitP50Ms, s.CommitP99Ms = benchkit.NearestRank(commits, 0.5), benchkit.NearestRank(commits, 0.99)
 	slices.Sort(restarts)
-	s.RestartP50Ms = nearestRank(restarts, 0.5)
+	s.RestartP50Ms = benchkit.NearestRank(restarts, 0.5)
 	slices.Sort(leaderMs)
 	slices.Sort(otherMs)
-	s.LeaderKills, s.LeaderP50Ms, s.NonLeaderP50Ms = len(leaderMs), nearestRank(leaderMs, 0.5), nearestRank(otherMs, 0.5)
+	s.LeaderKills, s.LeaderP50Ms, s.NonLeaderP50Ms = len(leaderMs), benchkit.NearestRank(leaderMs, 0.5), benchkit.NearestRank(otherMs, 0.5)
 	slices.Sort(drainCalls)
-	s.DrainCallP50Ms = nearestRank(drainCalls, 0.5)
+	s.DrainCallP50Ms = benchkit.NearestRank(drainCalls, 0.5)
 	s.WitnessTicks, s.WitnessViolations = rec.check()
 	s.Phases = summarizePhases(phases)
 	if raftBefore != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/benchkit"
 )
 
 // foAgent is one agent process of the benchmark cluster.
@@ -51,28 +52,9 @@ type foCluster struct {
 	tlsDir string
 }
 
-func freeLoopbackAddrs(n int) ([]string, error) {
-	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
 func (c *foCluster) start(ctx context.Context) error {
 	c.client = http.Client{Timeout: 5 * time.Second}
-	addrs, err := freeLoopbackAddrs(3 * c.opts.nodes)
+	addrs, err := benchkit.FreeLoopbackAddrs(3 * c.opts.nodes)
 	if err != nil {
 		return err
 	}
@@ -346,7 +328,7 @@ func (c *foCluster) idleUsage(ctx context.Context, window time.Duration) (rssMB,
 	}
 	slices.Sort(rss)
 	slices.Sort(cpu)
-	return nearestRank(rss, 0.5), nearestRank(cpu, 0.5)
+	return benchkit.NearestRank(rss, 0.5), benchkit.NearestRank(cpu, 0.5)
 }
 
 // foStatus is the part of GET /v1/status the benchmark reads.

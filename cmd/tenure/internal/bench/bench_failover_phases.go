@@ -7,7 +7,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
+	"github.com/tenurehq/tenure/internal/benchkit"
 )
 
 // maxBurners bounds --burn.
@@ -69,9 +71,9 @@ func summarizePhases(ps []handoffPhases) *phaseSummary {
 	slices.Sort(r)
 	slices.Sort(a)
 	return &phaseSummary{Samples: len(ps),
-		CommitP50Ms: nearestRank(c, 0.5), CommitP99Ms: nearestRank(c, 0.99),
-		ReplicateP50Ms: nearestRank(r, 0.5), ReplicateP99Ms: nearestRank(r, 0.99),
-		ActP50Ms: nearestRank(a, 0.5), ActP99Ms: nearestRank(a, 0.99)}
+		CommitP50Ms: benchkit.NearestRank(c, 0.5), CommitP99Ms: benchkit.NearestRank(c, 0.99),
+		ReplicateP50Ms: benchkit.NearestRank(r, 0.5), ReplicateP99Ms: benchkit.NearestRank(r, 0.99),
+		ActP50Ms: benchkit.NearestRank(a, 0.5), ActP99Ms: benchkit.NearestRank(a, 0.99)}
 }
 
 // foMove is the part of GET /v1/moves the benchmark reads.
@@ -219,7 +221,7 @@ func (p *fsyncProbe) finish() (p50, p99 float64, n int) {
 	defer p.mu.Unlock()
 	s := slices.Clone(p.took)
 	slices.Sort(s)
-	return nearestRank(s, 0.5), nearestRank(s, 0.99), len(s)
+	return benchkit.NearestRank(s, 0.5), benchkit.NearestRank(s, 0.99), len(s)
 }
 
 // loadAverage returns the 1-minute load average (Linux /proc/loadavg; 0

@@ -1,25 +1,16 @@
 package bench
 
 import (
-	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"io"
-	"math"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 )
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// nearestRank is the nearest-rank quantile of sorted samples (0 if none).
-func nearestRank(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
 
 // foRecorder is the benchmark's witness: it stores every tick per shard.
 type foRecorder struct {

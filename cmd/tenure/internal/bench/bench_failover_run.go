@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
+	"github.com/tenurehq/tenure/internal/benchkit"
 )
 
 // foRunResult is one run's outcome.
@@ -202,7 +204,7 @@ func (c *foCluster) drainRun(ctx context.Context, rec *foRecorder, owner *foAgen
 	sorted := slices.Clone(gaps)
 	slices.Sort(sorted)
 	res.line = fmt.Sprintf("drain %s (%d shards): POST took %.0f ms; handoff gap max %.1f ms, p50 %.1f ms; overlapping shards %d",
-		owner.id, len(held), ms(res.drainCall), nearestRank(sorted, 1), nearestRank(sorted, 0.5), overlaps)
+		owner.id, len(held), ms(res.drainCall), benchkit.NearestRank(sorted, 1), benchkit.NearestRank(sorted, 0.5), overlaps)
 	if err := c.post(ctx, owner, "/v1/undrain"); err != nil {
 		return res, err
 	}

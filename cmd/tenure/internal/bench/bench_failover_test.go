@@ -1,11 +1,11 @@
 package bench
 
 import (
-	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/cmd/tenure/internal/s4check"
 	"github.com/tenurehq/tenure/node"
 )
 
@@ -97,13 +97,6 @@ func TestHandoffAnalysis(t *testing.T) {
 		if got := countViolations(tc.ts); got != tc.violations {
 			t.Errorf("%s: %d violations, want %d", tc.name, got, tc.violations)
 		}
-	}
-}
-
-func TestNearestRank(t *testing.T) {
-	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	if nearestRank(s, 0.5) != 5 || nearestRank(s, 0.99) != 10 || nearestRank(s, 0) != 1 || nearestRank(nil, 0.5) != 0 {
-		t.Error("nearestRank wrong")
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"io"
 	"maps"
 	"math"
@@ -14,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
+	"github.com/tenurehq/tenure/internal/benchkit"
 )
 
 func init() {
@@ -130,7 +132,7 @@ func runBenchIdle(ctx context.Context, m *Env, args []string) error {
 	if len(p50s) > 0 {
 		slices.Sort(p50s)
 		slices.Sort(p99s)
-		s.RenewP50Ms = nearestRank(p50s, 0.5)
+		s.RenewP50Ms = benchkit.NearestRank(p50s, 0.5)
 		s.RenewP99Ms = p99s[len(p99s)-1]
 	}
 	if o.json {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tenurehq/tenure/cluster/commit"
 	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
+	"github.com/tenurehq/tenure/internal/benchkit"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ledger/raftstore"
 )
@@ -77,15 +78,11 @@ func runBenchLedger(ctx context.Context, m *Env, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	parent := *dir
-	if parent == "" {
-		d, err := os.MkdirTemp("", "tenure-bench-ledger-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		parent = d
+	parent, cleanup, err := benchkit.WorkDir(*dir, "tenure-bench-ledger-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	c, err := startBenchCluster(ctx, parent)
 	if err != nil {
 		return err

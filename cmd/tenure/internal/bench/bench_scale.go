@@ -11,6 +11,7 @@ import (
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/cmd/tenure/internal/cli"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/member"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -249,7 +250,7 @@ func (s *scaleSim) step() error {
 		n := s.nodes[id]
 		m := ownership.Member{ID: id, Incarnation: n.inc, Health: 1, Draining: n.draining}
 		if n.dead {
-			m.State = ownership.GossipDead
+			m.State = member.Dead
 		}
 		members = append(members, m)
 	}

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/benchkit"
 )
 
 // `tenure bench scale --real`: N real agent processes on this machine — a
@@ -194,7 +196,7 @@ const stopGrace = 15 * time.Second
 // layout gives the cluster its o.nodes agents, voters first, each with
 // three free loopback ports (gossip, raft, HTTP); none is started.
 func (c *realCluster) layout() error {
-	addrs, err := freeLoopbackAddrs(3 * c.o.nodes)
+	addrs, err := benchkit.FreeLoopbackAddrs(3 * c.o.nodes)
 	if err != nil {
 		return err
 	}
@@ -547,7 +549,7 @@ func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
 	for _, v := range [][]float64{mrss, manon, mfile} {
 		slices.Sort(v)
 	}
-	res.MemberRSSMedianMB, res.MemberRSSAnonMedianMB, res.MemberRSSFileMedianMB = nearestRank(mrss, 0.5), nearestRank(manon, 0.5), nearestRank(mfile, 0.5)
+	res.MemberRSSMedianMB, res.MemberRSSAnonMedianMB, res.MemberRSSFileMedianMB = benchkit.NearestRank(mrss, 0.5), benchkit.NearestRank(manon, 0.5), benchkit.NearestRank(mfile, 0.5)
 	if err := c.get(ctx, v, "/v1/status", &st1); err != nil {
 		return err
 	}
@@ -561,8 +563,8 @@ func (c *realCluster) idle(ctx context.Context, res *realScaleResult) error {
 	}
 	slices.Sort(rss)
 	slices.Sort(cpu)
-	res.RSSMedianMB, res.RSSMaxMB = nearestRank(rss, 0.5), rss[len(rss)-1]
-	res.CPUMedianPct, res.CPUMaxPct = nearestRank(cpu, 0.5), cpu[len(cpu)-1]
+	res.RSSMedianMB, res.RSSMaxMB = benchkit.NearestRank(rss, 0.5), rss[len(rss)-1]
+	res.CPUMedianPct, res.CPUMaxPct = benchkit.NearestRank(cpu, 0.5), cpu[len(cpu)-1]
 	return nil
 }
 
