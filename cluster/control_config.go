@@ -93,6 +93,10 @@ type ControlConfig struct {
 	// ctx ends; the bytes travel back as they are. Calls may be
 	// concurrent.
 	Words func(ctx context.Context, node string) ([]byte, error)
+	// NoWords, if set, is what Words returns when it relays nothing: such
+	// an answer goes back without the confirm round (there is no bound to
+	// protect), which is most of an idle member's long poll.
+	NoWords []byte
 	// OwnerWord, if set, offers Control.OwnerWord (cluster version 6, the
 	// handoff on the old owner's word; ControlGroup.SendOwnerWord): the
 	// leader calls it with each old owner's word it receives — cmd is

@@ -92,7 +92,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		cc.RenewRefusals = renewRefusals
 	}
 	if d.words != nil {
-		cc.Words = d.words
+		cc.Words, cc.NoWords = d.words, noWords
 	}
 	if d.ownerWord != nil {
 		cc.OwnerWord = d.ownerWord

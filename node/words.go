@@ -224,8 +224,14 @@ func (b *netBackend) serveWords(ctx context.Context, node string) ([]byte, error
 	if len(tfs) > 0 {
 		b.debug("words: answering an ask", "node", node, "held", len(tfs), "words", len(words), "waited", now.Sub(start))
 	}
+	if len(words) == 0 {
+		return noWords, nil // answered without a confirm round (cluster.ControlConfig.NoWords)
+	}
 	return json.Marshal(words)
 }
+
+// noWords is serveWords' answer that relays nothing.
+var noWords = []byte("[]")
 
 // askWords sends one ask for words the agent wants and steps the answer
 // in.
