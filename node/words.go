@@ -250,6 +250,7 @@ func (b *netBackend) askWords(ask ownership.WordAsk) {
 		words = words[:ownership.MaxHeldWords]
 	}
 	if err != nil {
+		b.debug("words: ask failed", "err", err, "asked", time.Since(start))
 		// Back off a little (the agent retries after RenewEvery/4).
 		b.step(time.Now(), ownership.WordOutcome{Token: ask.Token, Err: err})
 		return
