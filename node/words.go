@@ -136,7 +136,8 @@ func (b *netBackend) ownerWord(p cluster.Peer, authenticated bool, cmd []byte) {
 // would let its target act while the owner still does: the move goes by
 // the commit.
 func relayable(p cluster.Peer, authenticated bool, tf ledger.Transfer) bool {
-	return (authenticated || mutation.On(mutation.WordsUnauthenticated)) && !p.IsOperator() && p.ID == tf.From
+	return (authenticated || mutation.On(mutation.WordsUnauthenticated)) && !p.IsOperator() &&
+		(p.ID == tf.From || mutation.On(mutation.WordFromAnyone))
 }
 
 // keepWord keeps tf for its target when the leader's replica shows the
