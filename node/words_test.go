@@ -13,7 +13,7 @@ import (
 // TestHandoffOnWord: three real TLS nodes that opt in to the unreleased
 // cluster version 6 (speakMax, as $TENURE_UNRELEASED_VERSION does)
 // finalize it, and a drain hands shards over on the old owner's word:
-// its Transfers reach the leader (forwarded over the RPC port, or the
+// its word reaches the leader (Control.OwnerWord over the RPC port, or the
 // leader's own), the targets' asks (Control.Words) carry them, and the
 // targets start acting before the Transfers apply (wordStarts). Every
 // shard then has a committed owner other than the drained node.
@@ -80,7 +80,7 @@ func TestHandoffOnWord(t *testing.T) {
 	t.Logf("%d starts on a word", starts)
 }
 
-// TestRelayableNeedsProof: the leader relays a forwarded Transfer as its
+// TestRelayableNeedsProof: the leader relays a told Transfer as its
 // From's word only when an authenticated connection proved the sender is
 // that From; without TLS (nothing proven) it never does.
 func TestRelayableNeedsProof(t *testing.T) {

@@ -251,7 +251,7 @@ const (
 	// TransferPastTarget: the FSM accepts a Transfer of a shard revoked
 	// toward T to another node, which gets e+1, the token T may have used.
 	TransferPastTarget
-	// WordsUnauthenticated: the leader relays a forwarded Transfer and
+	// WordsUnauthenticated: the leader relays a told Transfer and
 	// serves words over a connection nothing authenticated.
 	WordsUnauthenticated
 	// WordFromAnyone: the leader relays a Transfer told to it (Control.
