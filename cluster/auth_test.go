@@ -82,7 +82,7 @@ func testAuthorize(p Peer, cmd []byte) error {
 
 // newSecureHarness runs control-group nodes over loopback TCP with mutual
 // TLS, authentication and testAuthorize.
-func newSecureHarness(t *testing.T, p *testPKI) *harness {
+func newSecureHarness(t testing.TB, p *testPKI) *harness {
 	h := newTCPHarness(t)
 	h.cfg = func(c *ControlConfig) {
 		r := p.reloader(certs.Identity{Name: c.NodeID, Role: certs.RoleNode})

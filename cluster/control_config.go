@@ -95,11 +95,19 @@ type ControlConfig struct {
 	// ctx ends; the bytes travel back as they are. Calls may be
 	// concurrent.
 	Words func(ctx context.Context, node string) ([]byte, error)
-	// Forwarded, if set, sees every command forwarded to this node as
-	// leader (Control.Apply) that passed Authorize, before it is proposed,
-	// with the peer proven by Authenticate (authenticated false: nothing
-	// is proven, an insecure cluster). It must not block.
-	Forwarded func(p Peer, authenticated bool, cmd []byte)
+	// NoWords, if set, is what Words returns when it relays nothing: such
+	// an answer goes back without the confirm round (there is no bound to
+	// protect), which is most of an idle member's long poll.
+	NoWords []byte
+	// OwnerWord, if set, offers Control.OwnerWord (cluster version 6, the
+	// handoff on the old owner's word; ControlGroup.SendOwnerWord): the
+	// leader calls it with each old owner's word it receives — cmd is
+	// what the sender passed, its Transfers — and the peer proven by
+	// Authenticate (authenticated false: nothing is proven, an insecure
+	// cluster). It must not block. Forwarded commands (Control.Apply) are
+	// not shown to it: the word travels on its own, ahead of the commit
+	// (and the leader decodes a forwarded command once less).
+	OwnerWord func(p Peer, authenticated bool, cmd []byte)
 	// RenewRefusals names the errors Renew may return that the renewing
 	// node must tell apart (stale incarnation, expiring, ...): such an
 	// error crosses the wire by its name and comes back from

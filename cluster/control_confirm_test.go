@@ -545,3 +545,58 @@ func TestWordsNeedAuthentication(t *testing.T) {
 		}
 	})
 }
+
+// An old owner's word reaches the leader's OwnerWord hook on its own, with
+// the sender as its peer (unauthenticated here: judging that is the hook's
+// part); a leader sends none to itself, and a node without the hook
+// answers unsupported.
+func TestOwnerWordReachesLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemHarness(t, 15)
+		type told struct {
+			at, from string
+			auth     bool
+			cmd      string
+		}
+		var mu sync.Mutex
+		var got []told
+		h.cfg = func(c *ControlConfig) {
+			c.BootstrapExpect, c.MaxVoters = 3, 3
+			id := c.NodeID
+			c.OwnerWord = func(p Peer, authenticated bool, cmd []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, told{id, p.ID, authenticated, string(cmd)})
+			}
+		}
+		for i := 1; i <= 3; i++ {
+			h.start(fmt.Sprintf("n%d", i))
+		}
+		defer h.closeAll()
+		h.waitConfig(10*time.Second, "n1:V n2:V n3:V")
+		l := h.waitLeader(10 * time.Second)
+		var f *testNode
+		for _, n := range h.running() {
+			if n != l {
+				f = n
+				break
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.g.SendOwnerWord(ctx, []byte("word")); err != nil {
+			t.Fatalf("SendOwnerWord from a follower: %v", err)
+		}
+		if err := l.g.SendOwnerWord(ctx, []byte("own")); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("SendOwnerWord on the leader = %v; want ErrNotLeader (its own words do not cross the port)", err)
+		}
+		if err := f.g.SendOwnerWord(ctx, nil); err == nil {
+			t.Fatal("an empty word was taken")
+		}
+		mu.Lock()
+		if len(got) != 1 || got[0] != (told{at: l.id, from: "", auth: false, cmd: "word"}) {
+			t.Errorf("the hook saw %+v; want one word at the leader %s, unauthenticated", got, l.id)
+		}
+		mu.Unlock()
+	})
+}

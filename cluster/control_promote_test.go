@@ -9,6 +9,8 @@ import (
 	"time"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
+
+	"github.com/tenurehq/tenure/cluster/gossip"
 )
 
 // dispatchHold is a go-metrics sink that, once armed, holds the raft leader
@@ -81,7 +83,7 @@ func TestPromotionAckRace(t *testing.T) {
 			}
 		}
 		h.stop(victim)
-		h.gossip.state(victim, StateDead, EventFailed)
+		h.gossip.state(victim, StateDead, gossip.EventFailed)
 		time.Sleep(timeout / 2)
 		h.waitConfig(10*time.Second, "n1:V n2:V n3:V n4:N")
 		// The slow voter answers after the hold; the non-voter at once.

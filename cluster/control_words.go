@@ -1,16 +1,20 @@
 package cluster
 
 // Words: the handoff on the old owner's word (cluster version 6,
-// ownership/word.go). The old owner's forwarded Transfer reaches the
-// leader over this port, where the sender's certificate is proven
-// (ControlConfig.Forwarded sees it after Authorize); the target asks the
-// leader for the words relayed to it with Control.Words, a long poll the
-// leader answers as soon as it holds one (ControlConfig.Words).
+// ownership/word.go). The old owner tells the leader its word — its
+// Transfers — over this port with Control.OwnerWord, where the sender's
+// certificate is proven (ControlConfig.OwnerWord), at once and beside the
+// Transfer's commit (which may wait behind the sender's in-flight entry);
+// the target asks the leader for the words relayed to it with
+// Control.Words, a long poll the leader answers as soon as it holds one
+// (ControlConfig.Words).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 	"github.com/tenurehq/tenure/internal/mutation"
@@ -69,6 +73,9 @@ func (g *ControlGroup) wordsLocal(ctx context.Context, node string) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
+	if g.cfg.NoWords != nil && bytes.Equal(data, g.cfg.NoWords) {
+		return data, nil // nothing relayed, no bound to confirm
+	}
 	// The words' bounds were read (cfg.Words read the time and the
 	// replica) before this round starts: a leader deposed by then does not
 	// confirm, and its words are dropped (the target falls back to the
@@ -76,8 +83,12 @@ func (g *ControlGroup) wordsLocal(ctx context.Context, node string) ([]byte, err
 	if mutation.On(mutation.WordsSkipConfirm) {
 		return data, nil
 	}
+	start := time.Now()
 	if err := g.ConfirmLeadership(ctx); err != nil {
 		return nil, err
+	}
+	if len(data) > 2 {
+		g.log.Debug("cluster: words confirmed", "node", node, "confirm", time.Since(start))
 	}
 	return data, nil
 }
@@ -115,6 +126,62 @@ func (s *controlRPC) Words(args *wire.WordsArgs, reply *wire.WordsReply) error {
 		reply.Code, reply.Msg = wire.CodeUnsupported, err.Error()
 	default:
 		reply.Code, reply.Msg = codeOf(err), err.Error()
+	}
+	return nil
+}
+
+// SendOwnerWord tells the current leader this node's word: cmd holds
+// Transfers this node proposes (ControlConfig.OwnerWord there). It does
+// not wait for anything but the leader's receipt; ErrNotLeader when this
+// node leads (its own words do not cross the port) or the leader changed,
+// ErrWordsUnsupported when the leader does not take words.
+func (g *ControlGroup) SendOwnerWord(ctx context.Context, cmd []byte) error {
+	if g.isClosing() {
+		return ErrControlClosed
+	}
+	id, addr := g.Leader()
+	switch {
+	case addr == "":
+		return ErrNoLeader
+	case id == g.cfg.NodeID:
+		return ErrNotLeader
+	}
+	args := wire.OwnerWordArgs{Cmd: cmd}
+	var reply wire.OwnerWordReply
+	cctx, cancel := g.whileLeader(ctx, addr)
+	defer cancel()
+	if err := g.pool.call(cctx, addr, "Control.OwnerWord", &args, &reply); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: telling %s a word: %w", ErrTimeout, addr, ctx.Err())
+		}
+		return fmt.Errorf("%w: telling %s a word: %v", ErrNotLeader, addr, err)
+	}
+	switch reply.Code {
+	case wire.CodeOK:
+		return nil
+	case wire.CodeUnsupported:
+		return fmt.Errorf("%w: %s: %s", ErrWordsUnsupported, addr, reply.Msg)
+	case wire.CodeNotLeader, wire.CodeClosed:
+		return fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, reply.Msg)
+	}
+	return fmt.Errorf("cluster: telling %s a word: %s", addr, reply.Msg)
+}
+
+// OwnerWord takes an old owner's word on the leader; whose word it may be
+// is ControlConfig.OwnerWord's to judge from the proven peer.
+func (s *controlRPC) OwnerWord(args *wire.OwnerWordArgs, reply *wire.OwnerWordReply) error {
+	g := s.g
+	switch {
+	case args == nil || len(args.Cmd) == 0:
+		reply.Code, reply.Msg = wire.CodeBadRequest, "bad word"
+	case g.cfg.OwnerWord == nil:
+		reply.Code, reply.Msg = wire.CodeUnsupported, "this node takes no words"
+	case g.isClosing():
+		reply.Code, reply.Msg = wire.CodeClosed, "closing"
+	case !g.isRaftLeader():
+		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
+	default:
+		g.cfg.OwnerWord(s.peer, s.authenticated, args.Cmd)
 	}
 	return nil
 }

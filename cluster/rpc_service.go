@@ -185,9 +185,6 @@ func (s *controlRPC) Apply(args *wire.ApplyArgs, reply *wire.ApplyReply) error {
 		}
 		return nil
 	}
-	if g.cfg.Forwarded != nil {
-		g.cfg.Forwarded(s.peer, s.authenticated, args.Cmd)
-	}
 	res, err := g.applyLocal(ctx, args.Cmd)
 	reply.Index, reply.Response = res.Index, res.Response
 	reply.Code = codeOf(err)

@@ -92,10 +92,10 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 		cc.RenewRefusals = renewRefusals
 	}
 	if d.words != nil {
-		cc.Words = d.words
+		cc.Words, cc.NoWords = d.words, noWords
 	}
-	if d.forwarded != nil {
-		cc.Forwarded = d.forwarded
+	if d.ownerWord != nil {
+		cc.OwnerWord = d.ownerWord
 	}
 	var tune controlTuning
 	tuneControl(&tune)
@@ -220,6 +220,10 @@ func (c *clusterControl) Renew(ctx context.Context, node string, inc, liveness u
 
 func (c *clusterControl) Words(ctx context.Context, node string) ([]byte, error) {
 	return c.g.Words(ctx, node)
+}
+
+func (c *clusterControl) SendOwnerWord(ctx context.Context, cmd []byte) error {
+	return c.g.SendOwnerWord(ctx, cmd)
 }
 
 func (c *clusterControl) ReadIndex(ctx context.Context) (uint64, error) {

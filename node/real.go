@@ -59,6 +59,9 @@ type controlPlane interface {
 	// Words asks the leader for the words relayed to node (cluster version
 	// 6, cluster.ControlGroup.Words).
 	Words(ctx context.Context, node string) ([]byte, error)
+	// SendOwnerWord tells the leader this node's word, cmd its Transfers
+	// (cluster version 6, cluster.ControlGroup.SendOwnerWord).
+	SendOwnerWord(ctx context.Context, cmd []byte) error
 	// EstablishBound is the new leader's bound from the voters' confirm
 	// records (cluster.ControlGroup.EstablishBound): now when unsure.
 	EstablishBound(ctx context.Context, now time.Time) time.Time
@@ -78,10 +81,10 @@ type controlDeps struct {
 	// renew judges a renewal this node received as leader
 	// (netBackend.serveRenew): the record is the node's in this replica.
 	renew func(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error)
-	// words and forwarded: the handoff on a word (cluster version 6,
+	// words and ownerWord: the handoff on a word (cluster version 6,
 	// words.go), as the leader.
 	words     func(ctx context.Context, node string) ([]byte, error)
-	forwarded func(p cluster.Peer, authenticated bool, cmd []byte)
+	ownerWord func(p cluster.Peer, authenticated bool, cmd []byte)
 	// joined is closed once the node's first join of its seeds has ended
 	// (cluster.ControlConfig.BootstrapGate).
 	joined <-chan struct{}
@@ -292,7 +295,7 @@ func (b *netBackend) startControl(ctx context.Context, meta cluster.Meta, cleanu
 	cfg := b.cfg
 	joined := make(chan struct{})
 	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing, joined: joined,
-		renew: b.serveRenew, words: b.serveWords, forwarded: b.forwarded})
+		renew: b.serveRenew, words: b.serveWords, ownerWord: b.ownerWord})
 	if err != nil {
 		return err
 	}

@@ -176,6 +176,7 @@ func (b *netBackend) countStarts(changes []ownership.Change) {
 			on = "word"
 			b.wordStarts.Add(1)
 		}
+		b.debug("shard: start", "shard", c.Shard, "epoch", c.Epoch, "on", on)
 		gometrics.IncrCounterWithLabels([]string{"shard", "starts"}, 1, []gometrics.Label{{Name: "on", Value: on}})
 	}
 }
@@ -267,7 +268,14 @@ func (b *netBackend) renew(ask ownership.RenewAsk) {
 func (b *netBackend) proposeAll(cmds []ledger.Command) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timing.Lease)
 	defer cancel()
-	b.relayOwn(cmds)
+	b.tellWords(cmds)
+	if b.cfg.Logger != nil {
+		for _, c := range cmds {
+			for _, tf := range transfersOf(c, nil) {
+				b.debug("words: Transfer proposed", "shard", tf.Shard, "epoch", tf.Epoch, "to", tf.To)
+			}
+		}
+	}
 	res, errs := b.batcher.ApplyAll(ctx, cmds)
 	var last uint64
 	for i := range cmds {

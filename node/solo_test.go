@@ -133,6 +133,8 @@ func (c *soloControl) Words(context.Context, string) ([]byte, error) {
 	return nil, cluster.ErrWordsUnsupported
 }
 
+func (c *soloControl) SendOwnerWord(context.Context, []byte) error { return cluster.ErrNotLeader }
+
 func (c *soloControl) Voters() []string { return []string{c.id} }
 func (c *soloControl) Addr() string     { return "" }
 

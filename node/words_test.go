@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +13,8 @@ import (
 
 // TestHandoffOnWord: three real TLS nodes of this binary finalize cluster
 // version 6 on their own (nothing to opt in to), and a drain hands shards
-// over on the old owner's word: its Transfers reach the leader (forwarded
-// over the RPC port, or the leader's own), the targets' asks
+// over on the old owner's word: its word reaches the leader
+// (Control.OwnerWord over the RPC port, or the leader's own), the targets' asks
 // (Control.Words) carry them, and the targets start acting before the
 // Transfers apply (wordStarts). Every shard then has a committed owner
 // other than the drained node.
@@ -148,7 +150,7 @@ func waitOwnedAway(t *testing.T, tc *testCluster, victim *Node) {
 	}
 }
 
-// TestRelayableNeedsProof: the leader relays a forwarded Transfer as its
+// TestRelayableNeedsProof: the leader relays a told Transfer as its
 // From's word only when an authenticated connection proved the sender is
 // that From; without TLS (nothing proven) it never does.
 func TestRelayableNeedsProof(t *testing.T) {
@@ -167,6 +169,221 @@ func TestRelayableNeedsProof(t *testing.T) {
 	} {
 		if got := relayable(c.p, c.auth, tf); got != c.want {
 			t.Errorf("%s: relayable = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestRevokeInFlight: three real TLS nodes at cluster version 6; a node
+// is drained and, as soon as its replica shows one of its shards revoked
+// toward a target (the Revoke just applied; the old owner's word and
+// Transfer may be on their way), its application resigns that shard, or
+// the node is killed, or the control-group leader is killed. A sampler
+// reads every live node's acting set twice in a row (node i acting at both
+// of its reads spans node j's read in between) and finds no shard acting
+// on two nodes at once (S1); the shard ends owned by a live node other
+// than the old owner at a later epoch, as every live replica shows.
+func TestRevokeInFlight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real nodes")
+	}
+	for _, action := range []string{"resign", "kill-owner", "kill-leader"} {
+		t.Run(action, func(t *testing.T) {
+			ca, cert, key := tlsFiles(t, t.TempDir(), "n1", "n2", "n3")
+			tc := newCluster(t, 3, func(_ int, c *Config) {
+				c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile = ca, cert[c.NodeID], key[c.NodeID]
+			})
+			ctx := tc.ctx()
+			for _, n := range tc.nodes {
+				be := n.be.(*netBackend)
+				if !waitTrue(ctx, func() bool { return be.fsm.State().VersionActive(ledger.VersionHandoffWords) }) {
+					t.Fatalf("%s never ran version 6", n.ID())
+				}
+			}
+			// The victim: a node that is not the control-group leader and
+			// owns shards.
+			var victim, leader *Node
+			if !waitTrue(ctx, func() bool {
+				lid := tc.nodes[0].be.(*netBackend).ctl.Leader()
+				victim, leader = nil, nil
+				for _, n := range tc.nodes {
+					switch {
+					case n.ID() == lid:
+						leader = n
+					case victim == nil && len(n.Owned()) > 0:
+						victim = n
+					}
+				}
+				return leader != nil && victim != nil
+			}) {
+				t.Fatal("test premise: no leader, or no other node owning shards")
+			}
+			var mu sync.Mutex
+			dead := map[*Node]bool{}
+			var overlaps []string
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				acting := func(n *Node) map[uint32]uint64 {
+					m := map[uint32]uint64{}
+					for _, tok := range n.Owned() {
+						m[tok.Shard] = tok.Epoch
+					}
+					return m
+				}
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					mu.Lock()
+					var live []*Node
+					for _, n := range tc.nodes {
+						if !dead[n] {
+							live = append(live, n)
+						}
+					}
+					mu.Unlock()
+					first, second := make([]map[uint32]uint64, len(live)), make([]map[uint32]uint64, len(live))
+					for i, n := range live {
+						first[i] = acting(n)
+					}
+					for i, n := range live {
+						second[i] = acting(n)
+					}
+					ids := make([]string, len(live))
+					for i, n := range live {
+						ids[i] = n.ID()
+					}
+					overlaps = append(overlaps, spanOverlaps(ids, first, second)...)
+					time.Sleep(200 * time.Microsecond)
+				}
+			}()
+			// The victim's replica tells when a Revoke of one of its shards
+			// toward a target applies (the hook runs on its apply goroutine).
+			vb := victim.be.(*netBackend)
+			revoked := make(chan ledger.Revoke, 1)
+			vb.fsm.OnApply(func(_ uint64, c ledger.Command, r ledger.Result) {
+				if rv, ok := c.(ledger.Revoke); ok && r.Err == nil && rv.Target != "" {
+					select {
+					case revoked <- rv:
+					default:
+					}
+				}
+			})
+			drained := make(chan error, 1)
+			go func() { drained <- victim.Drain(ctx) }()
+			var rec ledger.ShardRecord
+			select {
+			case rv := <-revoked:
+				rec = ledger.ShardRecord{Shard: rv.Shard, Epoch: rv.Epoch, Owner: victim.ID(), Target: rv.Target}
+			case <-ctx.Done():
+				t.Fatal("no shard of the drained node was revoked toward a target")
+			}
+			switch action {
+			case "resign":
+				vb.resigned(rec.Shard, rec.Epoch)
+				if err := vb.resign(ctx, rec.Shard, rec.Epoch); err != nil {
+					t.Errorf("resign of shard %d at epoch %d while its Revoke toward %s applied: %v", rec.Shard, rec.Epoch, rec.Target, err)
+				}
+			case "kill-owner":
+				mu.Lock()
+				dead[victim] = true
+				mu.Unlock()
+				victim.kill()
+			case "kill-leader":
+				mu.Lock()
+				dead[leader] = true
+				mu.Unlock()
+				leader.kill()
+			}
+			var live []*Node
+			for _, n := range tc.nodes {
+				if !dead[n] {
+					live = append(live, n)
+				}
+			}
+			moved := func() bool {
+				for _, n := range live {
+					r, _ := n.be.(*netBackend).fsm.State().Shard(rec.Shard)
+					if r.State != ledger.ShardOwned || r.Epoch <= rec.Epoch || r.Owner == victim.ID() || dead[tc.byID(r.Owner)] {
+						return false
+					}
+				}
+				return true
+			}
+			if !waitTrue(ctx, moved) {
+				r, _ := live[0].be.(*netBackend).fsm.State().Shard(rec.Shard)
+				t.Fatalf("shard %d revoked from %s at epoch %d never moved on to a live node: %+v", rec.Shard, victim.ID(), rec.Epoch, r)
+			}
+			if action != "kill-owner" {
+				<-drained
+			}
+			close(stop)
+			<-sampled
+			if len(overlaps) > 0 {
+				t.Fatalf("%d overlapping samples (S1), first: %s", len(overlaps), overlaps[0])
+			}
+			t.Logf("shard %d: revoked from %s toward %s at epoch %d, %s while the Revoke applied; moved on without an overlap",
+				rec.Shard, victim.ID(), rec.Target, rec.Epoch, action)
+		})
+	}
+}
+
+// spanOverlaps finds the shards two nodes acted on at once in two passes
+// over the nodes' acting sets (shard → epoch), read in order, ids[i]'s
+// sets first[i] then second[i]: node i acting at the same epoch at both
+// of its reads acted all along between them, when node j was read — j's
+// first read if i < j, its second if i > j.
+func spanOverlaps(ids []string, first, second []map[uint32]uint64) []string {
+	var out []string
+	for i := range ids {
+		for j := range ids {
+			if i == j {
+				continue
+			}
+			mid := first[j]
+			if i > j {
+				mid = second[j]
+			}
+			for s, e := range first[i] {
+				if e2, ok := second[i][s]; ok && e2 == e {
+					if ej, ok := mid[s]; ok {
+						out = append(out, fmt.Sprintf("shard %d: %s at epoch %d and %s at epoch %d", s, ids[i], e, ids[j], ej))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestSpanOverlaps: the sampler of TestRevokeInFlight finds an overlap
+// only when one node's two reads span the other's.
+func TestSpanOverlaps(t *testing.T) {
+	ids := []string{"a", "b"}
+	m := func(kv ...uint64) map[uint32]uint64 {
+		out := map[uint32]uint64{}
+		for i := 0; i < len(kv); i += 2 {
+			out[uint32(kv[i])] = kv[i+1]
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name          string
+		first, second []map[uint32]uint64
+		want          int
+	}{
+		{"a spans b's first read", []map[uint32]uint64{m(1, 3), m(1, 4)}, []map[uint32]uint64{m(1, 3), m()}, 1},
+		{"b spans a's second read", []map[uint32]uint64{m(), m(1, 4)}, []map[uint32]uint64{m(1, 3), m(1, 4)}, 1},
+		{"a handed over between b's reads", []map[uint32]uint64{m(1, 3), m()}, []map[uint32]uint64{m(), m(1, 4)}, 0},
+		{"a stopped, b started after", []map[uint32]uint64{m(1, 3), m()}, []map[uint32]uint64{m(), m()}, 0},
+		{"a's epoch moved", []map[uint32]uint64{m(1, 3), m(1, 4)}, []map[uint32]uint64{m(1, 5), m()}, 0},
+		{"other shards", []map[uint32]uint64{m(1, 3), m(2, 4)}, []map[uint32]uint64{m(1, 3), m(2, 4)}, 0},
+	} {
+		if got := spanOverlaps(ids, c.first, c.second); len(got) != c.want {
+			t.Errorf("%s: %d overlaps %v, want %d", c.name, len(got), got, c.want)
 		}
 	}
 }

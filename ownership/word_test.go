@@ -278,3 +278,57 @@ func TestWordValidClamped(t *testing.T) {
 		t.Fatalf("Valid %v: acts until %v, want before %v", w.Valid, got.Sub(asked), want.Sub(asked))
 	}
 }
+
+// TestWordValidSeesUnobservedRevoke: a word told before the planner's next
+// round observed its Revoke (the old owner was faster than the round) is
+// valid for the whole takeover wait from then, and that wait — not an
+// earlier one — is what the planner's own takeover grant then waits out.
+func TestWordValidSeesUnobservedRevoke(t *testing.T) {
+	cfg := TestConfig()
+	cfg.Ring.Partitions = 2
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := ledger.VersionHandoffWords
+	members := []Member{{ID: "n1", Incarnation: 1, State: member.Alive, Health: 1}, {ID: "n2", Incarnation: 1, State: member.Alive, Health: 1}}
+	nodes := []ledger.NodeRecord{{ID: "n1", Incarnation: 1, Liveness: 1, Seq: 5, MaxVersion: v}, {ID: "n2", Incarnation: 1, Liveness: 1, Seq: 5, MaxVersion: v}}
+	owned := []ledger.ShardRecord{
+		{Shard: 0, Epoch: 1, Owner: "n1", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned},
+		{Shard: 1, Epoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned},
+	}
+	in := Input{Members: members, Nodes: nodes, Shards: owned, Cluster: ledger.ClusterInfo{Name: "c", Partitions: 2, Version: v}}
+	p.Establish(t0, in, t0)
+	if _, err := p.Plan(t0, in); err != nil {
+		t.Fatal(err)
+	}
+	revoking := ledger.ShardRecord{Shard: 0, Epoch: 1, Owner: "n1", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardRevoking, Target: "n2"}
+	told := t0.Add(50 * time.Millisecond)
+	d, ok := p.WordValid(told, revoking, "n1", "n2")
+	if want := cfg.TakeoverAfter(); !ok || d != want {
+		t.Fatalf("WordValid of an unobserved Revoke = %v %v, want %v true", d, ok, want)
+	}
+	if d, ok := p.WordValid(told.Add(time.Millisecond), revoking, "n1", "n2"); !ok || d != cfg.TakeoverAfter()-time.Millisecond {
+		t.Fatalf("WordValid 1 ms later = %v %v: the Revoke's seen time moved", d, ok)
+	}
+	// The owner restarts (its ownership is invalid): the planner still
+	// waits the takeover wait counted from the word's reading.
+	nodes[0].Incarnation, members[0].Incarnation = 2, 2
+	in2 := in
+	in2.Shards = []ledger.ShardRecord{revoking, owned[1]}
+	grantedAt := func(now time.Time) bool {
+		cmds, err := p.Plan(now, in2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			if g, ok := c.(ledger.Grant); ok && g.Shard == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	if grantedAt(told.Add(cfg.TakeoverAfter() - time.Millisecond)) {
+		t.Fatal("the shard was granted elsewhere before the takeover wait counted from the word's bound")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ownership"
 )
 
@@ -49,11 +50,31 @@ const (
 	// non-voter together: the old leader, deposed, keeps receiving that
 	// node's renewals while the other voters elect a new one.
 	CutVoters
+	// DuringRevoke arms the node: when a leader next proposes a Revoke
+	// toward a target of a shard the node owns, then — while that Revoke is
+	// in flight, before the node can hand the shard over — the node
+	// resigns the shard (Value 0: the application resigns, a Release;
+	// Dur > 0 resigns Dur later instead, when the old owner may have told
+	// its word), crashes for Dur (Value 1), or the proposing leader
+	// crashes for Dur (Value 2: a leader change). Never drawn by
+	// GenerateFaults.
+	DuringRevoke
 	numFaultKinds
 )
 
+// numRandomFaultKinds bounds the kinds GenerateFaults draws (the kinds
+// after it are scenario faults; adding them keeps every seed's faults).
+const numRandomFaultKinds = CutVoters + 1
+
+// What a DuringRevoke fault does (its Value).
+const (
+	RevokeResign      = 0
+	RevokeCrashOwner  = 1
+	RevokeCrashLeader = 2
+)
+
 var faultNames = [...]string{"", "crash", "crash-same-inc", "pause", "isolate", "one-way", "clock-rate",
-	"clock-jump", "drain", "health", "suspect", "slow-apply", "join", "pause-in-flight", "cut-voters"}
+	"clock-jump", "drain", "health", "suspect", "slow-apply", "join", "pause-in-flight", "cut-voters", "during-revoke"}
 
 // String names the kind.
 func (k FaultKind) String() string {
@@ -107,7 +128,7 @@ func (f Fault) String() string {
 	if f.Dur != 0 {
 		s += fmt.Sprintf(" for %v", f.Dur)
 	}
-	if f.Kind == ClockRate || f.Kind == Health {
+	if f.Kind == ClockRate || f.Kind == Health || f.Kind == DuringRevoke {
 		s += fmt.Sprintf(" value %.3f", f.Value)
 	}
 	return s
@@ -143,7 +164,7 @@ func GenerateFaults(cfg Config) []Fault {
 		if r.IntN(5) == 0 {
 			f.Node = -1
 		}
-		f.Kind = FaultKind(1 + r.IntN(int(numFaultKinds-1)))
+		f.Kind = FaultKind(1 + r.IntN(int(numRandomFaultKinds-1)))
 		if cfg.Stress && r.IntN(3) == 0 {
 			// Stress: more of what breaks leases — pauses, slow replicas,
 			// drains and leader crashes.
@@ -310,7 +331,69 @@ func (s *Sim) applyFault(i int, f Fault) {
 		n.slowTill = max(n.slowTill, s.now+int64(f.Dur))
 	case PauseInFlight:
 		n.pauseNext = f.Dur
+	case DuringRevoke:
+		armed := f
+		n.duringRevoke = &armed
 	}
+}
+
+// revokeProposed is the leader l proposing c: a Revoke toward a target
+// of a shard whose owner (by l's replica) is armed with a DuringRevoke
+// fault fires it, 0–2 ms later — the Revoke still in flight (a resign
+// with a Dur: Dur later).
+func (s *Sim) revokeProposed(l *node, c ledger.Command) {
+	rv, ok := c.(ledger.Revoke)
+	if !ok || rv.Target == "" {
+		return
+	}
+	rec, ok := s.replica(l).Shard(rv.Shard)
+	if !ok || rec.Owner == "" {
+		return
+	}
+	var o *node
+	for _, m := range s.nodes {
+		if m.id == rec.Owner {
+			o = m
+		}
+	}
+	if o == nil || o.duringRevoke == nil {
+		return
+	}
+	f := *o.duringRevoke
+	o.duringRevoke = nil
+	s.res.RevokeFaults++
+	delay := s.jitter(0, 2*time.Millisecond)
+	if int(f.Value) == RevokeResign && f.Dur > 0 {
+		delay = f.Dur
+	}
+	s.after(delay, evFault, o.idx, func() {
+		switch int(f.Value) {
+		case RevokeResign:
+			if !o.up || o.agent == nil {
+				return
+			}
+			s.tracef("%s resigns shard %d at e%d while its revoke is in flight", o.id, rv.Shard, rec.Epoch)
+			s.step(o, ownership.ShardResigned{Shard: rv.Shard, Epoch: rec.Epoch})
+			s.raft.propose(o, ledger.Release{Shard: rv.Shard, Epoch: rec.Epoch, Owner: o.id,
+				Now: o.localTime(s.now).UnixNano(), Avoid: true}, nil)
+		case RevokeCrashOwner, RevokeCrashLeader:
+			v := o
+			if int(f.Value) == RevokeCrashLeader {
+				v = l
+			}
+			if !v.up {
+				return
+			}
+			s.tracef("%s crashes while the revoke of shard %d is in flight", v.id, rv.Shard)
+			s.crash(v)
+			gen := v.gen
+			s.after(f.Dur, evFault, v.idx, func() {
+				if !v.up && v.gen == gen {
+					s.start(v, false)
+				}
+			})
+		}
+	})
 }
 
 // linksChanged re-evaluates raft and gossip after a partition change.

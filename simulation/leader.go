@@ -92,6 +92,7 @@ func (s *Sim) leaderReady(n *node, rd ownership.LeaderReady) {
 func (s *Sim) proposeRound(n *node, round uint64, cmds []ledger.Command) {
 	for _, c := range cmds {
 		s.tracef("%s proposes %s", n.id, ownership.FormatCommand(c))
+		s.revokeProposed(n, c)
 		switch c := c.(type) {
 		case ledger.ExpireNode:
 			s.res.Expiries++

@@ -69,6 +69,8 @@ type node struct {
 	wakeAt    int64
 	slowTill  int64 // replica applies slowly until then (slow disk)
 	pauseNext time.Duration
+	// duringRevoke is an armed DuringRevoke fault (faults.go).
+	duringRevoke *Fault
 
 	// workload
 	jobSeq   uint64

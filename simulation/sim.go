@@ -311,6 +311,8 @@ type Result struct {
 	// its old owner's word, before the Transfer applied (cluster version
 	// 6, words.go); WordsRelayed the words leaders relayed.
 	WordStarts, WordsRelayed int
+	// RevokeFaults counts the DuringRevoke faults that fired.
+	RevokeFaults int
 	// ZoneShards counts the committed owners' partitions per zone at the
 	// end (Config.Zones); LoadMaxOverAvg is the most loaded node's load
 	// over its weighted share at the end (Config.ShardLoads).

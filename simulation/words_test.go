@@ -126,3 +126,64 @@ func TestSimHandoffWordsGap(t *testing.T) {
 		t.Fatal("the words do not shorten the median gap")
 	}
 }
+
+// revokeFaultConfig is wordsConfig's drains (no other faults) with the
+// drained node armed, on each drain, to act while the leader's Revoke of
+// one of its shards is in flight (DuringRevoke): resign the shard (or
+// resign it up to 30 ms later), crash, or the leader crashes — action
+// picks which (-1: a different one per drain).
+func revokeFaultConfig(seed uint64, action int) Config {
+	cfg := wordsConfig(seed)
+	cfg.Stress, cfg.RandomFaults, cfg.LoseTransfers = false, false, 0
+	r := rand.New(rand.NewPCG(seed, 67))
+	var faults []Fault
+	for i, f := range cfg.Faults {
+		if f.Kind != Drain {
+			continue
+		}
+		a := action
+		if a < 0 {
+			a = (i + int(seed)) % 3
+		}
+		dur := 100*time.Millisecond + time.Duration(r.Int64N(int64(2*time.Second)))
+		if a == RevokeResign {
+			// Half resign while the Revoke is in flight, half up to 30 ms
+			// later, when the old owner may have told its word.
+			dur = 0
+			if r.IntN(2) == 0 {
+				dur = time.Duration(r.Int64N(int64(30 * time.Millisecond)))
+			}
+		}
+		faults = append(faults, Fault{At: f.At - time.Millisecond, Kind: DuringRevoke, Node: f.Node, Value: float64(a), Dur: dur}, f)
+	}
+	cfg.Faults = faults
+	return cfg
+}
+
+// TestSimRevokeInFlight: under cluster version 6 the old owner resigns the
+// shard, or dies, or the leader dies, while the leader's Revoke of that
+// shard toward a target is in flight (before the old owner's word or
+// Transfer can exist) — and S1–S4 hold, each action fired.
+func TestSimRevokeInFlight(t *testing.T) {
+	seeds := uint64(24)
+	if raceEnabled || testing.Short() {
+		seeds = 6
+	}
+	for _, action := range []int{RevokeResign, RevokeCrashOwner, RevokeCrashLeader} {
+		fired, starts := 0, 0
+		for seed := uint64(1); seed <= seeds; seed++ {
+			res, err := Run(revokeFaultConfig(seed, action))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Failed() {
+				t.Fatalf("action %d seed %d: %v\n%s", action, seed, res.Violations, replayHint(seed, false))
+			}
+			fired, starts = fired+res.RevokeFaults, starts+res.WordStarts
+		}
+		t.Logf("action %d: %d seeds, %d faults fired while a Revoke was in flight, %d starts on a word", action, seeds, fired, starts)
+		if fired == 0 {
+			t.Fatalf("action %d: no fault fired during a Revoke: the scenario does not exercise it", action)
+		}
+	}
+}

@@ -251,9 +251,12 @@ const (
 	// TransferPastTarget: the FSM accepts a Transfer of a shard revoked
 	// toward T to another node, which gets e+1, the token T may have used.
 	TransferPastTarget
-	// WordsUnauthenticated: the leader relays a forwarded Transfer and
+	// WordsUnauthenticated: the leader relays a told Transfer and
 	// serves words over a connection nothing authenticated.
 	WordsUnauthenticated
+	// WordFromAnyone: the leader relays a Transfer told to it (Control.
+	// OwnerWord) as its From's word whoever the proven sender is.
+	WordFromAnyone
 	numSwitches
 )
 
@@ -275,7 +278,7 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
 	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
-	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated"}
+	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -345,6 +348,7 @@ var rules = [...]string{
 	"ledger Release (v6): refused for a shard revoked toward a target (ErrConflict): only the Transfer or the takeover grant moves it",
 	"ledger Transfer (v6): a shard revoked toward T goes only to T (ErrConflict)",
 	"security (v6): words are relayed and served only over connections whose peer TLS proved",
+	"security (v6): the leader relays a told Transfer only as the word of the node TLS proved is its From",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations

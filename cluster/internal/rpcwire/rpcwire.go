@@ -205,3 +205,16 @@ type WordsReply struct {
 	Msg  string
 	Data []byte // the words (encoded by the caller's layer)
 }
+
+// OwnerWordArgs is the request of Control.OwnerWord (cluster version 6):
+// an old owner's Transfers (an encoded ledger command), told to the leader
+// as its word at once, ahead of their commit.
+type OwnerWordArgs struct {
+	Cmd []byte
+}
+
+// OwnerWordReply is the reply of Control.OwnerWord.
+type OwnerWordReply struct {
+	Code ReplyCode
+	Msg  string
+}

@@ -41,6 +41,9 @@ type failoverOptions struct {
 	// Raft/RPC port, as a deployment runs): cluster version 6 relays the
 	// old owner's word only over it (bench_failover_tls.go).
 	tls bool
+	// agentLogLevel is the agents' --log-level (debug: the trace lines of
+	// a handoff on a word, in <dir>/<id>.log).
+	agentLogLevel string
 }
 
 func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error) {
@@ -56,6 +59,7 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 	fs.DurationVar(&o.down, "down", 0, "restart mode: how long the killed agent stays down before it restarts (0: at once); then restart→acting is measured")
 	fs.IntVar(&o.burn, "burn", 0, "run this many CPU-burning processes (busy loops) beside the cluster during the measured runs, to measure under load")
 	fs.BoolVar(&o.tls, "tls", true, "run the agents with a CA and node certificates (mutual TLS on the Raft/RPC port, as a deployment does; the handoff on the old owner's word needs it); false: plaintext, as before")
+	fs.StringVar(&o.agentLogLevel, "agent-log-level", "warn", "the agents' --log-level; debug writes the trace of each handoff on a word (transfer proposed, forwarded, answered, received, start) to <dir>/<node>.log (keep them with --dir)")
 	fencedFlags(fs, &o)
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return o, err
@@ -88,6 +92,8 @@ func parseFailoverFlags(args []string, stderr io.Writer) (failoverOptions, error
 		return o, fmt.Errorf("bench failover: -down %v: want 0..10m", o.down)
 	case o.down > 0 && o.mode != "restart":
 		return o, fmt.Errorf("bench failover: -down %v needs -mode restart", o.down)
+	case o.agentLogLevel != "debug" && o.agentLogLevel != "info" && o.agentLogLevel != "warn" && o.agentLogLevel != "error":
+		return o, fmt.Errorf("bench failover: -agent-log-level %q: want debug, info, warn or error", o.agentLogLevel)
 	case o.burn < 0 || o.burn > maxBurners:
 		return o, fmt.Errorf("bench failover: -burn %d: want 0..%d", o.burn, maxBurners)
 	}

@@ -84,6 +84,10 @@ func (c *foCluster) start(ctx context.Context) error {
 
 func (c *foCluster) agentArgs(a *foAgent) []string {
 	seeds := []string{c.agents[0].gossip, c.agents[1].gossip, c.agents[2].gossip}
+	logLevel := c.opts.agentLogLevel
+	if logLevel == "" {
+		logLevel = "warn"
+	}
 	args := []string{"agent",
 		"--node-id", a.id,
 		"--data-dir", filepath.Join(c.dir, a.id),
@@ -99,7 +103,7 @@ func (c *foCluster) agentArgs(a *foAgent) []string {
 		"--tick-sample", c.opts.tickSample.String(),
 		"--drain-timeout", "5s",
 		"--log-format", "json",
-		"--log-level", "warn",
+		"--log-level", logLevel,
 	}
 	if c.opts.fencedAfter > 0 {
 		args = append(args, "--fenced-after", c.opts.fencedAfter.String())

@@ -113,3 +113,24 @@ func TestSummarizePhases(t *testing.T) {
 		t.Errorf("summary %+v", *s)
 	}
 }
+
+// --agent-log-level reaches the agents' --log-level (warn by default, as
+// before); an unknown level is refused.
+func TestFailoverAgentLogLevel(t *testing.T) {
+	c := &foCluster{opts: failoverOptions{}, dir: t.TempDir()}
+	c.agents = []*foAgent{{id: "bench-00"}, {id: "bench-01"}, {id: "bench-02"}}
+	if args := strings.Join(c.agentArgs(c.agents[0]), " "); !strings.Contains(args, "--log-level warn") {
+		t.Fatalf("default agent args %q: want --log-level warn", args)
+	}
+	o, err := parseFailoverFlags([]string{"-mode", "drain", "-agent-log-level", "debug"}, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.opts = o
+	if args := strings.Join(c.agentArgs(c.agents[0]), " "); !strings.Contains(args, "--log-level debug") {
+		t.Fatalf("agent args %q: want --log-level debug", args)
+	}
+	if _, err := parseFailoverFlags([]string{"-agent-log-level", "loud"}, &strings.Builder{}); err == nil || !strings.Contains(err.Error(), "-agent-log-level") {
+		t.Fatalf("-agent-log-level loud: %v, want a refusal", err)
+	}
+}
