@@ -245,7 +245,7 @@ func (p *Planner) Plan(now time.Time, in Input) ([]ledger.Command, error) {
 	p.observe(now, t)
 	exp := p.expiries(now, t)
 	if len(exp) == 0 {
-		if c, ok := p.clusterConfig(now, in.Cluster, t); ok {
+		if c, ok := p.clusterConfig(now, in.Cluster, in.Members, t); ok {
 			return []ledger.Command{c}, nil
 		}
 		if c, ok := logSettings(now, in); ok {
@@ -301,15 +301,27 @@ func (p *Planner) forgets(now time.Time, in Input, t table) []ledger.Command {
 }
 
 // clusterConfig proposes the cluster's first configuration, or a raise of
-// its version when every node holding a lease speaks a newer one (and
-// finalizing is automatic). The FSM re-checks what it must.
-func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, t table) (ledger.ClusterConfig, bool) {
+// its version when every node that counts speaks a newer one (and
+// finalizing is automatic). A node counts while it holds a lease, and also
+// while gossip shows it up at its registered incarnation: a node of the
+// previous release whose lease lapsed for a moment (a starved process, a
+// pause) is still running, and finalizing past it would halt its replica
+// at the ClusterConfig and close the window to go back. The FSM re-checks
+// what it must.
+func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, members []Member, t table) (ledger.ClusterConfig, bool) {
 	if p.cfg.ClusterName == "" {
 		return ledger.ClusterConfig{}, false
 	}
+	up := map[string]uint64{}
+	for _, m := range members {
+		if m.State == member.Alive || m.State == member.Suspect {
+			up[m.ID] = m.Incarnation
+		}
+	}
 	var live []ledger.NodeRecord
 	for _, id := range t.ids {
-		if p.live(now, id) {
+		inc, inGossip := up[id]
+		if p.live(now, id) || (inGossip && inc == t.nodes[id].Incarnation && !mutation.On(mutation.FinalizeIgnoresGossip)) {
 			live = append(live, t.nodes[id])
 		}
 	}

@@ -257,6 +257,10 @@ const (
 	// WordFromAnyone: the leader relays a Transfer told to it (Control.
 	// OwnerWord) as its From's word whoever the proven sender is.
 	WordFromAnyone
+	// FinalizeIgnoresGossip: the leader finalizes a newer cluster version
+	// counting only the nodes that hold a lease, past a node of the
+	// previous release that is still up.
+	FinalizeIgnoresGossip
 	numSwitches
 )
 
@@ -278,7 +282,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
 	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
-	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone"}
+	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
+	"finalize-ignores-gossip"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -349,6 +354,7 @@ var rules = [...]string{
 	"ledger Transfer (v6): a shard revoked toward T goes only to T (ErrConflict)",
 	"security (v6): words are relayed and served only over connections whose peer TLS proved",
 	"security (v6): the leader relays a told Transfer only as the word of the node TLS proved is its From",
+	"upgrade: the leader finalizes a newer cluster version only when every node holding a lease or up in gossip at its registered incarnation speaks it",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
