@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	netrpc "net/rpc"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,16 +215,25 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply any) e
 	// it aside so ctx is honoured even while a write is stuck. The
 	// goroutine sees the call end even after the caller gave up, so a late
 	// reply still counts as the peer being heard.
+	//
+	// net/rpc decodes the answer into the value it was given whenever the
+	// answer comes, also after the caller gave up (ctx) and went on to read
+	// or reuse its reply. So the call decodes into a fresh value of reply's
+	// type, copied into reply only when the caller takes the outcome.
+	fresh := freshReply(reply)
 	done := make(chan *netrpc.Call, 1)
 	c.sent(time.Now())
 	go func() {
-		call := <-c.Go(method, args, reply, make(chan *netrpc.Call, 1)).Done
+		call := <-c.Go(method, args, fresh, make(chan *netrpc.Call, 1)).Done
 		c.ended(time.Now(), heardFrom(call.Error))
 		done <- call
 	}()
 	select {
 	case call := <-done:
 		if heardFrom(call.Error) {
+			if call.Error == nil && fresh != reply {
+				reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(fresh).Elem())
+			}
 			return call.Error
 		}
 		// Connection-level failure: the client is unusable. net/rpc
@@ -249,6 +259,16 @@ func (p *Pool) Call(ctx context.Context, addr, method string, args, reply any) e
 		}
 		return ctx.Err()
 	}
+}
+
+// freshReply returns a new zero value of the type reply points to (reply
+// itself when it is not a non-nil pointer: net/rpc refuses those anyway).
+func freshReply(reply any) any {
+	v := reflect.ValueOf(reply)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return reply
+	}
+	return reflect.New(v.Type().Elem()).Interface()
 }
 
 // heardFrom reports whether a call's outcome came from the peer: a reply,
