@@ -254,6 +254,18 @@ const (
 	// WordsUnauthenticated: the leader relays a forwarded Transfer and
 	// serves words over a connection nothing authenticated.
 	WordsUnauthenticated
+	// FeedSkipsOwners: the ledger's ownership change feed records the
+	// shard records an entry wrote but not the shards whose owner's
+	// incarnation or liveness it changed (their validity changed too).
+	FeedSkipsOwners
+	// VoterDropsRaft: a node the Raft configuration lists as a voter drops
+	// its Raft instance like a standby-less voter-capable node would, once
+	// no leader contacted it for a while.
+	VoterDropsRaft
+	// ClaimWithoutRequestID: a disk-less member's incarnation claim
+	// travels without a request id, so a timed-out attempt that commits
+	// after its retry takes the next incarnation.
+	ClaimWithoutRequestID
 	numSwitches
 )
 
@@ -275,7 +287,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
 	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
-	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated"}
+	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated",
+	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -345,6 +358,9 @@ var rules = [...]string{
 	"ledger Release (v6): refused for a shard revoked toward a target (ErrConflict): only the Transfer or the takeover grant moves it",
 	"ledger Transfer (v6): a shard revoked toward T goes only to T (ErrConflict)",
 	"security (v6): words are relayed and served only over connections whose peer TLS proved",
+	"ledger change feed: every shard whose record or owner validity an entry changed is in the feed (node/ re-checks only those)",
+	"control group: a node the Raft configuration lists as a voter never drops its Raft; only voter-capable non-standbys out of the configuration do",
+	"disk-less claim: every attempt of one claim carries the same request id, so a late attempt answers the first one's incarnation",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
