@@ -34,9 +34,9 @@ type ApplyFunc func(index uint64, c Command, r Result)
 type FSM struct {
 	cfg Config
 
-	mu    sync.Mutex // serializes applies, snapshots, restores and registration
-	st    *State     // the writer's working state (never published)
-	dirty dirtySet   // which of st's tables changed since the last publish
+	mu    sync.Mutex  // serializes applies, snapshots, restores and registration
+	st    *State      // the writer's working state (never published)
+	dirty dirtySet    // which of st's tables changed since the last publish
 	feed  feedScratch // the shards changed since the last publish (changefeed.go)
 	apps  map[string]StateMachine
 	hooks []ApplyFunc

@@ -142,7 +142,7 @@ func (f *FSM) pinShard(c PinShard) Result {
 		}
 		f.st.pins.Delete(old)
 		f.dirty |= dirtyShards
-	f.feedAll()
+		f.feedAll()
 		return Result{}
 	}
 	if _, ok := f.st.nodes.Get(NodeRecord{ID: c.Node}); !ok {
