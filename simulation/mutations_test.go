@@ -120,6 +120,7 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.TransferPastTarget:          {"./ledger/", "TestHandoffRefusals"},
 	mutation.WordsUnauthenticated:        {"./cluster/", "TestWordsNeedAuthentication"},
 	mutation.FeedSkipsOwners:             {"./ledger/", "TestChangeFeedEqualsFullPass"},
+	mutation.ClaimWithoutRequestID:       {"./node/", "TestDisklessClaimLateAttempt"},
 }
 
 // testMutation runs m's catching test under m and reports whether it
