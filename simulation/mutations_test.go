@@ -121,6 +121,7 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.WordsUnauthenticated:        {"./cluster/", "TestWordsNeedAuthentication"},
 	mutation.FeedSkipsOwners:             {"./ledger/", "TestChangeFeedEqualsFullPass"},
 	mutation.ClaimWithoutRequestID:       {"./node/", "TestDisklessClaimLateAttempt"},
+	mutation.VoterDropsRaft:              {"./cluster/", "TestVoterNeverDropsRaft"},
 }
 
 // testMutation runs m's catching test under m and reports whether it
