@@ -202,6 +202,16 @@ func (o *shardObserver) observeShard(now time.Time, s apitypes.Shard) {
 	hasOwner := s.State != "unowned" && s.Valid
 	p, seen := o.prev[s.Shard]
 	if !seen {
+		// First sight: an unowned or revoking shard is timed from now (a
+		// full re-read of the table used to start that clock at the next
+		// sample; re-observing a shard that did not change is a no-op,
+		// so reading only the changed shards is the same).
+		if !hasOwner {
+			cur.lostAt = now
+		}
+		if s.State == "revoking" {
+			cur.revokeAt = now
+		}
 		o.prev[s.Shard] = cur
 		return
 	}
@@ -227,6 +237,9 @@ func (o *shardObserver) observeShard(now time.Time, s apitypes.Shard) {
 			o.m.moves.WithLabelValues(moveOther).Inc()
 		}
 		cur.lostAt, cur.revokeAt = time.Time{}, time.Time{}
+		if s.State == "revoking" { // already revoked again: the next handoff is timed from now
+			cur.revokeAt = now
+		}
 		if s.Owner == o.self {
 			cur.grantAt = now
 		}
