@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/internal/mutation"
 )
 
 // rft is this node's Raft instance, nil on a member without one.
@@ -219,7 +221,7 @@ func (g *ControlGroup) dropRaft() {
 			if string(s.ID) != g.cfg.NodeID {
 				continue
 			}
-			if s.Suffrage == raft.Voter || time.Since(r.LastContact()) <= quiet {
+			if (s.Suffrage == raft.Voter && !mutation.On(mutation.VoterDropsRaft)) || time.Since(r.LastContact()) <= quiet {
 				return
 			}
 		}

@@ -144,6 +144,8 @@ type shardObserver struct {
 	m           *metrics
 	self        string
 	prev        map[uint32]observedShard
+	owned       int // shards acting on, in prev
+	unowned     int // shards without a valid owner, in prev
 	lastRenewal time.Time
 	failing     bool
 }
@@ -161,61 +163,98 @@ func (o *shardObserver) observe(now time.Time, shards []apitypes.Shard, h apityp
 
 // observeTable diffs the shard table taken at now against the last one.
 func (o *shardObserver) observeTable(now time.Time, shards []apitypes.Shard) {
-	owned, unowned := 0, 0
+	o.owned, o.unowned = 0, 0
 	for _, s := range shards {
-		cur := observedShard{owner: s.Owner, epoch: s.Epoch, state: s.State, valid: s.Valid, acting: s.Acting}
-		hasOwner := s.State != "unowned" && s.Valid
-		if s.Acting {
-			owned++
+		o.observeShard(now, s)
+		o.count(o.prev[s.Shard], 1)
+	}
+	o.m.shardsOwned.Set(float64(o.owned))
+	o.m.shardsUnowned.Set(float64(o.unowned))
+}
+
+// observeShards diffs the shards that changed since the last table or
+// shards taken (ShardFeedBackend) against what it saw of them.
+func (o *shardObserver) observeShards(now time.Time, shards []apitypes.Shard) {
+	for _, s := range shards {
+		if p, seen := o.prev[s.Shard]; seen {
+			o.count(p, -1)
 		}
+		o.observeShard(now, s)
+		o.count(o.prev[s.Shard], 1)
+	}
+	o.m.shardsOwned.Set(float64(o.owned))
+	o.m.shardsUnowned.Set(float64(o.unowned))
+}
+
+// count adds d times s's part to the owned (acting) and unowned counts.
+func (o *shardObserver) count(s observedShard, d int) {
+	if s.acting {
+		o.owned += d
+	}
+	if s.state == "unowned" || !s.valid {
+		o.unowned += d
+	}
+}
+
+// observeShard diffs one shard taken at now against what was seen of it.
+func (o *shardObserver) observeShard(now time.Time, s apitypes.Shard) {
+	cur := observedShard{owner: s.Owner, epoch: s.Epoch, state: s.State, valid: s.Valid, acting: s.Acting}
+	hasOwner := s.State != "unowned" && s.Valid
+	p, seen := o.prev[s.Shard]
+	if !seen {
+		// First sight: an unowned or revoking shard is timed from now (a
+		// full re-read of the table used to start that clock at the next
+		// sample; re-observing a shard that did not change is a no-op,
+		// so reading only the changed shards is the same).
 		if !hasOwner {
-			unowned++
-		}
-		p, seen := o.prev[s.Shard]
-		if !seen {
-			o.prev[s.Shard] = cur
-			continue
-		}
-		cur.lostAt, cur.revokeAt, cur.grantAt = p.lostAt, p.revokeAt, p.grantAt
-		if !hasOwner && cur.lostAt.IsZero() {
 			cur.lostAt = now
 		}
-		if s.State == "revoking" && cur.revokeAt.IsZero() {
+		if s.State == "revoking" {
 			cur.revokeAt = now
 		}
-		if s.Epoch != p.epoch || s.Owner != p.owner {
-			o.m.ownershipChanges.Inc()
-		}
-		if hasOwner && s.Epoch != p.epoch {
-			switch {
-			case !cur.revokeAt.IsZero():
-				o.m.handoff.Observe(now.Sub(cur.revokeAt).Seconds())
-				o.m.moves.WithLabelValues(movePlanned).Inc()
-			case !cur.lostAt.IsZero():
-				o.m.failover.Observe(now.Sub(cur.lostAt).Seconds())
-				o.m.moves.WithLabelValues(moveFailover).Inc()
-			default:
-				o.m.moves.WithLabelValues(moveOther).Inc()
-			}
-			cur.lostAt, cur.revokeAt = time.Time{}, time.Time{}
-			if s.Owner == o.self {
-				cur.grantAt = now
-			}
-		}
-		if s.Acting && !p.acting {
-			o.m.acquired.Inc()
-			if !cur.grantAt.IsZero() {
-				o.m.commitToActing.Observe(now.Sub(cur.grantAt).Seconds())
-			}
-			cur.grantAt = time.Time{}
-		}
-		if !s.Acting && p.acting {
-			o.m.lost.Inc()
-		}
 		o.prev[s.Shard] = cur
+		return
 	}
-	o.m.shardsOwned.Set(float64(owned))
-	o.m.shardsUnowned.Set(float64(unowned))
+	cur.lostAt, cur.revokeAt, cur.grantAt = p.lostAt, p.revokeAt, p.grantAt
+	if !hasOwner && cur.lostAt.IsZero() {
+		cur.lostAt = now
+	}
+	if s.State == "revoking" && cur.revokeAt.IsZero() {
+		cur.revokeAt = now
+	}
+	if s.Epoch != p.epoch || s.Owner != p.owner {
+		o.m.ownershipChanges.Inc()
+	}
+	if hasOwner && s.Epoch != p.epoch {
+		switch {
+		case !cur.revokeAt.IsZero():
+			o.m.handoff.Observe(now.Sub(cur.revokeAt).Seconds())
+			o.m.moves.WithLabelValues(movePlanned).Inc()
+		case !cur.lostAt.IsZero():
+			o.m.failover.Observe(now.Sub(cur.lostAt).Seconds())
+			o.m.moves.WithLabelValues(moveFailover).Inc()
+		default:
+			o.m.moves.WithLabelValues(moveOther).Inc()
+		}
+		cur.lostAt, cur.revokeAt = time.Time{}, time.Time{}
+		if s.State == "revoking" { // already revoked again: the next handoff is timed from now
+			cur.revokeAt = now
+		}
+		if s.Owner == o.self {
+			cur.grantAt = now
+		}
+	}
+	if s.Acting && !p.acting {
+		o.m.acquired.Inc()
+		if !cur.grantAt.IsZero() {
+			o.m.commitToActing.Observe(now.Sub(cur.grantAt).Seconds())
+		}
+		cur.grantAt = time.Time{}
+	}
+	if !s.Acting && p.acting {
+		o.m.lost.Inc()
+	}
+	o.prev[s.Shard] = cur
 }
 
 // observeHealth sets the lease, health and job metrics.
@@ -264,6 +303,7 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	cb, _ := n.(ChangeBackend)
+	fb, _ := n.(ShardFeedBackend)
 	var gen uint64
 	var nextTable time.Time // no full table read before (tableBudget)
 	counts := map[string]int{}
@@ -281,7 +321,15 @@ func observeShards(ctx context.Context, n Backend, self string, m *metrics, inte
 			o.observeTable(now, shards)
 			o.observeLoad(loadsOf(shards, self))
 		default:
-			if g := cb.ShardsGeneration(); i == 0 || g == 0 || (g != gen && !now.Before(nextTable)) {
+			g := cb.ShardsGeneration()
+			if fb != nil && i > 0 && gen != 0 && g != gen {
+				// Only the shards that changed since the last read.
+				if ng, shards, ok := fb.ShardsSince(gen); ok {
+					o.observeShards(now, shards)
+					g, gen = ng, ng
+				}
+			}
+			if i == 0 || g == 0 || (g != gen && !now.Before(nextTable)) {
 				gen = g
 				o.observeTable(now, n.Shards())
 				nextTable = time.Now().Add(tableBudget(time.Since(now)))

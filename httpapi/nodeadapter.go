@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ var (
 	_ UpgradeBackend   = (*nodeAdapter)(nil)
 	_ PlacementBackend = (*nodeAdapter)(nil)
 	_ ChangeBackend    = (*nodeAdapter)(nil)
+	_ ShardFeedBackend = (*nodeAdapter)(nil)
 )
 
 func (a *nodeAdapter) ShardFor(key string) uint32 { return a.n.ShardFor(key) }
@@ -104,6 +107,26 @@ func (a *nodeAdapter) Shards() []apitypes.Shard {
 }
 
 func (a *nodeAdapter) ShardsGeneration() uint64 { return a.n.ShardsGeneration() }
+
+func (a *nodeAdapter) ShardsSince(since uint64) (uint64, []apitypes.Shard, bool) {
+	gen, in, ok := a.n.ShardsSince(since)
+	if !ok {
+		return gen, nil, false
+	}
+	out := make([]apitypes.Shard, len(in))
+	for i, s := range in {
+		out[i] = shardFrom(s)
+	}
+	if len(out) > 0 {
+		for _, l := range a.n.Loads() {
+			if i, found := slices.BinarySearchFunc(out, l.Shard, func(s apitypes.Shard, id uint32) int { return cmp.Compare(s.Shard, id) }); found {
+				v := l.Load
+				out[i].Load = &v
+			}
+		}
+	}
+	return gen, out, true
+}
 
 func (a *nodeAdapter) Loads() []apitypes.ShardLoad {
 	in := a.n.Loads()

@@ -104,6 +104,7 @@ func (f *FSM) declareElection(c DeclareElection) Result {
 	f.st.partitions = c.Partitions
 	f.st.elections.ReplaceOrInsert(e)
 	f.dirty |= dirtyShards
+	f.feedAll()
 	return Result{Election: e}
 }
 

@@ -81,6 +81,7 @@ func (f *FSM) forgetNode(index uint64, c ForgetNode) Result {
 	}
 	f.st.nodes.Delete(n)
 	f.dirty |= dirtyNodes | dirtyOwners
+	f.feedOwner(n.ID)
 	return Result{Node: n}
 }
 

@@ -34,9 +34,10 @@ type ApplyFunc func(index uint64, c Command, r Result)
 type FSM struct {
 	cfg Config
 
-	mu    sync.Mutex // serializes applies, snapshots, restores and registration
-	st    *State     // the writer's working state (never published)
-	dirty dirtySet   // which of st's tables changed since the last publish
+	mu    sync.Mutex  // serializes applies, snapshots, restores and registration
+	st    *State      // the writer's working state (never published)
+	dirty dirtySet    // which of st's tables changed since the last publish
+	feed  feedScratch // the shards changed since the last publish (changefeed.go)
 	apps  map[string]StateMachine
 	hooks []ApplyFunc
 	// haltHooks run once when the replica halts.
@@ -163,7 +164,9 @@ func (f *FSM) publish() {
 		f.dirty = dirtyAll
 	}
 	if f.dirty&(dirtyShards|dirtyOwners) != 0 {
+		from := f.st.ownership
 		f.st.ownership = ownershipGenerations.Add(1)
+		f.st.changes = f.linkChanges(from, f.st.ownership)
 	}
 	c := *f.st
 	if f.dirty&dirtyNodes != 0 {
@@ -594,12 +597,14 @@ func (f *FSM) putNode(n NodeRecord) {
 	f.dirty |= dirtyNodes
 	if !ok || old.Incarnation != n.Incarnation || old.Liveness != n.Liveness {
 		f.dirty |= dirtyOwners
+		f.feedOwner(n.ID)
 	}
 }
 
 func (f *FSM) putShard(r ShardRecord) {
 	f.st.shards.ReplaceOrInsert(r)
 	f.dirty |= dirtyShards
+	f.feedShard(r.Shard)
 }
 
 func (f *FSM) putJob(old *JobRecord, j *JobRecord) {

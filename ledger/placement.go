@@ -142,6 +142,7 @@ func (f *FSM) pinShard(c PinShard) Result {
 		}
 		f.st.pins.Delete(old)
 		f.dirty |= dirtyShards
+		f.feedAll()
 		return Result{}
 	}
 	if _, ok := f.st.nodes.Get(NodeRecord{ID: c.Node}); !ok {
@@ -152,6 +153,7 @@ func (f *FSM) pinShard(c PinShard) Result {
 	}
 	f.st.pins.ReplaceOrInsert(PinRecord{Shard: c.Shard, Node: c.Node, Reason: c.Reason, At: c.Now})
 	f.dirty |= dirtyShards
+	f.feedAll()
 	return Result{}
 }
 
@@ -171,6 +173,7 @@ func (f *FSM) excludeNode(c ExcludeNode) Result {
 		f.st.excluded.ReplaceOrInsert(ExcludeRecord{Node: c.Node, Reason: c.Reason, At: c.Now})
 	}
 	f.dirty |= dirtyShards
+	f.feedAll()
 	return Result{}
 }
 

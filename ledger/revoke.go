@@ -181,6 +181,7 @@ func (f *FSM) revokeNode(c RevokeNode) Result {
 		f.st.setRevoked(slices.Insert(slices.Clone(f.st.revoked), i, e))
 	}
 	f.dirty |= dirtyShards | dirtyNodes
+	f.feedAll()
 	return Result{}
 }
 

@@ -68,8 +68,10 @@ type State struct {
 	// append time (unix ns) of the entries applied since the version was
 	// active; 0 before.
 	logTime int64
-	// ownership is the OwnershipGeneration.
+	// ownership is the OwnershipGeneration; changes what changed to
+	// reach it (changefeed.go).
 	ownership uint64
+	changes   *changeLink
 }
 
 func newStateTables(s LedgerSettings) *State {

@@ -173,6 +173,7 @@ func (f *FSM) setTakeoverPolicy(c SetTakeoverPolicy) Result {
 	}
 	f.st.fenced = next
 	f.dirty |= dirtyShards
+	f.feedAll()
 	return Result{}
 }
 

@@ -26,9 +26,13 @@ type backend interface {
 	shard(s uint32) (ShardInfo, bool)
 	// shards returns every committed shard record, sorted by shard.
 	shards() []ShardInfo
-	// ownershipGen is the replica's ledger.State.OwnershipGeneration: while
-	// it stays the same, so do shards' answers (0: unknown, assume changed).
-	ownershipGen() uint64
+	// shardsSince reads one replica state: its ledger.State.
+	// OwnershipGeneration, and the records of the shards whose record or
+	// owner validity may differ from the state of generation since (the
+	// ledger's change feed), sorted by shard — or every record, with full,
+	// when the feed cannot tell (since 0, too old, a snapshot or a
+	// table-wide change in between).
+	shardsSince(since uint64) (gen uint64, recs []ShardInfo, full bool)
 	// acting reports whether this node may act on s at now by the lease
 	// protocol (docs/protocol.md, node side, rule 4), at which epoch, until
 	// when (by this node's clock) unless renewed, and whether the shard is

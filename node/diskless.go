@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tenurehq/tenure/cluster"
+	"github.com/tenurehq/tenure/internal/mutation"
 	"github.com/tenurehq/tenure/ledger"
 	"github.com/tenurehq/tenure/ledger/raftstore"
 )
@@ -96,6 +97,20 @@ func checkClaim(st *ledger.State, c ledger.Command) error {
 // cluster has not recorded its version; a cluster that runs a version
 // older than ledger.VersionDisklessMembers is an error that says so
 // (wrapping ErrDisklessUnsupported).
+//
+// Every attempt carries the same request id (a ledger.Session, which
+// every cluster that takes claims reads: ledger.VersionRequestIDs is
+// below ledger.VersionDisklessMembers; no log or wire change). An attempt
+// that timed out may still commit after its retry: without the id it took
+// the next incarnation, above the one the retry returned, and this
+// process then met "its own" newer record at its first heartbeat and
+// exited with ErrIdentityConflict (docs/benchmarks.md, issue 24). With it
+// the first of the attempts to apply claims, and every later one answers
+// that claim's result (Result.Replayed) and changes nothing. (The ledger
+// remembers a claim's id as at time 0 — a claim has no session clock —
+// so an id is dropped with the first eviction of the session window that
+// reaches it: a late attempt still behind a window's worth of other
+// sessions would claim anew.)
 func (b *netBackend) claimIncarnation(ctx context.Context, cl incarnationClaimer) (inc, index uint64, err error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -109,9 +124,14 @@ func (b *netBackend) claimIncarnation(ctx context.Context, cl incarnationClaimer
 		hi = max(ledger.MinClusterVersion, min(ledger.MaxClusterVersion, b.ocfg.MaxVersion))
 	}
 	var last error
+	rid := ledger.NewRequestID()
 	for {
-		data, err := ledger.Encode(ledger.ClaimIncarnation{Node: b.id, Now: time.Now().UnixNano(),
-			MinVersion: ledger.MinClusterVersion, MaxVersion: hi})
+		var cmd ledger.Command = ledger.ClaimIncarnation{Node: b.id, Now: time.Now().UnixNano(),
+			MinVersion: ledger.MinClusterVersion, MaxVersion: hi}
+		if !mutation.On(mutation.ClaimWithoutRequestID) {
+			cmd = ledger.Session{ID: rid, Command: cmd}
+		}
+		data, err := ledger.Encode(cmd)
 		if err != nil {
 			return 0, 0, err
 		}

@@ -326,3 +326,83 @@ func TestDisklessMemberForgotten(t *testing.T) {
 		}
 	})
 }
+
+// lateClaimer is a control group whose first answer to an incarnation
+// claim is lost: with lose "late" the attempt is still queued at the
+// leader when the member gives up on it and commits after the retry
+// (the order of run 1 of the 100-agent bench, docs/benchmarks.md); with
+// "lost" it committed at once and only the answer was lost.
+type lateClaimer struct {
+	fsm   *ledger.FSM
+	idx   uint64
+	lose  string
+	calls int
+	held  [][]byte
+}
+
+func (c *lateClaimer) apply(data []byte) ledger.Result {
+	cmd, err := ledger.Decode(data)
+	if err != nil {
+		return ledger.Result{Err: err}
+	}
+	c.idx++
+	return c.fsm.ApplyCommand(c.idx, cmd)
+}
+
+func (c *lateClaimer) ApplyViaPeers(ctx context.Context, data []byte) (ledger.Result, error) {
+	c.calls++
+	if c.calls == 1 {
+		switch c.lose {
+		case "late":
+			c.held = append(c.held, data)
+		case "lost":
+			c.apply(data)
+		}
+		return ledger.Result{}, context.DeadlineExceeded
+	}
+	return c.apply(data), nil
+}
+
+func (c *lateClaimer) SetIncarnation(uint64) {}
+
+// TestDisklessClaimLateAttempt: a disk-less member's claim attempt that
+// timed out and commits after the retry's (or whose answer was lost after
+// it committed) does not take another incarnation: the process's
+// incarnation is the one the ledger holds for its id once every attempt
+// applied, so its first heartbeat is not refused as an identity conflict
+// (mutation.ClaimWithoutRequestID breaks it).
+func TestDisklessClaimLateAttempt(t *testing.T) {
+	for _, lose := range []string{"late", "lost"} {
+		t.Run(lose, func(t *testing.T) {
+			fsm, err := ledger.NewFSM(ledger.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl := &lateClaimer{fsm: fsm, lose: lose}
+			if r := fsm.ApplyCommand(1, ledger.ClusterConfig{Name: "c", Partitions: 4, Version: 5}); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			cl.idx = 1
+			b := &netBackend{id: "m1"}
+			inc, index, err := b.claimIncarnation(testCtx(t), cl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, data := range cl.held { // the late attempt commits now
+				if r := cl.apply(data); r.Err != nil {
+					t.Fatalf("late attempt: %v", r.Err)
+				}
+			}
+			rec, _ := fsm.State().Node("m1")
+			if cl.calls != 2 || rec.Incarnation != inc {
+				t.Fatalf("after %d attempts the process holds incarnation %d (claim index %d), the ledger %+v: "+
+					"its first heartbeat would be refused as an identity conflict", cl.calls, inc, index, rec)
+			}
+			hb := ledger.Heartbeat{Node: "m1", Incarnation: inc, Liveness: rec.Liveness, Now: 99,
+				MinVersion: ledger.MinClusterVersion, MaxVersion: ledger.MaxClusterVersion}
+			if r := fsm.ApplyCommand(cl.idx+1, hb); r.Err != nil {
+				t.Fatalf("first heartbeat at incarnation %d: %v", inc, r.Err)
+			}
+		})
+	}
+}

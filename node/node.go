@@ -210,6 +210,8 @@ type Node struct {
 	// shardsGen is ShardsGeneration: moved by every refresh that re-read
 	// the table or changed the view.
 	shardsGen atomic.Uint64
+	// shardFeed is what each move of shardsGen was about (ShardsSince).
+	shardFeed shardFeed
 
 	mu         sync.Mutex
 	closing    bool          // Close or kill started

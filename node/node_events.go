@@ -79,23 +79,33 @@ func (n *Node) refresh(now time.Time) time.Time {
 	n.refreshMu.Lock()
 	defer n.refreshMu.Unlock()
 	closed := n.isClosed()
-	// With the ledger's OwnershipGeneration unchanged since the last full
-	// pass (a heartbeat was applied, a lease renewed or ran out), every
-	// shard's owner, epoch and validity are too: only acting can change,
-	// and only on the shards this node owns. Read the generation before
-	// the records: a change in between only makes the next pass full.
-	gen := n.be.ownershipGen()
-	full := closed || gen == 0 || gen != n.viewGen
-	var recs []ShardInfo
+	// Only the shards the ledger's change feed names since the last pass
+	// can have changed owner, epoch or validity (a heartbeat, a renewal or
+	// a lease running out changes none); acting can change only on the
+	// shards this node owns. So a pass re-checks those two sets — the
+	// whole table only when the feed cannot tell (the first pass, a
+	// snapshot, a reader behind the bounded feed) or when closing.
+	since := n.viewGen
+	if closed {
+		since = 0
+	}
+	gen, changed, full := n.be.shardsSince(since)
+	full = full || since == 0 || gen == 0
+	var recs, own []ShardInfo
 	if full {
-		recs = n.be.shards()
+		recs = changed
+		for _, rec := range recs {
+			if rec.Owner == n.cfg.NodeID {
+				own = append(own, rec)
+			}
+		}
 	} else {
-		recs = n.ownRecs
+		recs, own = mergeChanged(n.ownRecs, changed, n.cfg.NodeID)
 	}
 	acting := make(map[uint32]Token)
 	var next time.Time
 	var drained []shardEpoch // revoked shards to hand over, in one go
-	for _, rec := range recs {
+	for _, rec := range own {
 		if closed {
 			break
 		}
@@ -130,16 +140,9 @@ func (n *Node) refresh(now time.Time) time.Time {
 	var evs []Event
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if full {
-		n.viewGen, n.ownRecs = gen, n.ownRecs[:0]
-		for _, rec := range recs {
-			if rec.Owner == n.cfg.NodeID {
-				n.ownRecs = append(n.ownRecs, rec)
-			}
-		}
-		if closed {
-			n.viewGen = 0
-		}
+	n.viewGen, n.ownRecs = gen, own
+	if closed {
+		n.viewGen = 0
 	}
 	for _, rec := range recs {
 		old := n.view[rec.Shard]
@@ -169,8 +172,8 @@ func (n *Node) refresh(now time.Time) time.Time {
 			}
 		}
 	}
-	if full || len(evs) > 0 {
-		n.shardsGen.Add(1)
+	if full || len(changed) > 0 || len(evs) > 0 {
+		n.shardFeed.add(&n.shardsGen, full, changed, evs)
 	}
 	if len(evs) > 0 {
 		n.events.publish(evs...)
@@ -180,6 +183,35 @@ func (n *Node) refresh(now time.Time) time.Time {
 	close(n.changed)
 	n.changed = make(chan struct{})
 	return next
+}
+
+// mergeChanged returns the records a pass re-checks — changed (the
+// shards the ledger's feed names, sorted) and the shards self owned at the
+// last pass (own, sorted), each once, changed's record first, sorted —
+// and the records of the shards self owns now.
+func mergeChanged(own, changed []ShardInfo, self string) (recs, nowOwn []ShardInfo) {
+	recs = make([]ShardInfo, 0, len(own)+len(changed))
+	nowOwn = make([]ShardInfo, 0, len(own)+1)
+	i, j := 0, 0
+	for i < len(own) || j < len(changed) {
+		var rec ShardInfo
+		switch {
+		case j == len(changed) || (i < len(own) && own[i].Shard < changed[j].Shard):
+			rec = own[i]
+			i++
+		default:
+			if i < len(own) && own[i].Shard == changed[j].Shard {
+				i++ // the changed record replaces the old one
+			}
+			rec = changed[j]
+			j++
+		}
+		recs = append(recs, rec)
+		if rec.Owner == self {
+			nowOwn = append(nowOwn, rec)
+		}
+	}
+	return recs, nowOwn
 }
 
 // shardEpoch is a shard at an ownership epoch.

@@ -31,14 +31,30 @@ func (b *netBackend) shard(s uint32) (ShardInfo, bool) {
 	return shardInfo(st, r), true
 }
 
-func (b *netBackend) ownershipGen() uint64 { return b.fsm.State().OwnershipGeneration() }
-
-// shards builds every shard's info from one state. Validity reads the
-// owner's node record: looked up once per owner, not once per shard (4,096
-// B-tree lookups for a few dozen owners, on every ownership change on
-// every member: docs/benchmarks.md, "Scale with real agents").
-func (b *netBackend) shards() []ShardInfo {
+func (b *netBackend) shardsSince(since uint64) (uint64, []ShardInfo, bool) {
 	st := b.fsm.State()
+	if since != 0 {
+		if changed, ok := st.ShardChangesSince(since); ok {
+			out := make([]ShardInfo, 0, len(changed))
+			for _, s := range changed {
+				if r, found := st.Shard(s); found {
+					out = append(out, shardInfo(st, r))
+				}
+			}
+			return st.OwnershipGeneration(), out, false
+		}
+	}
+	return st.OwnershipGeneration(), allShards(st), true
+}
+
+// shards builds every shard's info from one state.
+func (b *netBackend) shards() []ShardInfo { return allShards(b.fsm.State()) }
+
+// allShards builds every shard's info from st. Validity reads the
+// owner's node record: looked up once per owner, not once per shard (4,096
+// B-tree lookups for a few dozen owners: docs/benchmarks.md, "Scale with
+// real agents").
+func allShards(st *ledger.State) []ShardInfo {
 	out := make([]ShardInfo, 0, st.ShardCount())
 	type owner struct {
 		rec ledger.NodeRecord

@@ -121,6 +121,9 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.WordsUnauthenticated:        {"./cluster/", "TestWordsNeedAuthentication"},
 	mutation.WordFromAnyone:              {"./node/", "TestRelayableNeedsProof"},
 	mutation.FinalizeIgnoresGossip:       {"./ownership/", "TestFinalizeWaitsForGossipUpNodes"},
+	mutation.FeedSkipsOwners:             {"./ledger/", "TestChangeFeedEqualsFullPass"},
+	mutation.ClaimWithoutRequestID:       {"./node/", "TestDisklessClaimLateAttempt"},
+	mutation.VoterDropsRaft:              {"./cluster/", "TestVoterNeverDropsRaft"},
 }
 
 // testMutation runs m's catching test under m and reports whether it

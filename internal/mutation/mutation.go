@@ -261,6 +261,18 @@ const (
 	// counting only the nodes that hold a lease, past a node of the
 	// previous release that is still up.
 	FinalizeIgnoresGossip
+	// FeedSkipsOwners: the ledger's ownership change feed records the
+	// shard records an entry wrote but not the shards whose owner's
+	// incarnation or liveness it changed (their validity changed too).
+	FeedSkipsOwners
+	// VoterDropsRaft: a node the Raft configuration lists as a voter drops
+	// its Raft instance like a standby-less voter-capable node would, once
+	// no leader contacted it for a while.
+	VoterDropsRaft
+	// ClaimWithoutRequestID: a disk-less member's incarnation claim
+	// travels without a request id, so a timed-out attempt that commits
+	// after its retry takes the next incarnation.
+	ClaimWithoutRequestID
 	numSwitches
 )
 
@@ -283,7 +295,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
 	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
-	"finalize-ignores-gossip"}
+	"finalize-ignores-gossip",
+	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -355,6 +368,9 @@ var rules = [...]string{
 	"security (v6): words are relayed and served only over connections whose peer TLS proved",
 	"security (v6): the leader relays a told Transfer only as the word of the node TLS proved is its From",
 	"upgrade: the leader finalizes a newer cluster version only when every node holding a lease or up in gossip at its registered incarnation speaks it",
+	"ledger change feed: every shard whose record or owner validity an entry changed is in the feed (node/ re-checks only those)",
+	"control group: a node the Raft configuration lists as a voter never drops its Raft; only voter-capable non-standbys out of the configuration do",
+	"disk-less claim: every attempt of one claim carries the same request id, so a late attempt answers the first one's incarnation",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
