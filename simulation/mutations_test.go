@@ -120,6 +120,7 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.TransferPastTarget:          {"./ledger/", "TestHandoffRefusals"},
 	mutation.WordsUnauthenticated:        {"./cluster/", "TestWordsNeedAuthentication"},
 	mutation.WordFromAnyone:              {"./node/", "TestRelayableNeedsProof"},
+	mutation.WordStaleRecord:             {"./ownership/", "TestWordValidRefusesStaleRecord"},
 }
 
 // testMutation runs m's catching test under m and reports whether it

@@ -257,6 +257,10 @@ const (
 	// WordFromAnyone: the leader relays a Transfer told to it (Control.
 	// OwnerWord) as its From's word whoever the proven sender is.
 	WordFromAnyone
+	// WordStaleRecord: the planner takes a Revoking record older than
+	// its view of the shard (the last table observed, its revoke track)
+	// for a Revoke it has not seen yet and relays the whole takeover wait.
+	WordStaleRecord
 	numSwitches
 )
 
@@ -278,7 +282,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"session-dedup-off", "request-id-ignored", "cluster-version-down", "gated-while-mixed",
 	"stream-resume-skips", "member-proposes-operator-kinds", "handshake-skips-deny-list",
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
-	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone"}
+	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
+	"word-stale-record"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -349,6 +354,7 @@ var rules = [...]string{
 	"ledger Transfer (v6): a shard revoked toward T goes only to T (ErrConflict)",
 	"security (v6): words are relayed and served only over connections whose peer TLS proved",
 	"security (v6): the leader relays a told Transfer only as the word of the node TLS proved is its From",
+	"handoff word rule 1 (v6): the leader relays a bound only for a Revoking record at least as new as its planner's view of the shard (the last table observed, the revoke track)",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
