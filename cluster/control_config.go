@@ -104,7 +104,9 @@ type ControlConfig struct {
 	// leader calls it with each old owner's word it receives — cmd is
 	// what the sender passed, its Transfers — and the peer proven by
 	// Authenticate (authenticated false: nothing is proven, an insecure
-	// cluster). It must not block. Forwarded commands (Control.Apply) are
+	// cluster). It is called once the replica has applied the commit
+	// index read when the word arrived (bounded by RPCTimeout), so it
+	// may judge the word against the replica. It must not block. Forwarded commands (Control.Apply) are
 	// not shown to it: the word travels on its own, ahead of the commit
 	// (and the leader decodes a forwarded command once less).
 	OwnerWord func(p Peer, authenticated bool, cmd []byte)

@@ -181,6 +181,15 @@ func (s *controlRPC) OwnerWord(args *wire.OwnerWordArgs, reply *wire.OwnerWordRe
 	case !g.isRaftLeader():
 		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
 	default:
+		// The hook judges the word against this replica: first wait,
+		// bounded by RPCTimeout, until it has applied everything committed
+		// when the word arrived — the Revoke the sender saw applied — so a
+		// leader whose replica lags does not drop a real word. On a
+		// timeout the word is judged anyway: a dropped word costs only
+		// time (the target moves on the commit).
+		ctx, cancel := s.ctx(0)
+		_ = g.waitApplied(ctx, g.commitIndex())
+		cancel()
 		g.cfg.OwnerWord(s.peer, s.authenticated, args.Cmd)
 	}
 	return nil

@@ -141,10 +141,19 @@ func (l *leaderLoop) Renew(now time.Time, rec ledger.NodeRecord, inc, liveness u
 }
 
 // WordValid is Leader.WordValid, serialized with the loop's rounds: the
-// bound to relay with an old owner's word (cluster version 6).
-func (l *leaderLoop) WordValid(now time.Time, rec ledger.ShardRecord, from, to string) (time.Duration, bool) {
+// bound to relay with an old owner's word (cluster version 6). shard
+// reads the shard's record (from the replica); it is called under the
+// loop's lock, so the record is at least as new as any table a round
+// observed (a round reads its input outside the lock, and the replica
+// only moves forward): the planner never sees a record older than its
+// own view as an unobserved Revoke. ok false from shard: no word.
+func (l *leaderLoop) WordValid(now time.Time, shard func() (ledger.ShardRecord, bool), from, to string) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	rec, ok := shard()
+	if !ok {
+		return 0, false
+	}
 	return l.core.WordValid(now, rec, from, to)
 }
 

@@ -211,14 +211,15 @@ func (b *netBackend) serveWords(ctx context.Context, node string) ([]byte, error
 	start := time.Now()
 	tfs := b.relay.wait(ctx, node, ownership.WordHold(b.ocfg))
 	now := time.Now() // after receipt: the bound is read now
-	st := b.fsm.State()
 	words := []ownership.Word{}
 	for _, tf := range tfs {
-		rec, _ := st.Shard(tf.Shard)
-		if rec.Epoch != tf.Epoch {
-			continue
+		// The record is read under the loop's lock (leaderLoop.WordValid):
+		// read before it, a round could observe a newer table in between.
+		shard := func() (ledger.ShardRecord, bool) {
+			rec, _ := b.fsm.State().Shard(tf.Shard)
+			return rec, rec.Epoch == tf.Epoch
 		}
-		if d, ok := loop.WordValid(now, rec, tf.From, tf.To); ok {
+		if d, ok := loop.WordValid(now, shard, tf.From, tf.To); ok {
 			words = append(words, ownership.Word{Shard: tf.Shard, Epoch: tf.Epoch, From: tf.From, To: tf.To, Valid: d})
 		}
 	}

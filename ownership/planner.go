@@ -43,6 +43,7 @@ type Planner struct {
 	nodes   map[string]*nodeTrack
 	revokes map[uint32]revokeTrack
 	elig    map[string]*eligTrack
+	epochs  map[uint32]uint64 // each shard's epoch in the last table observed (WordValid)
 
 	ringKey []string // placement members, sorted
 	assign  []string // this round's ring.Assign result, by partition
@@ -134,6 +135,7 @@ func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 	p.nodes = make(map[string]*nodeTrack)
 	p.revokes = make(map[uint32]revokeTrack)
 	p.elig = make(map[string]*eligTrack)
+	p.epochs = make(map[uint32]uint64)
 	p.ringKey, p.assign = nil, nil
 
 	seen, revoked := now, now
@@ -159,6 +161,7 @@ func (p *Planner) Establish(now time.Time, in Input, bound time.Time) {
 		p.nodes[id] = &nodeTrack{inc: n.Incarnation, liveness: n.Liveness, seq: n.Seq, lastSeen: seen}
 	}
 	for s, rec := range t.shards {
+		p.epochs[s] = rec.Epoch
 		if rec.State == ledger.ShardRevoking {
 			p.revokes[s] = revokeTrack{epoch: rec.Epoch, seen: revoked}
 		}
@@ -212,7 +215,7 @@ func (p *Planner) NextDeadline() time.Time {
 // StepDown ends the leadership term and forgets all term state.
 func (p *Planner) StepDown() {
 	p.leading = false
-	p.nodes, p.revokes, p.elig = nil, nil, nil
+	p.nodes, p.revokes, p.elig, p.epochs = nil, nil, nil, nil
 	p.ringKey, p.assign = nil, nil
 }
 
@@ -374,6 +377,7 @@ func (p *Planner) observe(now time.Time, t table) {
 		}
 	}
 	for s, rec := range t.shards {
+		p.epochs[s] = rec.Epoch
 		if rec.State != ledger.ShardRevoking {
 			delete(p.revokes, s)
 			continue
@@ -385,6 +389,11 @@ func (p *Planner) observe(now time.Time, t table) {
 	for s := range p.revokes {
 		if _, ok := t.shards[s]; !ok {
 			delete(p.revokes, s)
+		}
+	}
+	for s := range p.epochs {
+		if _, ok := t.shards[s]; !ok {
+			delete(p.epochs, s)
 		}
 	}
 }
@@ -417,10 +426,10 @@ func (p *Planner) takeoverDue(now time.Time, rec ledger.ShardRecord) bool {
 // (cluster version 6, word.go): rec is the shard as the leader's replica
 // shows it when it received from's Transfer to to. It is valid when rec
 // is Revoking from from at its epoch toward to and this leader leads and
-// has seen the Revoke: the shard then leaves from other than by the
-// Transfer only after the takeover wait (placement, takeoverDue), so the
-// bound is what remains of it at now, on the leader's clock. Read it
-// after receiving the target's ask.
+// tracks (or now starts tracking, below) that Revoke: the shard then
+// leaves from other than by the Transfer only after the takeover wait
+// (placement, takeoverDue), so the bound is what remains of it at now, on
+// the leader's clock. Read it after receiving the target's ask.
 //
 // A Revoke this planner has not observed yet (it applied after the last
 // round's observation: the old owner — this leader's own agent, or one
@@ -429,11 +438,22 @@ func (p *Planner) takeoverDue(now time.Time, rec ledger.ShardRecord) bool {
 // then counts from now, and the bound is all of it. Without this a word
 // told within a round of the Revoke was dropped, and its target waited for
 // the commit (traced at 60 ms under load).
+//
+// rec must be at least as new as anything the planner observed (node
+// reads it under the loop's lock). A record older than the planner's view
+// of the shard — the epoch of the last table observed, or of its revoke
+// track — is refused: it is not an unobserved Revoke but a stale one
+// whose takeover wait may have passed and whose shard may be owned
+// elsewhere at a later epoch; a newer track is never replaced by it.
 func (p *Planner) WordValid(now time.Time, rec ledger.ShardRecord, from, to string) (time.Duration, bool) {
 	if !p.leading || rec.State != ledger.ShardRevoking || rec.Owner != from || rec.Target != to || from == to || to == "" {
 		return 0, false
 	}
 	r, ok := p.revokes[rec.Shard]
+	e, known := p.epochs[rec.Shard]
+	if ((ok && r.epoch > rec.Epoch) || (known && e > rec.Epoch)) && !mutation.On(mutation.WordStaleRecord) {
+		return 0, false
+	}
 	if !ok || r.epoch != rec.Epoch {
 		r = revokeTrack{epoch: rec.Epoch, seen: now}
 		p.revokes[rec.Shard] = r

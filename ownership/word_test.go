@@ -332,3 +332,64 @@ func TestWordValidSeesUnobservedRevoke(t *testing.T) {
 		t.Fatal("the shard was granted elsewhere before the takeover wait counted from the word's bound")
 	}
 }
+
+// TestWordValidRefusesStaleRecord: the record the leader reads for a word
+// may be older than what its last round observed (node reads its replica
+// before taking the loop's lock). A Revoking record older than the
+// planner's view of the shard — here granted elsewhere at e+2 after the
+// takeover wait — is not a Revoke the planner "has not seen yet": WordValid
+// refuses it instead of starting a new takeover wait at now. Likewise a
+// record older than the shard's revoke track never replaces the track.
+// (Review of h/tails, finding 1; mutation word-stale-record.)
+func TestWordValidRefusesStaleRecord(t *testing.T) {
+	cfg := TestConfig()
+	cfg.Ring.Partitions = 2
+	v := ledger.VersionHandoffWords
+	var members []Member
+	var nodes []ledger.NodeRecord
+	for _, id := range []string{"n1", "n2", "n3"} {
+		members = append(members, Member{ID: id, Incarnation: 1, State: member.Alive, Health: 1})
+		nodes = append(nodes, ledger.NodeRecord{ID: id, Incarnation: 1, Liveness: 1, Seq: 5, MaxVersion: v})
+	}
+	revoking := ledger.ShardRecord{Shard: 0, Epoch: 1, Owner: "n1", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardRevoking, Target: "n2"}
+	other := ledger.ShardRecord{Shard: 1, Epoch: 1, Owner: "n2", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned}
+	in := Input{Members: members, Nodes: nodes, Shards: []ledger.ShardRecord{revoking, other}, Cluster: ledger.ClusterInfo{Name: "c", Partitions: 2, Version: v}}
+
+	t.Run("older than the last round", func(t *testing.T) {
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Establish(t0, in, t0)
+		after := t0.Add(cfg.TakeoverAfter() + time.Second)
+		in2 := in
+		in2.Shards = []ledger.ShardRecord{{Shard: 0, Epoch: 3, Owner: "n3", OwnerIncarnation: 1, OwnerLiveness: 1, State: ledger.ShardOwned}, other}
+		if _, err := p.Plan(after, in2); err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := p.WordValid(after.Add(time.Millisecond), revoking, "n1", "n2"); ok {
+			t.Fatalf("WordValid on a record older than the planner's last round = %v true; want false", d)
+		}
+	})
+	t.Run("older than the revoke track", func(t *testing.T) {
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Establish(t0, in, t0)
+		// A newer Revoke (epoch 3, toward n2 again) is seen through a word
+		// before any round: its track must not be replaced by epoch 1.
+		newer := revoking
+		newer.Epoch = 3
+		told := t0.Add(time.Second)
+		if _, ok := p.WordValid(told, newer, "n1", "n2"); !ok {
+			t.Fatal("WordValid of a newer unobserved Revoke = false; want true")
+		}
+		if d, ok := p.WordValid(told.Add(time.Millisecond), revoking, "n1", "n2"); ok {
+			t.Fatalf("WordValid on a record older than the revoke track = %v true; want false", d)
+		}
+		if r := p.revokes[0]; r.epoch != 3 || !r.seen.Equal(told) {
+			t.Fatalf("revoke track = %+v; want epoch 3 seen at %v", r, told)
+		}
+	})
+}

@@ -124,6 +124,7 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.FeedSkipsOwners:             {"./ledger/", "TestChangeFeedEqualsFullPass"},
 	mutation.ClaimWithoutRequestID:       {"./node/", "TestDisklessClaimLateAttempt"},
 	mutation.VoterDropsRaft:              {"./cluster/", "TestVoterNeverDropsRaft"},
+	mutation.WordStaleRecord:             {"./ownership/", "TestWordValidRefusesStaleRecord"},
 }
 
 // testMutation runs m's catching test under m and reports whether it

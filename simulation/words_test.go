@@ -88,9 +88,13 @@ func TestSimHandoffWordsGap(t *testing.T) {
 		seeds = 4
 	}
 	gaps := map[uint32][]time.Duration{}
+	starts := map[uint32]int{}
 	for _, v := range []uint32{ledger.VersionHandoffWords - 1, ledger.VersionHandoffWords} {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			cfg := wordsConfig(seed)
+			// The binaries speak at most v (a cluster of the release
+			// before version 6, or this one): not the default, which is
+			// ledger.MaxClusterVersion since 6 is released.
 			cfg.ClusterVersion = v
 			cfg.Stress, cfg.RandomFaults, cfg.LoseTransfers = false, false, 0
 			var faults []Fault
@@ -108,6 +112,7 @@ func TestSimHandoffWordsGap(t *testing.T) {
 				t.Fatalf("version %d seed %d: %v\n%s", v, seed, res.Violations, replayHint(seed, false))
 			}
 			gaps[v] = append(gaps[v], res.HandoffGaps...)
+			starts[v] += res.WordStarts
 		}
 		slices.Sort(gaps[v])
 	}
@@ -119,8 +124,13 @@ func TestSimHandoffWordsGap(t *testing.T) {
 		return g[min(len(g)-1, int(p*float64(len(g))))]
 	}
 	for _, v := range []uint32{ledger.VersionHandoffWords - 1, ledger.VersionHandoffWords} {
-		t.Logf("version %d: %d planned moves, gap p50 %v p90 %v p99 %v max %v", v, len(gaps[v]),
-			q(v, 0.5), q(v, 0.9), q(v, 0.99), q(v, 1))
+		t.Logf("version %d: %d planned moves, %d starts on a word, gap p50 %v p90 %v p99 %v max %v", v, len(gaps[v]),
+			starts[v], q(v, 0.5), q(v, 0.9), q(v, 0.99), q(v, 1))
+	}
+	// The comparison is 5 against 6, not 6 against itself.
+	if starts[ledger.VersionHandoffWords-1] != 0 || starts[ledger.VersionHandoffWords] == 0 {
+		t.Fatalf("starts on a word: %d at version %d (want none), %d at version %d (want some)",
+			starts[ledger.VersionHandoffWords-1], ledger.VersionHandoffWords-1, starts[ledger.VersionHandoffWords], ledger.VersionHandoffWords)
 	}
 	if len(gaps[ledger.VersionHandoffWords]) == 0 || q(ledger.VersionHandoffWords, 0.5) >= q(ledger.VersionHandoffWords-1, 0.5) {
 		t.Fatal("the words do not shorten the median gap")

@@ -273,6 +273,10 @@ const (
 	// travels without a request id, so a timed-out attempt that commits
 	// after its retry takes the next incarnation.
 	ClaimWithoutRequestID
+	// WordStaleRecord: the planner takes a Revoking record older than
+	// its view of the shard (the last table observed, its revoke track)
+	// for a Revoke it has not seen yet and relays the whole takeover wait.
+	WordStaleRecord
 	numSwitches
 )
 
@@ -296,7 +300,7 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
 	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
 	"finalize-ignores-gossip",
-	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id"}
+	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id", "word-stale-record"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -371,6 +375,7 @@ var rules = [...]string{
 	"ledger change feed: every shard whose record or owner validity an entry changed is in the feed (node/ re-checks only those)",
 	"control group: a node the Raft configuration lists as a voter never drops its Raft; only voter-capable non-standbys out of the configuration do",
 	"disk-less claim: every attempt of one claim carries the same request id, so a late attempt answers the first one's incarnation",
+	"handoff word rule 1 (v6): the leader relays a bound only for a Revoking record at least as new as its planner's view of the shard (the last table observed, the revoke track)",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
