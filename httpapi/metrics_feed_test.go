@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -86,7 +85,7 @@ func TestObserveShardsEqualsObserveTable(t *testing.T) {
 		}
 	}
 	if got := testutil.ToFloat64(incr.m.ownershipChanges); got == 0 {
-		t.Fatal(fmt.Sprintf("seed %d: no ownership change observed", seed))
+		t.Fatalf("seed %d: no ownership change observed", seed)
 	}
 }
 
