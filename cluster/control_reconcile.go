@@ -384,7 +384,7 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		if proven != nil && !proven[m.ID] {
 			continue
 		}
-		if m.State == StateAlive || m.State == StateSuspect {
+		if m.State.Up() {
 			live[m.ID] = true
 		}
 	}

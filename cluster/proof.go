@@ -70,7 +70,7 @@ func (g *ControlGroup) idsAt(addr string) map[string]bool {
 	}
 	if g.peers != nil {
 		for _, m := range g.peers.Members() {
-			if m.RaftAddr == addr && (m.State == StateAlive || m.State == StateSuspect) {
+			if m.RaftAddr == addr && m.State.Up() {
 				ids[m.ID] = true
 			}
 		}

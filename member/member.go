@@ -23,6 +23,10 @@ const (
 	Left
 )
 
+// Up reports whether gossip shows the member running: alive, or suspect
+// (probes failed recently; it may still be running).
+func (s State) Up() bool { return s == Alive || s == Suspect }
+
 // String returns the state's name: alive, suspect, dead or left.
 func (s State) String() string {
 	switch s {

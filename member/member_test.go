@@ -9,3 +9,11 @@ func TestStateString(t *testing.T) {
 		}
 	}
 }
+
+func TestStateUp(t *testing.T) {
+	for s, want := range map[State]bool{Alive: true, Suspect: true, Dead: false, Left: false, 9: false} {
+		if got := s.Up(); got != want {
+			t.Errorf("%v.Up() = %v, want %v", s, got, want)
+		}
+	}
+}

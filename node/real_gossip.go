@@ -120,7 +120,7 @@ func (b *netBackend) members() []Member {
 		mm := Member{
 			ID: m.ID, Group: firstNonEmpty(m.Tags[groupTag], m.Group), Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr,
 			HTTPAddr: m.HTTPAddr, State: m.State, Health: m.Health, Draining: m.Draining || rec.Draining,
-			Live:  known && rec.Incarnation == m.Incarnation && (m.State == cluster.StateAlive || m.State == cluster.StateSuspect),
+			Live:  known && rec.Incarnation == m.Incarnation && m.State.Up(),
 			Voter: slices.Contains(voters, m.ID), Leader: m.ID == leader, Version: m.Version,
 		}
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)

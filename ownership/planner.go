@@ -288,7 +288,7 @@ func (p *Planner) forgets(now time.Time, in Input, t table) []ledger.Command {
 		}
 	}
 	for _, m := range in.Members {
-		if m.State == member.Alive || m.State == member.Suspect {
+		if m.State.Up() {
 			named[m.ID] = true
 		}
 	}
@@ -317,7 +317,7 @@ func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, members [
 	}
 	up := map[string]uint64{}
 	for _, m := range members {
-		if m.State == member.Alive || m.State == member.Suspect {
+		if m.State.Up() {
 			up[m.ID] = m.Incarnation
 		}
 	}

@@ -281,7 +281,7 @@ func (v *view) derive(e *memberEntry, now time.Time) {
 	switch {
 	case !known || prev.State == StateDead || prev.State == StateLeft:
 		switch {
-		case next.State == StateAlive || next.State == StateSuspect:
+		case next.State.Up():
 			kind = EventJoin
 		case known && prev.State == StateDead && next.State == StateLeft:
 			kind = EventLeave
@@ -482,7 +482,7 @@ func (v *view) aliveAddrs() map[string]bool {
 	defer v.mu.Unlock()
 	out := make(map[string]bool, len(v.members))
 	for _, e := range v.members {
-		if e.current.State == StateAlive || e.current.State == StateSuspect {
+		if e.current.State.Up() {
 			out[e.current.Addr] = true
 		}
 	}
