@@ -561,9 +561,7 @@ func (g *ControlGroup) applyChange(c raftChange) error {
 // commits the change. Nudges back off from nudgeFirst and stop after
 // nudgeMax; an entry that cannot reach a quorum still ends with leadership.
 func (g *ControlGroup) waitVoteGained(r *raft.Raft, f raft.Future) error {
-	armFuture(f, g.closing)
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	done := g.outcome(f)
 	every := nudgeFirst
 	t := time.NewTimer(every)
 	defer t.Stop()

@@ -50,13 +50,19 @@ func (g *ControlGroup) wait(f raft.Future) error {
 // waitCtx waits for f, ctx or the group's closing; on ctx's end it returns
 // ErrTimeout. Its helper goroutine ends when f resolves or the group closes.
 func (g *ControlGroup) waitCtx(ctx context.Context, f raft.Future) error {
-	armFuture(f, g.closing)
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
 	select {
-	case err := <-done:
+	case err := <-g.outcome(f):
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
 	}
+}
+
+// outcome returns a channel that gets f's error once f resolves or the
+// group closes (armFuture); its goroutine ends then.
+func (g *ControlGroup) outcome(f raft.Future) <-chan error {
+	armFuture(f, g.closing)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	return done
 }
