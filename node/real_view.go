@@ -16,9 +16,15 @@ func (b *netBackend) incarnation() uint64 { return b.inc }
 func (b *netBackend) appliedIndex() uint64 { return b.fsm.State().AppliedIndex() }
 
 func shardInfo(st *ledger.State, r ledger.ShardRecord) ShardInfo {
+	return shardInfoValid(st, r, st.OwnershipValid(r))
+}
+
+// shardInfoValid is shardInfo with the ownership's validity already
+// decided (allShards decides it with each owner's record read once).
+func shardInfoValid(st *ledger.State, r ledger.ShardRecord, valid bool) ShardInfo {
 	return ShardInfo{
 		Shard: r.Shard, Epoch: r.Epoch, Owner: r.Owner, State: r.State, Target: r.Target,
-		Valid: st.OwnershipValid(r), ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason, Fenced: st.Fenced(r.Shard),
+		Valid: valid, ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason, Fenced: st.Fenced(r.Shard),
 	}
 }
 
@@ -67,12 +73,7 @@ func allShards(st *ledger.State) []ShardInfo {
 			o.rec, o.ok = st.Node(r.Owner)
 			owners[r.Owner] = o
 		}
-		info := ShardInfo{
-			Shard: r.Shard, Epoch: r.Epoch, Owner: r.Owner, State: r.State, Target: r.Target,
-			ChangedAt: time.Unix(0, r.ChangedAt), Reason: r.Reason, Fenced: st.Fenced(r.Shard),
-		}
-		info.Valid = ledger.OwnershipValidWith(r, o.rec, o.ok)
-		out = append(out, info)
+		out = append(out, shardInfoValid(st, r, ledger.OwnershipValidWith(r, o.rec, o.ok)))
 		return true
 	})
 	return out
