@@ -43,22 +43,12 @@ func (g *ControlGroup) Words(ctx context.Context, node string) ([]byte, error) {
 	cctx, cancel := g.whileLeader(ctx, addr)
 	defer cancel()
 	if err := g.pool.call(cctx, addr, "Control.Words", &args, &reply); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: asking %s for words: %w", ErrTimeout, addr, ctx.Err())
-		}
-		return nil, fmt.Errorf("%w: asking %s for words: %v", ErrNotLeader, addr, err)
+		return nil, leaderCallErr(ctx, cctx, "asking for words", addr, err)
 	}
-	switch reply.Code {
-	case wire.CodeOK:
-		return reply.Data, nil
-	case wire.CodeUnsupported:
-		return nil, fmt.Errorf("%w: %s: %s", ErrWordsUnsupported, addr, reply.Msg)
-	case wire.CodeUnauthorized:
-		return nil, fmt.Errorf("%w: %s: %s", ErrUnauthorized, addr, reply.Msg)
-	case wire.CodeNotLeader, wire.CodeClosed:
-		return nil, fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, reply.Msg)
+	if err := wordsReplyErr(reply.Code, "asking for words", addr, reply.Msg); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("cluster: asking %s for words: %s", addr, reply.Msg)
+	return reply.Data, nil
 }
 
 // wordsLocal is the leader's side of an ask for words.
@@ -151,20 +141,25 @@ func (g *ControlGroup) SendOwnerWord(ctx context.Context, cmd []byte) error {
 	cctx, cancel := g.whileLeader(ctx, addr)
 	defer cancel()
 	if err := g.pool.call(cctx, addr, "Control.OwnerWord", &args, &reply); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: telling %s a word: %w", ErrTimeout, addr, ctx.Err())
-		}
-		return fmt.Errorf("%w: telling %s a word: %v", ErrNotLeader, addr, err)
+		return leaderCallErr(ctx, cctx, "telling a word to", addr, err)
 	}
-	switch reply.Code {
+	return wordsReplyErr(reply.Code, "telling a word to", addr, reply.Msg)
+}
+
+// wordsReplyErr is the error of a words call's reply (Words, OwnerWord):
+// nil for CodeOK, ErrWordsUnsupported, the codes of every call to the
+// leader (leaderReplyErr), or the leader's message.
+func wordsReplyErr(code wire.ReplyCode, what, addr, msg string) error {
+	switch code {
 	case wire.CodeOK:
 		return nil
 	case wire.CodeUnsupported:
-		return fmt.Errorf("%w: %s: %s", ErrWordsUnsupported, addr, reply.Msg)
-	case wire.CodeNotLeader, wire.CodeClosed:
-		return fmt.Errorf("%w: %s: %s", ErrNotLeader, addr, reply.Msg)
+		return fmt.Errorf("%w: %s: %s", ErrWordsUnsupported, addr, msg)
 	}
-	return fmt.Errorf("cluster: telling %s a word: %s", addr, reply.Msg)
+	if err := leaderReplyErr(code, addr, msg); err != nil {
+		return err
+	}
+	return fmt.Errorf("cluster: %s %s: %s", what, addr, msg)
 }
 
 // OwnerWord takes an old owner's word on the leader; whose word it may be
