@@ -41,8 +41,8 @@ import (
 // checks: no two nodes ever acted on one shard at once (the witness),
 // every shard acting after each step, every acknowledged job done exactly
 // once with its creation reported once, the voter set unchanged, no shard
-// started on the old owner's word before finalizing (a mixed cluster
-// hands over on the commit), and, when the new binary speaks a newer
+// started on the old owner's word before finalizing while the cluster
+// runs below version 6 (a mixed cluster then hands over on the commit), and, when the new binary speaks a newer
 // cluster version (it must: ledger.MaxClusterVersion above the previous
 // release's), that finalizing raises it to ledger.MaxClusterVersion and
 // refuses the previous binary, and — from version 6 — that the restarts
@@ -181,7 +181,9 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatalf("the upgraded agents speak up to %d, this tree %d", after.BinaryMax, ledger.MaxClusterVersion)
 	}
 	for _, s := range steps {
-		if s.words != 0 {
+		// Below version 6 a mixed cluster hands over on the commit; a
+		// previous release that speaks 6 itself hands over on words.
+		if s.words != 0 && s.version < ledger.VersionHandoffWords {
 			t.Errorf("%s %s: %d shards started on a word in a cluster at version %d (mixed with the previous release)", s.what, s.id, s.words, s.version)
 		}
 	}
