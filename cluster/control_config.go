@@ -105,8 +105,10 @@ type ControlConfig struct {
 	// what the sender passed, its Transfers — and the peer proven by
 	// Authenticate (authenticated false: nothing is proven, an insecure
 	// cluster). It is called once the replica has applied the commit
-	// index read when the word arrived (bounded by RPCTimeout), so it
-	// may judge the word against the replica. It must not block. Forwarded commands (Control.Apply) are
+	// index read when the word arrived, so it may judge the word against
+	// the replica; a replica that has not applied it within RPCTimeout
+	// refuses the word without calling it (the sender's SendOwnerWord
+	// returns ErrTimeout). It must not block. Forwarded commands (Control.Apply) are
 	// not shown to it: the word travels on its own, ahead of the commit
 	// (and the leader decodes a forwarded command once less).
 	OwnerWord func(p Peer, authenticated bool, cmd []byte)

@@ -177,14 +177,24 @@ func (s *controlRPC) OwnerWord(args *wire.OwnerWordArgs, reply *wire.OwnerWordRe
 		reply.Code, reply.Msg = wire.CodeNotLeader, "not leader"
 	default:
 		// The hook judges the word against this replica: first wait,
-		// bounded by RPCTimeout, until it has applied everything committed
-		// when the word arrived — the Revoke the sender saw applied — so a
-		// leader whose replica lags does not drop a real word. On a
-		// timeout the word is judged anyway: a dropped word costs only
-		// time (the target moves on the commit).
-		ctx, cancel := s.ctx(0)
-		_ = g.waitApplied(ctx, g.commitIndex())
-		cancel()
+		// bounded by RPCTimeout, until its FSM has applied everything
+		// committed when the word arrived — the Revoke the sender saw
+		// applied — so a leader whose replica lags does not drop a real
+		// word. (The FSM's own applied index: Raft's counts an entry once
+		// it handed it to the FSM, and under load the FSM lags behind
+		// that.) A replica that has not caught up by then refuses the word
+		// unjudged (CodeTimeout, naming both indexes): a dropped word
+		// costs only time (the target moves on the commit).
+		if !mutation.On(mutation.OwnerWordNoApplyWait) {
+			ctx, cancel := s.ctx(0)
+			err := g.waitFSMApplied(ctx, g.commitIndex())
+			cancel()
+			if err != nil {
+				reply.Code = codeOf(err)
+				reply.Msg = fmt.Sprintf("word not taken: this replica applied only up to index %d: %v", g.fsmApplied(), err)
+				return nil
+			}
+		}
 		g.cfg.OwnerWord(s.peer, s.authenticated, args.Cmd)
 	}
 	return nil

@@ -233,14 +233,42 @@ func (s *controlRPC) Remove(args *wire.RemoveArgs, reply *wire.RemoveReply) erro
 	return nil
 }
 
-// waitApplied waits until the FSM has applied index (or ctx ends).
+// waitApplied waits until Raft has applied index (or ctx ends). Raft
+// counts an entry applied once it handed it to the FSM, which may not have
+// applied it yet; waitFSMApplied waits for the FSM itself.
 func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
-	if g.appliedIndex() >= index {
+	return g.waitIndex(ctx, g.appliedIndex, index)
+}
+
+// waitFSMApplied waits until the FSM itself has applied what Raft
+// committed up to commit: its last command at or below commit
+// (lastCommandIndex: an entry the FSM never sees — a new leader's no-op, a
+// Barrier — would keep it waiting for the next command), by fsmApplied.
+func (g *ControlGroup) waitFSMApplied(ctx context.Context, commit uint64) error {
+	if g.cfg.AppliedIndex == nil {
+		return g.waitApplied(ctx, commit)
+	}
+	return g.waitIndex(ctx, g.fsmApplied, lastCommandIndex(g.cfg.LogStore, commit))
+}
+
+// fsmApplied is the last index the FSM applied: ControlConfig.AppliedIndex,
+// the FSM's own count, when set; otherwise Raft's applied index.
+func (g *ControlGroup) fsmApplied() uint64 {
+	if g.cfg.AppliedIndex != nil {
+		return g.cfg.AppliedIndex()
+	}
+	return g.appliedIndex()
+}
+
+// waitIndex waits until applied() reaches index (or ctx ends, or the group
+// closes).
+func (g *ControlGroup) waitIndex(ctx context.Context, applied func() uint64, index uint64) error {
+	if applied() >= index {
 		return nil
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for g.appliedIndex() < index {
+	for applied() < index {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: waiting to apply index %d: %w", ErrTimeout, index, ctx.Err())

@@ -277,6 +277,10 @@ const (
 	// its view of the shard (the last table observed, its revoke track)
 	// for a Revoke it has not seen yet and relays the whole takeover wait.
 	WordStaleRecord
+	// OwnerWordNoApplyWait: the leader judges an old owner's word
+	// (Control.OwnerWord) against its replica at once, without waiting for
+	// it to apply what was committed when the word arrived.
+	OwnerWordNoApplyWait
 	numSwitches
 )
 
@@ -300,7 +304,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
 	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
 	"finalize-ignores-gossip",
-	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id", "word-stale-record"}
+	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id", "word-stale-record",
+	"owner-word-no-apply-wait"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -376,6 +381,7 @@ var rules = [...]string{
 	"control group: a node the Raft configuration lists as a voter never drops its Raft; only voter-capable non-standbys out of the configuration do",
 	"disk-less claim: every attempt of one claim carries the same request id, so a late attempt answers the first one's incarnation",
 	"handoff word rule 1 (v6): the leader relays a bound only for a Revoking record at least as new as its planner's view of the shard (the last table observed, the revoke track)",
+	"handoff word (v6): the leader judges a told word only once its FSM applied what was committed when the word arrived (a replica not caught up within RPCTimeout refuses it unjudged), so a lagging replica does not drop a real word",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
