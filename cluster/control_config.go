@@ -67,8 +67,11 @@ type ControlConfig struct {
 	Authenticate func(ctx context.Context, c net.Conn) (Peer, error)
 	// Authorize, with Authenticate, decides on the leader whether the proven
 	// peer may have cmd (a forwarded Apply) proposed; an error refuses it
-	// with ErrUnauthorized. It runs after the leader has applied everything
-	// committed when the request arrived. nil allows every command.
+	// with ErrUnauthorized. It runs after the leader's FSM (AppliedIndex,
+	// when set; Raft's applied index otherwise) has applied everything
+	// committed when the request arrived; a leader that has not within
+	// the request's timeout refuses the command without calling it
+	// (ErrTimeout, nothing proposed). nil allows every command.
 	Authorize func(p Peer, cmd []byte) error
 	// Revoked, with Authenticate, says whether a proven peer is on the
 	// committed deny-list (an error wrapping ErrPeerRevoked): it is
@@ -172,6 +175,9 @@ type ControlConfig struct {
 	// AppliedIndex returns the FSM's applied index: the log index of the
 	// last entry it applied, or the one its restored snapshot had applied.
 	// nil disables the stream on this node (neither served nor followed).
+	// The leader also waits on it before it judges a forwarded command
+	// (Authorize) or a told word (OwnerWord) against its replica (without
+	// it, on Raft's applied index, which runs ahead of the FSM).
 	AppliedIndex func() uint64
 	// StreamActive reports whether members follow the stream now (the
 	// cluster's active version has it). While it holds, the leader keeps

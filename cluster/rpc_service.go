@@ -7,6 +7,7 @@ import (
 	"time"
 
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
+	"github.com/tenurehq/tenure/internal/mutation"
 )
 
 // The control RPC service ("Control.Apply", "Control.Status",
@@ -134,16 +135,27 @@ type controlRPC struct {
 }
 
 // authorize checks a forwarded command against the proven peer, on the
-// leader, once the leader has applied every entry committed when the
+// leader, once the leader's FSM has applied every entry committed when the
 // request arrived: a member can only know of a grant that is committed, so
-// the check sees every grant the sender may rightly claim.
+// the check sees every grant the sender may rightly claim. (The FSM's own
+// applied index, waitFSMApplied: Raft's counts an entry once it handed it
+// to the FSM, and under load the FSM lags behind that — Authorize would
+// then judge a member's Release of a shard just granted against a ledger
+// without the grant.) The wait is bounded by the request's timeout; a
+// replica that has not caught up by then refuses the command unjudged
+// (ErrTimeout, naming both indexes; nothing was proposed).
 func (s *controlRPC) authorize(ctx context.Context, cmd []byte) error {
 	g := s.g
 	if !s.authenticated || g.cfg.Authorize == nil {
 		return nil
 	}
-	if err := g.waitApplied(ctx, g.commitIndex()); err != nil {
-		return err
+	commit := g.commitIndex()
+	wait := g.waitFSMApplied
+	if mutation.On(mutation.AuthorizeRaftApplied) {
+		wait = g.waitApplied
+	}
+	if err := wait(ctx, commit); err != nil {
+		return fmt.Errorf("command not judged (not proposed): this replica's FSM applied only up to index %d of the %d committed when it arrived: %w", g.fsmApplied(), commit, err)
 	}
 	if err := g.cfg.Authorize(s.peer, cmd); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnauthorized, err)

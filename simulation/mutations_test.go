@@ -135,6 +135,7 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.VoterDropsRaft:              {"./cluster/", "TestVoterNeverDropsRaft"},
 	mutation.WordStaleRecord:             {"./ownership/", "TestWordValidRefusesStaleRecord"},
 	mutation.OwnerWordNoApplyWait:        {"./cluster/", "TestOwnerWordWaitsForLaggingReplica"},
+	mutation.AuthorizeRaftApplied:        {"./cluster/", "TestAuthorizeWaitsForLaggingFSM"},
 }
 
 // testMutation runs m's catching test under m and reports whether it

@@ -281,6 +281,11 @@ const (
 	// (Control.OwnerWord) against its replica at once, without waiting for
 	// it to apply what was committed when the word arrived.
 	OwnerWordNoApplyWait
+	// AuthorizeRaftApplied: the leader judges a forwarded command
+	// (ControlConfig.Authorize) once Raft's applied index reaches the
+	// commit index, not the FSM's own: an entry handed to a lagging FSM
+	// counts as applied, and a member's command backed by it is refused.
+	AuthorizeRaftApplied
 	numSwitches
 )
 
@@ -305,7 +310,7 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
 	"finalize-ignores-gossip",
 	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id", "word-stale-record",
-	"owner-word-no-apply-wait"}
+	"owner-word-no-apply-wait", "authorize-raft-applied"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -382,6 +387,7 @@ var rules = [...]string{
 	"disk-less claim: every attempt of one claim carries the same request id, so a late attempt answers the first one's incarnation",
 	"handoff word rule 1 (v6): the leader relays a bound only for a Revoking record at least as new as its planner's view of the shard (the last table observed, the revoke track)",
 	"handoff word (v6): the leader judges a told word only once its FSM applied what was committed when the word arrived (a replica not caught up within RPCTimeout refuses it unjudged), so a lagging replica does not drop a real word",
+	"control group: the leader authorizes a forwarded command only once its FSM (not just Raft) applied what was committed when it arrived (a replica not caught up within the request's timeout refuses it unjudged, ErrTimeout), so a lagging replica does not refuse a member's legitimate command",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
