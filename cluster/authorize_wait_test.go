@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -197,4 +199,68 @@ func TestAuthorizeRefusedWhenFSMNeverCatchesUp(t *testing.T) {
 			t.Fatal("the leader proposed a command it did not judge")
 		}
 	})
+}
+
+// A cluster whose log holds no command yet (bootstrap configuration, the
+// leader's no-op, voters added): a member's first forwarded command has
+// nothing for the leader's FSM to wait for. It is judged and applied at
+// once, not held until the request times out waiting for an index the
+// FSM never applies (entries it never sees).
+func TestAuthorizeFirstCommandOfFreshCluster(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := authorizeHarness(t)
+		defer h.closeAll()
+		l, f := leaderAndFollower(h)
+		if got := l.fsm.entries(); len(got) != 0 {
+			t.Fatalf("leader's replica %q; want no command yet", got)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		if _, err := f.g.Apply(ctx, []byte("hello")); err != nil {
+			t.Fatalf("a member's first forwarded command: %v", err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("a member's first forwarded command took %v; want it judged at once", took)
+		}
+	})
+}
+
+// fsmWaitIndex: the last command at or below commit; 0 when the log holds
+// no command down to its start (none committed yet, or the rest compacted
+// into a snapshot the FSM applied); commit when the read-back finds no
+// command within renewScan entries.
+func TestFSMWaitIndex(t *testing.T) {
+	entries := func(first uint64, types ...raft.LogType) raft.LogStore {
+		s := raft.NewInmemStore()
+		for i, typ := range types {
+			if err := s.StoreLog(&raft.Log{Index: first + uint64(i), Term: 1, Type: typ}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
+	conf, noop, cmd := raft.LogConfiguration, raft.LogNoop, raft.LogCommand
+	many := make([]raft.LogType, renewScan+1)
+	many[0] = cmd
+	for i := 1; i < len(many); i++ {
+		many[i] = conf
+	}
+	for _, c := range []struct {
+		name   string
+		store  raft.LogStore
+		commit uint64
+		want   uint64
+	}{
+		{"fresh cluster, no command", entries(1, conf, noop, conf, conf), 4, 0},
+		{"last command below no-ops", entries(1, conf, noop, cmd, noop, conf), 5, 3},
+		{"command past commit ignored", entries(1, conf, cmd, noop, cmd), 3, 2},
+		{"compacted, no command since", entries(10, noop, conf), 11, 0},
+		{"nothing committed", entries(1), 0, 0},
+		{"no command within the read-back", entries(1, many...), uint64(len(many)), uint64(len(many))},
+	} {
+		if got := fsmWaitIndex(c.store, c.commit); got != c.want {
+			t.Errorf("%s: fsmWaitIndex(%d) = %d, want %d", c.name, c.commit, got, c.want)
+		}
+	}
 }

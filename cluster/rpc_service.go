@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 	"github.com/tenurehq/tenure/internal/mutation"
 )
@@ -254,13 +256,39 @@ func (g *ControlGroup) waitApplied(ctx context.Context, index uint64) error {
 
 // waitFSMApplied waits until the FSM itself has applied what Raft
 // committed up to commit: its last command at or below commit
-// (lastCommandIndex: an entry the FSM never sees — a new leader's no-op, a
+// (fsmWaitIndex: an entry the FSM never sees — a new leader's no-op, a
 // Barrier — would keep it waiting for the next command), by fsmApplied.
 func (g *ControlGroup) waitFSMApplied(ctx context.Context, commit uint64) error {
 	if g.cfg.AppliedIndex == nil {
 		return g.waitApplied(ctx, commit)
 	}
-	return g.waitIndex(ctx, g.fsmApplied, lastCommandIndex(g.cfg.LogStore, commit))
+	return g.waitIndex(ctx, g.fsmApplied, fsmWaitIndex(g.cfg.LogStore, commit))
+}
+
+// fsmWaitIndex is the index the FSM must have applied to have applied
+// everything committed up to commit: the last command at or below commit;
+// 0 when the log holds none from commit down to its start (a cluster that
+// has committed no command yet; entries compacted away were in a snapshot
+// this FSM took or restored, so it applied them). It reads back at most
+// renewScan entries; when that finds no command, or a read fails, it
+// answers commit, the conservative index (lastCommandIndex).
+func fsmWaitIndex(store raft.LogStore, commit uint64) uint64 {
+	for i := commit; i > 0; i-- {
+		if commit-i >= renewScan {
+			return commit
+		}
+		var l raft.Log // a fresh Log for every entry (lastCommandIndex)
+		err := store.GetLog(i, &l)
+		switch {
+		case errors.Is(err, raft.ErrLogNotFound):
+			return 0
+		case err != nil:
+			return commit
+		case l.Type == raft.LogCommand:
+			return i
+		}
+	}
+	return 0
 }
 
 // fsmApplied is the last index the FSM applied: ControlConfig.AppliedIndex,
