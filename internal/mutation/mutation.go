@@ -277,6 +277,10 @@ const (
 	// its view of the shard (the last table observed, its revoke track)
 	// for a Revoke it has not seen yet and relays the whole takeover wait.
 	WordStaleRecord
+	// AgentFeedSkipsChanges: the agent's input from the change feed
+	// (ownership.ObservedSince) carries only the first shard the feed
+	// names since the state the agent last observed, not all of them.
+	AgentFeedSkipsChanges
 	numSwitches
 )
 
@@ -300,7 +304,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"leader-keeps-term", "word-past-lease", "no-word-burn", "retarget-after-word",
 	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
 	"finalize-ignores-gossip",
-	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id", "word-stale-record"}
+	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id", "word-stale-record",
+	"agent-feed-skips-changes"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -376,6 +381,7 @@ var rules = [...]string{
 	"control group: a node the Raft configuration lists as a voter never drops its Raft; only voter-capable non-standbys out of the configuration do",
 	"disk-less claim: every attempt of one claim carries the same request id, so a late attempt answers the first one's incarnation",
 	"handoff word rule 1 (v6): the leader relays a bound only for a Revoking record at least as new as its planner's view of the shard (the last table observed, the revoke track)",
+	"agent input: every shard record the change feed names since the state the agent last observed reaches it (every record when the feed cannot tell)",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
