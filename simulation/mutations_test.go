@@ -134,6 +134,7 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.ClaimWithoutRequestID:       {"./node/", "TestDisklessClaimLateAttempt"},
 	mutation.VoterDropsRaft:              {"./cluster/", "TestVoterNeverDropsRaft"},
 	mutation.WordStaleRecord:             {"./ownership/", "TestWordValidRefusesStaleRecord"},
+	mutation.AgentFeedSkipsChanges:       {"./ownership/", "TestObservedSinceEqualsFull"},
 }
 
 // testMutation runs m's catching test under m and reports whether it
