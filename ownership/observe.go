@@ -32,10 +32,13 @@ import (
 //     and stays so, the targeted entry is recomputed to what it is. The
 //     one difference is a held word for a shard whose unchanged record
 //     is already past the word's epoch: a full pass drops it, this input
-//     keeps it until the record changes — but such a word never acts
-//     (wordChange needs the targeted record at the word's epoch, which
-//     only a changed record can bring, and observing that record drops
-//     the word) and only counts toward MaxHeldWords.
+//     keeps it until the record changes or the word's bound passes
+//     (pruneWords, in both) — but such a word never acts: Word refuses
+//     one whose shard is targeted at another epoch, so it is held only
+//     while the shard is not targeted, and wordChange needs the targeted
+//     record, which only a changed record (named, observed, dropping the
+//     word: epochs only grow) can bring. It only counts toward
+//     MaxHeldWords meanwhile.
 //   - Nothing the tracker keeps of a shard depends on another shard's
 //     record: shards may be observed in any subset, in order.
 //   - What the feed does not mark is passed whole: every node record (the

@@ -403,3 +403,66 @@ func (memSink) Cancel() error { return nil }
 func (memSink) Close() error  { return nil }
 
 var _ raft.SnapshotSink = memSink{}
+
+// TestObservedSinceFallsBack: ObservedSince reads every shard record
+// when the feed cannot tell (no previous state, a table-wide change, a
+// snapshot restore), none for the same state, and exactly the changed
+// ones otherwise; every node record always.
+func TestObservedSinceFallsBack(t *testing.T) {
+	lcfg := ledger.DefaultConfig()
+	f, err := ledger.NewFSM(lcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := uint64(0)
+	apply := func(c ledger.Command) {
+		idx++
+		if r := f.ApplyCommand(idx, c); r.Err != nil {
+			t.Fatalf("%s: %v", ledger.FormatCommand(c), r.Err)
+		}
+	}
+	for _, n := range []string{"a", "b"} {
+		apply(ledger.Heartbeat{Node: n, Incarnation: 1, Now: 1, MinVersion: ledger.MinClusterVersion, MaxVersion: ledger.MaxClusterVersion})
+	}
+	apply(ledger.ClusterConfig{Name: "c", Partitions: 8, Version: ledger.MaxClusterVersion, Now: 1})
+	for s := range uint32(8) {
+		apply(ledger.Grant{Shard: s, Owner: "a", OwnerIncarnation: 1, OwnerLiveness: 1, Now: 2})
+	}
+	shards := func(in Observed) []uint32 {
+		var out []uint32
+		for _, r := range in.Shards {
+			out = append(out, r.Shard)
+		}
+		return out
+	}
+	check := func(what string, in Observed, st *ledger.State, want []uint32) {
+		t.Helper()
+		if got := shards(in); !slices.Equal(got, want) {
+			t.Errorf("%s: shards %v, want %v", what, got, want)
+		}
+		if len(in.Nodes) != 2 || in.Applied != st.AppliedIndex() || in.Version != st.ActiveVersion() {
+			t.Errorf("%s: %d nodes, applied %d, version %d; want 2, %d, %d", what, len(in.Nodes), in.Applied, in.Version,
+				st.AppliedIndex(), st.ActiveVersion())
+		}
+	}
+	all := []uint32{0, 1, 2, 3, 4, 5, 6, 7}
+	st := f.State()
+	check("no previous state", ObservedSince(nil, st), st, all)
+	check("the same state", ObservedSince(st, st), st, nil)
+	prev := st
+	apply(ledger.Transfer{Shard: 3, Epoch: 1, From: "a", To: "b", ToIncarnation: 1, ToLiveness: 1, Now: 3})
+	apply(ledger.Revoke{Shard: 5, Epoch: 1, Target: "b", Now: 3})
+	st = f.State()
+	check("a transfer and a revoke", ObservedSince(prev, st), st, []uint32{3, 5})
+	prev = st
+	apply(ledger.PinShard{Shard: 1, Node: "b", Now: 4})
+	st = f.State()
+	check("a pin (table-wide)", ObservedSince(prev, st), st, all)
+	prev = st
+	g, err := restoreFSM(f, lcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = g.State()
+	check("a snapshot restore", ObservedSince(prev, st), st, all)
+}
