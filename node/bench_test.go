@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // BenchmarkToken measures the hot-path ownership check on the in-process
@@ -113,6 +114,59 @@ func (f *feedBench) token(s uint32, now time.Time) (uint64, time.Time, bool) {
 	return r.Epoch, now.Add(time.Second), true
 }
 
+// benchTable is a member's replica of a 100-node, 4,096-shard table for
+// the per-commit benchmarks (docs/benchmarks.md, issue 24): every node
+// registered, shard s granted to node s%100.
+type benchTable struct {
+	b      *testing.B
+	fsm    *ledger.FSM
+	idx    uint64
+	epochs []uint64
+	owners []int
+}
+
+const benchNodes, benchShards, benchSelf = 100, 4096, 50
+
+func benchID(i int) string { return fmt.Sprintf("m%03d", i) }
+
+func newBenchTable(b *testing.B) *benchTable {
+	fsm, err := ledger.NewFSM(ledger.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := &benchTable{b: b, fsm: fsm, epochs: make([]uint64, benchShards), owners: make([]int, benchShards)}
+	for i := range benchNodes {
+		t.apply(ledger.Heartbeat{Node: benchID(i), Incarnation: 1, Now: 1})
+	}
+	for s := range benchShards {
+		t.owners[s] = s % benchNodes
+		t.apply(ledger.Grant{Shard: uint32(s), Owner: benchID(t.owners[s]), OwnerIncarnation: 1, OwnerLiveness: 1, Now: 2})
+		t.epochs[s] = 1
+	}
+	return t
+}
+
+func (t *benchTable) apply(c ledger.Command) {
+	t.idx++
+	if r := t.fsm.ApplyCommand(t.idx, c); r.Err != nil {
+		t.b.Fatalf("%s: %v", ledger.FormatCommand(c), r.Err)
+	}
+}
+
+// transfer commits the i-th commit of a run: a Transfer of one shard
+// between two nodes other than benchSelf, so the member's own shards
+// (and its acting set) stay as they are.
+func (t *benchTable) transfer(i int) {
+	s := (i * 7) % benchShards
+	if t.owners[s] == benchSelf || (t.owners[s]+1)%benchNodes == benchSelf {
+		s = (s + 1) % benchShards
+	}
+	from, to := t.owners[s], (t.owners[s]+1)%benchNodes
+	t.apply(ledger.Transfer{Shard: uint32(s), Epoch: t.epochs[s], From: benchID(from), To: benchID(to), ToIncarnation: 1, ToLiveness: 1, Now: 3})
+	t.epochs[s]++
+	t.owners[s] = to
+}
+
 // BenchmarkMemberCommit measures a member's CPU per ownership commit with
 // 4,096 shards over 100 nodes (docs/benchmarks.md, issue 24): the
 // replica applies a Transfer of one shard between two other nodes, then
@@ -124,31 +178,9 @@ func (f *feedBench) token(s uint32, now time.Time) (uint64, time.Time, bool) {
 func BenchmarkMemberCommit(b *testing.B) {
 	for _, mode := range []string{"apply", "full", "feed"} {
 		b.Run(mode, func(b *testing.B) {
-			const nodes, shards = 100, 4096
-			fsm, err := ledger.NewFSM(ledger.DefaultConfig())
-			if err != nil {
-				b.Fatal(err)
-			}
-			idx := uint64(0)
-			apply := func(c ledger.Command) {
-				idx++
-				if r := fsm.ApplyCommand(idx, c); r.Err != nil {
-					b.Fatalf("%s: %v", ledger.FormatCommand(c), r.Err)
-				}
-			}
-			id := func(i int) string { return fmt.Sprintf("m%03d", i) }
-			for i := range nodes {
-				apply(ledger.Heartbeat{Node: id(i), Incarnation: 1, Now: 1})
-			}
-			epochs := make([]uint64, shards)
-			owners := make([]int, shards)
-			for s := range shards {
-				owners[s] = s % nodes
-				apply(ledger.Grant{Shard: uint32(s), Owner: id(owners[s]), OwnerIncarnation: 1, OwnerLiveness: 1, Now: 2})
-				epochs[s] = 1
-			}
-			self := id(50)
-			fb := &feedBench{nb: &netBackend{fsm: fsm}, self: self}
+			t := newBenchTable(b)
+			self := benchID(benchSelf)
+			fb := &feedBench{nb: &netBackend{fsm: t.fsm}, self: self}
 			n := &Node{cfg: Config{NodeID: self}, be: fb, log: slog.New(slog.DiscardHandler), changed: make(chan struct{}),
 				view: map[uint32]shardView{}, elections: map[string]*Election{}, jobSeen: map[uint64]jobVersion{},
 				active: map[uint32]int{}, handing: map[uint32]uint64{}}
@@ -157,14 +189,7 @@ func BenchmarkMemberCommit(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
-				s := (i * 7) % shards
-				if owners[s] == 50 || (owners[s]+1)%nodes == 50 {
-					s = (s + 1) % shards // keep the member's own shards: its acting set stays as it is
-				}
-				from, to := owners[s], (owners[s]+1)%nodes
-				apply(ledger.Transfer{Shard: uint32(s), Epoch: epochs[s], From: id(from), To: id(to), ToIncarnation: 1, ToLiveness: 1, Now: 3})
-				epochs[s]++
-				owners[s] = to
+				t.transfer(i)
 				now := time.Now()
 				switch mode {
 				case "apply": // the replica's apply alone
@@ -181,6 +206,60 @@ func BenchmarkMemberCommit(b *testing.B) {
 					b.Fatalf("ShardsSince(%d) = %d shards, %v", gen, len(recs), ok)
 				}
 				gen = g
+			}
+		})
+	}
+}
+
+// BenchmarkAgentCommit measures the agent's CPU per ownership commit on a
+// member with 4,096 shards over 100 nodes (docs/benchmarks.md, issue 24):
+// the replica applies a Transfer of one shard between two other nodes,
+// then stepLatest's Observed input is built and the member's registered
+// agent (acting on its 41 shards) steps it. "full" is the input before
+// the change feed (every node and shard record: st.Nodes, st.Shards);
+// "feed" is ownership.ObservedSince (every node record, the changed shard
+// records). Both include the apply; "apply" is the apply alone.
+func BenchmarkAgentCommit(b *testing.B) {
+	for _, mode := range []string{"apply", "full", "feed"} {
+		b.Run(mode, func(b *testing.B) {
+			t := newBenchTable(b)
+			self := benchID(benchSelf)
+			a, err := ownership.NewAgent(ownership.DefaultConfig(), self, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// A synthetic clock: a microsecond a commit keeps the lease
+			// (1.5 s) open for the whole run; heartbeats are asked every
+			// RenewEvery and left unanswered (at most two in flight).
+			now := time.Unix(1000, 0)
+			rd := a.Step(now, ownership.Tick{})
+			self1, _ := t.fsm.State().Node(self)
+			a.Step(now, ownership.HeartbeatOutcome{Token: rd.Heartbeat.Token, Index: t.idx, Result: ledger.Result{Node: self1}})
+			saw := t.fsm.State()
+			a.Step(now, ownership.ObservedSince(nil, saw))
+			if n := len(a.ActingShards(now)); n != benchShards/benchNodes+1 {
+				b.Fatalf("the agent acts on %d shards, want %d", n, benchShards/benchNodes+1)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				t.transfer(i)
+				now = now.Add(time.Microsecond)
+				st := t.fsm.State()
+				var in ownership.Observed
+				switch mode {
+				case "apply":
+					continue
+				case "full":
+					in = ownership.Observed{Applied: st.AppliedIndex(), Nodes: st.Nodes(), Shards: st.Shards(), Version: st.ActiveVersion()}
+				default:
+					in = ownership.ObservedSince(saw, st)
+					if len(in.Shards) != 1 {
+						b.Fatalf("ObservedSince: %d shard records, want 1", len(in.Shards))
+					}
+				}
+				saw = st
+				a.Step(now, in)
 			}
 		})
 	}

@@ -144,8 +144,9 @@ type netBackend struct {
 	// work is the acting set as the agent's Ready.Changes reported it
 	// (acting.go): what workers start and stop from.
 	work map[uint32]ownership.Change
-	// agentSaw is the replica state the agent last observed in full
-	// (stepLatest): the same state again is only a Tick.
+	// agentSaw is the replica state the agent last observed (stepLatest):
+	// the same state again is only a Tick, a later one brings the shard
+	// records changed since (ownership.ObservedSince).
 	agentSaw   *ledger.State
 	registered bool
 	closed     bool

@@ -48,12 +48,14 @@ func (b *netBackend) agentLoop() {
 }
 
 // stepLatest steps the agent with the replica's latest applied state:
-// every node and shard record up to its applied index — or, when the
+// every node record and the shard records that changed since the state
+// the agent last observed (ownership.ObservedSince: the ledger's change
+// feed; every shard record when the feed cannot tell) — or, when the
 // agent already observed that very state (states are immutable: the same
 // records at the same index), only a Tick, so a node at rest does not
 // copy and re-read every record on each timer and renewal. The state is
 // read under b.mu, so the agent never observes an older state after a
-// newer one.
+// newer one, and agentSaw is always the state it last observed.
 func (b *netBackend) stepLatest(now time.Time) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -62,9 +64,9 @@ func (b *netBackend) stepLatest(now time.Time) time.Time {
 	}
 	var in ownership.AgentInput = ownership.Tick{}
 	if st := b.fsm.State(); st != b.agentSaw {
-		v := st.ActiveVersion()
-		b.sawVersion(v)
-		in = ownership.Observed{Applied: st.AppliedIndex(), Nodes: st.Nodes(), Shards: st.Shards(), Version: v}
+		obs := ownership.ObservedSince(b.agentSaw, st)
+		b.sawVersion(obs.Version)
+		in = obs
 		b.agentSaw = st
 	}
 	rd, _ := b.stepLocked(now, in, nil)

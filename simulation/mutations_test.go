@@ -136,6 +136,7 @@ var testCaught = map[mutation.Switch]struct{ pkg, test string }{
 	mutation.WordStaleRecord:             {"./ownership/", "TestWordValidRefusesStaleRecord"},
 	mutation.OwnerWordNoApplyWait:        {"./cluster/", "TestOwnerWordWaitsForLaggingReplica"},
 	mutation.AuthorizeRaftApplied:        {"./cluster/", "TestAuthorizeWaitsForLaggingFSM"},
+	mutation.AgentFeedSkipsChanges:       {"./ownership/", "TestObservedSinceEqualsFull"},
 }
 
 // testMutation runs m's catching test under m and reports whether it

@@ -286,6 +286,10 @@ const (
 	// commit index, not the FSM's own: an entry handed to a lagging FSM
 	// counts as applied, and a member's command backed by it is refused.
 	AuthorizeRaftApplied
+	// AgentFeedSkipsChanges: the agent's input from the change feed
+	// (ownership.ObservedSince) carries only the first shard the feed
+	// names since the state the agent last observed, not all of them.
+	AgentFeedSkipsChanges
 	numSwitches
 )
 
@@ -310,7 +314,8 @@ var names = [...]string{"none", "skip-expiry-wait", "skip-takeover-wait", "renew
 	"words-skip-confirm", "release-during-word", "transfer-past-target", "words-unauthenticated", "word-from-anyone",
 	"finalize-ignores-gossip",
 	"feed-skips-owners", "voter-drops-raft", "claim-without-request-id", "word-stale-record",
-	"owner-word-no-apply-wait", "authorize-raft-applied"}
+	"owner-word-no-apply-wait", "authorize-raft-applied",
+	"agent-feed-skips-changes"}
 
 // rules describes, per switch, the rule it disables (mutations.json).
 var rules = [...]string{
@@ -388,6 +393,7 @@ var rules = [...]string{
 	"handoff word rule 1 (v6): the leader relays a bound only for a Revoking record at least as new as its planner's view of the shard (the last table observed, the revoke track)",
 	"handoff word (v6): the leader judges a told word only once its FSM applied what was committed when the word arrived (a replica not caught up within RPCTimeout refuses it unjudged), so a lagging replica does not drop a real word",
 	"control group: the leader authorizes a forwarded command only once its FSM (not just Raft) applied what was committed when it arrived (a replica not caught up within the request's timeout refuses it unjudged, ErrTimeout), so a lagging replica does not refuse a member's legitimate command",
+	"agent input: every shard record the change feed names since the state the agent last observed reaches it (every record when the feed cannot tell)",
 }
 
 // EnvSwitch names the switch a test process built with -tags mutations
