@@ -79,6 +79,15 @@ type Member struct {
 	Version   string
 }
 
+// UpAtRegistered is the one rule for "gossip shows the node up at its
+// registered incarnation": gossip reports it up (Alive or Suspect) with the
+// incarnation its committed record holds. Finalizing counts such a node as
+// live even while its lease has lapsed (Planner.clusterConfig), and
+// node/ reports it as Member.Live (Node.Members, upgrade status).
+func UpAtRegistered(rec ledger.NodeRecord, state member.State, incarnation uint64) bool {
+	return state.Up() && incarnation == rec.Incarnation
+}
+
 // LoadReport is a node's gossiped load summary (node.LoadSummary is an
 // alias of it).
 type LoadReport struct {
