@@ -43,9 +43,9 @@ func (n *Node) SetFencedTakeover(ctx context.Context, first, last uint32, fenced
 // replica knows them: disjoint ranges sorted by First. ErrUnsupported on
 // an in-memory network.
 func (n *Node) FencedShards() ([]ShardRange, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return nil, fmt.Errorf("%w: fenced takeover on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("fenced takeover")
+	if err != nil {
+		return nil, err
 	}
 	return ub.ledgerState().FencedRanges(), nil
 }

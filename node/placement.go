@@ -37,9 +37,9 @@ type PlacementRules struct {
 // PlacementRules returns the committed pins and exclusions as this node's
 // replica knows them. ErrUnsupported on an in-memory network.
 func (n *Node) PlacementRules() (PlacementRules, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return PlacementRules{}, fmt.Errorf("%w: placement rules on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("placement rules")
+	if err != nil {
+		return PlacementRules{}, err
 	}
 	st := ub.ledgerState()
 	var r PlacementRules

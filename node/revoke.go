@@ -41,9 +41,9 @@ func (n *Node) RevokeNode(ctx context.Context, node, serial, reason string, lift
 // knows it, sorted by node then serial. ErrUnsupported on an in-memory
 // network.
 func (n *Node) Revocations() ([]Revocation, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return nil, fmt.Errorf("%w: revocations on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("revocations")
+	if err != nil {
+		return nil, err
 	}
 	var out []Revocation
 	for _, r := range ub.ledgerState().Revocations() {
@@ -75,13 +75,24 @@ func (n *Node) gate(v uint32, what string) (upgradeBackend, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
 	}
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s on an in-memory network", ErrUnsupported, what)
+	ub, err := n.replica(what)
+	if err != nil {
+		return nil, err
 	}
 	if st := ub.ledgerState(); !st.VersionActive(v) {
 		return nil, fmt.Errorf("%w: %s needs cluster version %d, the cluster runs %d (finalize the upgrade first: tenure upgrade status)",
 			ErrVersionInactive, what, v, st.ActiveVersion())
+	}
+	return ub, nil
+}
+
+// replica returns the backend that holds a ledger replica: the cluster
+// versions and the operator's rules are read and committed through it.
+// ErrUnsupported (naming what) on an in-memory network, which has none.
+func (n *Node) replica(what string) (upgradeBackend, error) {
+	ub, ok := n.be.(upgradeBackend)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s on an in-memory network", ErrUnsupported, what)
 	}
 	return ub, nil
 }
