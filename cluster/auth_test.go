@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tenurehq/tenure/certs"
+	"github.com/tenurehq/tenure/cluster/internal/raftwire"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -288,10 +289,10 @@ func TestOutsiderIsRefused(t *testing.T) {
 	t.Run("raft as another server", func(t *testing.T) {
 		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n3"), Addr: []byte("127.0.0.1:1")}
 		ae := raft.AppendEntriesRequest{RPCHeader: hdr, Term: 1 << 40, PrevLogEntry: 1, Entries: []*raft.Log{{Index: 2, Term: 1 << 40, Type: raft.LogCommand, Data: []byte("by:n2:injected")}}}
-		if err := (outsider{t, follower.addr, asN2}).raft(raftAppendEntries, &ae); err == nil {
+		if err := (outsider{t, follower.addr, asN2}).raft(raftwire.AppendEntries, &ae); err == nil {
 			t.Error("AppendEntries claiming n3 from n2's certificate was answered")
 		}
-		if err := (outsider{t, follower.addr, foreign}).raft(raftAppendEntries, &ae); err == nil {
+		if err := (outsider{t, follower.addr, foreign}).raft(raftwire.AppendEntries, &ae); err == nil {
 			t.Error("AppendEntries with another CA's certificate was answered")
 		}
 	})
@@ -313,7 +314,7 @@ func TestOutsiderIsRefused(t *testing.T) {
 			}
 		}
 		for i := 0; i < 20; i++ {
-			if err := (outsider{t, target.addr, cfg}).raft(raftTimeoutNow, &req); err == nil {
+			if err := (outsider{t, target.addr, cfg}).raft(raftwire.TimeoutNow, &req); err == nil {
 				t.Fatalf("TimeoutNow from %s (not the leader) was answered", self)
 			}
 		}
@@ -324,7 +325,7 @@ func TestOutsiderIsRefused(t *testing.T) {
 			SnapshotVersion: raft.SnapshotVersionMax, Term: 1, LastLogIndex: 1, LastLogTerm: 1,
 			Configuration: []byte{0xff, 0x00, 0x13}, ConfigurationIndex: 1,
 		}
-		if err := (outsider{t, follower.addr, asN2}).raft(raftInstallSnap, &req); err == nil {
+		if err := (outsider{t, follower.addr, asN2}).raft(raftwire.InstallSnapshot, &req); err == nil {
 			t.Error("InstallSnapshot with a malformed configuration was answered")
 		}
 	})

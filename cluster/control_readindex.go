@@ -22,22 +22,13 @@ import (
 // confirmed by a quorum round. Errors (ErrNoLeader, ErrNotLeader,
 // ErrTimeout, ErrLeadershipLost, ErrUnauthorized) mean no barrier: retry.
 func (g *ControlGroup) ReadIndex(ctx context.Context) (uint64, error) {
-	if g.isClosing() {
-		return 0, ErrControlClosed
-	}
-	id, addr := g.Leader()
-	switch {
-	case addr == "":
-		return 0, ErrNoLeader
-	case id == g.cfg.NodeID:
-		return g.readIndexLocal(ctx)
-	}
-	args := wire.ReadIndexArgs{Timeout: timeoutFrom(ctx)}
 	var reply wire.ReadIndexReply
-	cctx, cancel := g.whileLeader(ctx, addr)
-	defer cancel()
-	if err := g.pool.call(cctx, addr, "Control.ReadIndex", &args, &reply); err != nil {
-		return 0, leaderCallErr(ctx, cctx, "read index from", addr, err)
+	addr, self, err := g.askLeader(ctx, "Control.ReadIndex", "read index from", &wire.ReadIndexArgs{Timeout: timeoutFrom(ctx)}, &reply)
+	switch {
+	case self:
+		return g.readIndexLocal(ctx)
+	case err != nil:
+		return 0, err
 	}
 	if reply.Code == wire.CodeOK {
 		return reply.Index, nil

@@ -46,27 +46,18 @@ type RenewResult struct {
 // ErrLeadershipLost, ErrRenewUnsupported, ErrUnauthorized) mean the renewal
 // failed.
 func (g *ControlGroup) Renew(ctx context.Context, req RenewRequest) (RenewResult, error) {
-	if g.isClosing() {
-		return RenewResult{}, ErrControlClosed
-	}
-	id, addr := g.Leader()
-	switch {
-	case addr == "":
-		return RenewResult{}, ErrNoLeader
-	case id == g.cfg.NodeID:
-		return g.renewLocal(ctx, req)
-	}
 	args := wire.RenewArgs{Node: req.Node, Incarnation: req.Incarnation, Liveness: req.Liveness, Timeout: timeoutFrom(ctx)}
 	var reply wire.RenewReply
-	// A leader whose host vanished (no TCP reset) would hold the renewal
-	// until ctx ends — a whole lease — while a new leader already serves:
-	// the call ends as soon as this node sees another leader, or none.
-	cctx, cancel := g.whileLeader(ctx, addr)
-	defer cancel()
 	start := time.Now()
-	if err := g.pool.call(cctx, addr, "Control.Renew", &args, &reply); err != nil {
-		g.log.Debug("cluster: renewal failed", "leader", addr, "after", time.Since(start), "err", err)
-		return RenewResult{}, leaderCallErr(ctx, cctx, "renewing with", addr, err)
+	addr, self, err := g.askLeader(ctx, "Control.Renew", "renewing with", &args, &reply)
+	switch {
+	case self:
+		return g.renewLocal(ctx, req)
+	case err != nil:
+		if addr != "" { // the call to the leader failed
+			g.log.Debug("cluster: renewal failed", "leader", addr, "after", time.Since(start), "err", err)
+		}
+		return RenewResult{}, err
 	}
 	res := RenewResult{CommitIndex: reply.CommitIndex, Record: reply.Record}
 	switch reply.Code {

@@ -28,22 +28,13 @@ var ErrWordsUnsupported = errors.New("cluster: leader does not offer words")
 // words relayed to node, waiting up to the leader's hold; the bytes are
 // what ControlConfig.Words returned there.
 func (g *ControlGroup) Words(ctx context.Context, node string) ([]byte, error) {
-	if g.isClosing() {
-		return nil, ErrControlClosed
-	}
-	id, addr := g.Leader()
-	switch {
-	case addr == "":
-		return nil, ErrNoLeader
-	case id == g.cfg.NodeID:
-		return g.wordsLocal(ctx, node)
-	}
-	args := wire.WordsArgs{Node: node, Timeout: timeoutFrom(ctx)}
 	var reply wire.WordsReply
-	cctx, cancel := g.whileLeader(ctx, addr)
-	defer cancel()
-	if err := g.pool.call(cctx, addr, "Control.Words", &args, &reply); err != nil {
-		return nil, leaderCallErr(ctx, cctx, "asking for words", addr, err)
+	addr, self, err := g.askLeader(ctx, "Control.Words", "asking for words", &wire.WordsArgs{Node: node, Timeout: timeoutFrom(ctx)}, &reply)
+	switch {
+	case self:
+		return g.wordsLocal(ctx, node)
+	case err != nil:
+		return nil, err
 	}
 	if err := wordsReplyErr(reply.Code, "asking for words", addr, reply.Msg); err != nil {
 		return nil, err
@@ -126,22 +117,13 @@ func (s *controlRPC) Words(args *wire.WordsArgs, reply *wire.WordsReply) error {
 // node leads (its own words do not cross the port) or the leader changed,
 // ErrWordsUnsupported when the leader does not take words.
 func (g *ControlGroup) SendOwnerWord(ctx context.Context, cmd []byte) error {
-	if g.isClosing() {
-		return ErrControlClosed
-	}
-	id, addr := g.Leader()
-	switch {
-	case addr == "":
-		return ErrNoLeader
-	case id == g.cfg.NodeID:
-		return ErrNotLeader
-	}
-	args := wire.OwnerWordArgs{Cmd: cmd}
 	var reply wire.OwnerWordReply
-	cctx, cancel := g.whileLeader(ctx, addr)
-	defer cancel()
-	if err := g.pool.call(cctx, addr, "Control.OwnerWord", &args, &reply); err != nil {
-		return leaderCallErr(ctx, cctx, "telling a word to", addr, err)
+	addr, self, err := g.askLeader(ctx, "Control.OwnerWord", "telling a word to", &wire.OwnerWordArgs{Cmd: cmd}, &reply)
+	switch {
+	case self:
+		return ErrNotLeader
+	case err != nil:
+		return err
 	}
 	return wordsReplyErr(reply.Code, "telling a word to", addr, reply.Msg)
 }

@@ -17,35 +17,9 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tenurehq/tenure/certs"
+	"github.com/tenurehq/tenure/cluster/internal/raftwire"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
-
-// The transport's message types (hashicorp/raft net_transport.go), as the
-// attacks in these tests send them; the guard's own are in
-// identity/raftguard.go.
-const (
-	raftAppendEntries  byte = 0
-	raftRequestVote    byte = 1
-	raftInstallSnap    byte = 2
-	raftTimeoutNow     byte = 3
-	raftRequestPreVote byte = 4
-)
-
-// encodeConfig encodes servers given as "id:V|N|S@addr" (addr defaults to
-// id) the way raft writes a configuration entry.
-func encodeConfig(servers ...string) []byte {
-	var c raft.Configuration
-	for _, s := range servers {
-		id, rest, _ := strings.Cut(s, ":")
-		kind, addr, _ := strings.Cut(rest, "@")
-		if addr == "" {
-			addr = id
-		}
-		suf := map[string]raft.ServerSuffrage{"V": raft.Voter, "N": raft.Nonvoter, "S": raft.Staging}[kind]
-		c.Servers = append(c.Servers, raft.Server{Suffrage: suf, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
-	}
-	return raft.EncodeConfiguration(c)
-}
 
 // attacker speaks raft's NetworkTransport wire format over the TLS mux
 // with its own certificate.
@@ -155,7 +129,7 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 	for _, a := range attackers {
 		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(a.id), Addr: []byte("127.0.0.1:1")}
 		higher := before.term + 10
-		snapCfg := encodeConfig(a.id+":V@127.0.0.1:1", "n1:N@x1", "n2:N@x2", "n3:N@x3")
+		snapCfg := raftwire.EncodeConfig(a.id+":V@127.0.0.1:1", "n1:N@x1", "n2:N@x2", "n3:N@x3")
 		snapData := []byte("forged snapshot")
 		for _, m := range []struct {
 			name    string
@@ -163,13 +137,13 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 			req     any
 			trailer []byte
 		}{
-			{"RequestVote at a higher term", raftRequestVote, &raft.RequestVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher, LeadershipTransfer: true}, nil},
-			{"RequestPreVote", raftRequestPreVote, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher}, nil},
-			{"AppendEntries with a forged entry at a higher term", raftAppendEntries, forgedAppend(a.id, higher, raft.LogCommand, forged), nil},
-			{"InstallSnapshot", raftInstallSnap, &raft.InstallSnapshotRequest{RPCHeader: hdr, SnapshotVersion: raft.SnapshotVersionMax, Term: higher,
+			{"RequestVote at a higher term", raftwire.RequestVote, &raft.RequestVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher, LeadershipTransfer: true}, nil},
+			{"RequestPreVote", raftwire.RequestPreVote, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: higher, LastLogIndex: 1 << 40, LastLogTerm: higher}, nil},
+			{"AppendEntries with a forged entry at a higher term", raftwire.AppendEntries, forgedAppend(a.id, higher, raft.LogCommand, forged), nil},
+			{"InstallSnapshot", raftwire.InstallSnapshot, &raft.InstallSnapshotRequest{RPCHeader: hdr, SnapshotVersion: raft.SnapshotVersionMax, Term: higher,
 				LastLogIndex: 1 << 40, LastLogTerm: higher, Configuration: snapCfg, ConfigurationIndex: 1, Size: int64(len(snapData))}, snapData},
-			{"TimeoutNow", raftTimeoutNow, &raft.TimeoutNowRequest{RPCHeader: hdr}, nil},
-			{"AppendEntries with a garbage configuration entry", raftAppendEntries, forgedAppend(a.id, higher, raft.LogConfiguration, []byte{0xde, 0xad, 0xbe, 0xef}), nil},
+			{"TimeoutNow", raftwire.TimeoutNow, &raft.TimeoutNowRequest{RPCHeader: hdr}, nil},
+			{"AppendEntries with a garbage configuration entry", raftwire.AppendEntries, forgedAppend(a.id, higher, raft.LogConfiguration, []byte{0xde, 0xad, 0xbe, 0xef}), nil},
 		} {
 			attacks++
 			if err := a.send(voter.addr, m.typ, m.req, m.trailer); err == nil {
@@ -205,7 +179,7 @@ func TestRaftGuardRefusesNonVoters(t *testing.T) {
 	// and committed (the finding), so the test above can fail.
 	voter.g.mux.Guard().SetOff(true)
 	ctl := before.term + 100
-	if err := attackers[0].send(voter.addr, raftAppendEntries, forgedAppend("n4", ctl, raft.LogCommand, forged), nil); err != nil {
+	if err := attackers[0].send(voter.addr, raftwire.AppendEntries, forgedAppend("n4", ctl, raft.LogCommand, forged), nil); err != nil {
 		t.Fatalf("unguarded voter did not answer the forged AppendEntries: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the forged entry applied on the unguarded voter", func() bool {

@@ -95,6 +95,34 @@ func leaderCallErr(ctx, cctx context.Context, what, addr string, err error) erro
 	return fmt.Errorf("%w: %s %s: %v", ErrNotLeader, what, addr, err)
 }
 
+// askLeader is the one way a call reaches the current leader (ReadIndex,
+// Renew, Words, SendOwnerWord): ErrControlClosed while the group closes,
+// ErrNoLeader while there is none, self true (nothing sent) when this node
+// leads; else it calls method at the leader's address with args into
+// reply, cut short as soon as this node sees another leader or none
+// (whileLeader: a leader whose host vanished without a TCP reset would
+// hold the call until ctx ends while a new leader already serves), a
+// failed call mapped by leaderCallErr (what names the call). addr is the
+// leader's address ("" when there is none).
+func (g *ControlGroup) askLeader(ctx context.Context, method, what string, args, reply any) (addr string, self bool, err error) {
+	if g.isClosing() {
+		return "", false, ErrControlClosed
+	}
+	id, addr := g.Leader()
+	switch {
+	case addr == "":
+		return "", false, ErrNoLeader
+	case id == g.cfg.NodeID:
+		return addr, true, nil
+	}
+	cctx, cancel := g.whileLeader(ctx, addr)
+	defer cancel()
+	if err := g.pool.call(cctx, addr, method, args, reply); err != nil {
+		return addr, false, leaderCallErr(ctx, cctx, what, addr, err)
+	}
+	return addr, false, nil
+}
+
 func codeOf(err error) wire.ReplyCode {
 	var fe *FSMError
 	switch {

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tenurehq/tenure/cluster/gossip"
+	"github.com/tenurehq/tenure/cluster/internal/raftwire"
 	wire "github.com/tenurehq/tenure/cluster/internal/rpcwire"
 )
 
@@ -669,7 +670,7 @@ func TestMemberRefusesRaftStreams(t *testing.T) {
 		t.Fatal("a member runs raft")
 	}
 	start := time.Now()
-	err := outsider{t: t, addr: m.addr}.raft(raftRequestVote, &raft.RequestVoteRequest{
+	err := outsider{t: t, addr: m.addr}.raft(raftwire.RequestVote, &raft.RequestVoteRequest{
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n1"), Addr: []byte("127.0.0.1:1")}, Term: 9})
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("RequestVote to a member: %v after %v, want the connection closed at once", err, time.Since(start))

@@ -36,16 +36,8 @@ func (a *nodeAdapter) Revoke(ctx context.Context, req apitypes.RevokeRequest) er
 	return classify(a.n.RevokeNode(ctx, req.Node, req.Serial, req.Reason, req.Lift))
 }
 
-func (h *Handler) revokeNode(w http.ResponseWriter) (RevokeBackend, bool) {
-	rb, ok := h.node.(RevokeBackend)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this node keeps no deny-list")
-	}
-	return rb, ok
-}
-
 func (h *Handler) revocations(w http.ResponseWriter, r *http.Request) {
-	rb, ok := h.revokeNode(w)
+	rb, ok := optional[RevokeBackend](h, w, "this node keeps no deny-list")
 	if !ok {
 		return
 	}
@@ -67,7 +59,7 @@ func (h *Handler) revoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("node or serial: one of them, each at most %d bytes (reason too)", node.MaxStringLen))
 		return
 	}
-	rb, ok := h.revokeNode(w)
+	rb, ok := optional[RevokeBackend](h, w, "this node keeps no deny-list")
 	if !ok {
 		return
 	}

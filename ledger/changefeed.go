@@ -3,6 +3,7 @@ package ledger
 import (
 	"slices"
 
+	"github.com/tenurehq/tenure/internal/changefeed"
 	"github.com/tenurehq/tenure/internal/mutation"
 )
 
@@ -30,17 +31,6 @@ const (
 	maxFeedLinks  = 1024
 )
 
-// changeLink is the change of one published state from the one before:
-// an immutable list, newest first, that published states share.
-type changeLink struct {
-	gen, from uint64   // this state's OwnershipGeneration, the previous one's
-	shards    []uint32 // sorted, distinct; nil when all
-	all       bool     // every shard may have changed
-	prev      *changeLink
-	ids       int // shard ids in this link and the ones before it
-	links     int // links in the list from this one on
-}
-
 // feedScratch is what the writer collects between two publishes.
 type feedScratch struct {
 	shards []uint32
@@ -60,13 +50,17 @@ func (f *FSM) feedOwner(id string) {
 // way no list of shards describes (dirtyShards without putShard).
 func (f *FSM) feedAll() { f.feed.all = true }
 
+// feedLimits bound the feed (changefeed.Limits).
+var feedLimits = changefeed.Limits{IDs: maxFeedShards, Links: maxFeedLinks}
+
 // linkChanges returns the link of the state about to be published at
 // generation gen, whose predecessor had generation from, and resets the
 // scratch. It runs on the apply goroutine with f.mu held.
-func (f *FSM) linkChanges(from, gen uint64) *changeLink {
+func (f *FSM) linkChanges(from, gen uint64) *changefeed.Link {
 	sc := &f.feed
-	l := &changeLink{gen: gen, from: from, all: sc.all || from == 0}
-	if !l.all {
+	all := sc.all || from == 0
+	var shards []uint32
+	if !all {
 		if len(sc.owners) > 0 {
 			// The owners' shards: their validity may have changed. One
 			// pass over the table, only on entries that change a node's
@@ -79,14 +73,10 @@ func (f *FSM) linkChanges(from, gen uint64) *changeLink {
 			})
 		}
 		slices.Sort(sc.shards)
-		l.shards = slices.Clip(slices.Compact(sc.shards))
+		shards = slices.Clip(slices.Compact(sc.shards))
 		sc.shards = nil
-		if p := f.st.changes; p != nil && p.ids+len(l.shards) <= maxFeedShards && p.links < maxFeedLinks {
-			l.prev, l.ids, l.links = p, p.ids, p.links
-		}
-		l.ids += len(l.shards)
-		l.links++
 	}
+	l := changefeed.Append(f.st.changes, from, gen, shards, all, feedLimits)
 	sc.shards, sc.owners, sc.all = sc.shards[:0], sc.owners[:0], false
 	return l
 }
@@ -101,21 +91,5 @@ func (s *State) ShardChangesSince(since uint64) ([]uint32, bool) {
 	if since == s.ownership {
 		return nil, true
 	}
-	var parts [][]uint32
-	for l := s.changes; l != nil && !l.all && l.gen > since; l = l.prev {
-		parts = append(parts, l.shards)
-		if l.from != since {
-			continue
-		}
-		if len(parts) == 1 {
-			return parts[0], true
-		}
-		var out []uint32
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		slices.Sort(out)
-		return slices.Compact(out), true
-	}
-	return nil, false
+	return s.changes.Since(since)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/google/btree"
+
+	"github.com/tenurehq/tenure/internal/changefeed"
 )
 
 const btreeDegree = 8 // smaller nodes: less to copy per copy-on-write path (measured vs 4, 16, 32)
@@ -71,7 +73,7 @@ type State struct {
 	// ownership is the OwnershipGeneration; changes what changed to
 	// reach it (changefeed.go).
 	ownership uint64
-	changes   *changeLink
+	changes   *changefeed.Link
 }
 
 func newStateTables(s LedgerSettings) *State {

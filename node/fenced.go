@@ -35,32 +35,17 @@ func (n *Node) SetFencedTakeover(ctx context.Context, first, last uint32, fenced
 	if first > last {
 		return fmt.Errorf("%w: fenced takeover for shards %d..%d: first after last", ErrInvalid, first, last)
 	}
-	if n.isClosed() {
-		return ErrClosed
-	}
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return fmt.Errorf("%w: fenced takeover on an in-memory network", ErrUnsupported)
-	}
-	st := ub.ledgerState()
-	if !st.VersionActive(ledger.VersionFencedTakeover) {
-		return fmt.Errorf("%w: fenced takeover needs cluster version %d, the cluster runs %d (finalize the upgrade first: tenure upgrade status)",
-			ErrVersionInactive, ledger.VersionFencedTakeover, st.ActiveVersion())
-	}
-	r, err := ub.commitCommand(ctx, ledger.SetTakeoverPolicy{First: first, Last: last, Fenced: fenced, Now: time.Now().UnixNano()})
-	if err == nil {
-		err = r.Err
-	}
-	return mapLedgerErr(err)
+	return n.gatedRule(ctx, ledger.VersionFencedTakeover, "fenced takeover",
+		ledger.SetTakeoverPolicy{First: first, Last: last, Fenced: fenced, Now: time.Now().UnixNano()})
 }
 
 // FencedShards returns the shards under fenced takeover, as this node's
 // replica knows them: disjoint ranges sorted by First. ErrUnsupported on
 // an in-memory network.
 func (n *Node) FencedShards() ([]ShardRange, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return nil, fmt.Errorf("%w: fenced takeover on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("fenced takeover")
+	if err != nil {
+		return nil, err
 	}
 	return ub.ledgerState().FencedRanges(), nil
 }

@@ -142,7 +142,7 @@ func (f *fakeRaft) owners() map[string]int {
 	out := map[string]int{}
 	for _, r := range st.Shards() {
 		n, ok := st.Node(r.Owner)
-		if r.State == ledger.ShardOwned && ownership.Valid(r, n, ok) {
+		if r.State == ledger.ShardOwned && ledger.OwnershipValidWith(r, n, ok) {
 			out[r.Owner]++
 		}
 	}

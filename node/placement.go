@@ -37,9 +37,9 @@ type PlacementRules struct {
 // PlacementRules returns the committed pins and exclusions as this node's
 // replica knows them. ErrUnsupported on an in-memory network.
 func (n *Node) PlacementRules() (PlacementRules, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return PlacementRules{}, fmt.Errorf("%w: placement rules on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("placement rules")
+	if err != nil {
+		return PlacementRules{}, err
 	}
 	st := ub.ledgerState()
 	var r PlacementRules
@@ -95,17 +95,9 @@ func (n *Node) IncludeNode(ctx context.Context, node string) error {
 }
 
 func (n *Node) placementRule(ctx context.Context, c ledger.Command) error {
-	if n.isClosed() {
-		return ErrClosed
-	}
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return fmt.Errorf("%w: placement rules on an in-memory network", ErrUnsupported)
-	}
-	st := ub.ledgerState()
-	if !st.VersionActive(ledger.VersionPlacementRules) {
-		return fmt.Errorf("%w: pins and exclusions need cluster version %d, the cluster runs %d (finalize the upgrade first: tenure upgrade status)",
-			ErrVersionInactive, ledger.VersionPlacementRules, st.ActiveVersion())
+	ub, err := n.gate(ledger.VersionPlacementRules, "pinning and excluding nodes")
+	if err != nil {
+		return err
 	}
 	if pin, ok := c.(ledger.PinShard); ok && int64(pin.Shard) >= int64(n.cfg.Partitions) {
 		return fmt.Errorf("%w: pin of shard %d: partitions are 0..%d", ErrInvalid, pin.Shard, n.cfg.Partitions-1)

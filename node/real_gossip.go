@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenurehq/tenure/cluster"
 	"github.com/tenurehq/tenure/ledger"
+	"github.com/tenurehq/tenure/ownership"
 )
 
 // healthTagPrefix marks health metadata inside the gossiped tags.
@@ -120,7 +121,7 @@ func (b *netBackend) members() []Member {
 		mm := Member{
 			ID: m.ID, Group: firstNonEmpty(m.Tags[groupTag], m.Group), Incarnation: m.Incarnation, Addr: m.Addr, RaftAddr: m.RaftAddr,
 			HTTPAddr: m.HTTPAddr, State: m.State, Health: m.Health, Draining: m.Draining || rec.Draining,
-			Live:  known && rec.Incarnation == m.Incarnation && m.State.Up(),
+			Live:  known && ownership.UpAtRegistered(rec, m.State, m.Incarnation),
 			Voter: slices.Contains(voters, m.ID), Leader: m.ID == leader, Version: m.Version,
 		}
 		mm.NoShards = ownsNoShards(m.Tags, mm.Voter)

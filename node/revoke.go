@@ -41,9 +41,9 @@ func (n *Node) RevokeNode(ctx context.Context, node, serial, reason string, lift
 // knows it, sorted by node then serial. ErrUnsupported on an in-memory
 // network.
 func (n *Node) Revocations() ([]Revocation, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return nil, fmt.Errorf("%w: revocations on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("revocations")
+	if err != nil {
+		return nil, err
 	}
 	var out []Revocation
 	for _, r := range ub.ledgerState().Revocations() {
@@ -52,22 +52,47 @@ func (n *Node) Revocations() ([]Revocation, error) {
 	return out, nil
 }
 
-// gatedRule commits operator command c once cluster version v is active.
+// gatedRule commits operator command c once cluster version v is active
+// (gate), its ledger error mapped.
 func (n *Node) gatedRule(ctx context.Context, v uint32, what string, c ledger.Command) error {
-	if n.isClosed() {
-		return ErrClosed
-	}
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return fmt.Errorf("%w: %s on an in-memory network", ErrUnsupported, what)
-	}
-	if st := ub.ledgerState(); !st.VersionActive(v) {
-		return fmt.Errorf("%w: %s needs cluster version %d, the cluster runs %d (finalize the upgrade first: tenure upgrade status)",
-			ErrVersionInactive, what, v, st.ActiveVersion())
+	ub, err := n.gate(v, what)
+	if err != nil {
+		return err
 	}
 	r, err := ub.commitCommand(ctx, c)
 	if err == nil {
 		err = r.Err
 	}
 	return mapLedgerErr(err)
+}
+
+// gate is the one check of the operator's version-gated rules (revoking
+// nodes, fenced takeover, pins and exclusions) before one is committed:
+// ErrClosed, ErrUnsupported on an in-memory network, ErrVersionInactive
+// until cluster version v is active (what names the rule); else the
+// backend to commit through.
+func (n *Node) gate(v uint32, what string) (upgradeBackend, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	ub, err := n.replica(what)
+	if err != nil {
+		return nil, err
+	}
+	if st := ub.ledgerState(); !st.VersionActive(v) {
+		return nil, fmt.Errorf("%w: %s needs cluster version %d, the cluster runs %d (finalize the upgrade first: tenure upgrade status)",
+			ErrVersionInactive, what, v, st.ActiveVersion())
+	}
+	return ub, nil
+}
+
+// replica returns the backend that holds a ledger replica: the cluster
+// versions and the operator's rules are read and committed through it.
+// ErrUnsupported (naming what) on an in-memory network, which has none.
+func (n *Node) replica(what string) (upgradeBackend, error) {
+	ub, ok := n.be.(upgradeBackend)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s on an in-memory network", ErrUnsupported, what)
+	}
+	return ub, nil
 }

@@ -5,83 +5,56 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/changefeed"
 )
 
 // shardFeed remembers which shards each move of ShardsGeneration was
 // about, so a reader of Shards (the API's metrics sampler) re-reads only
 // those (Node.ShardsSince) instead of every shard on every change. It is
-// bounded: a reader further behind than it keeps reads Shards again.
+// a chain of the same bounded list as the ledger's change feed
+// (internal/changefeed): a reader further behind than it keeps reads
+// Shards again.
 type shardFeed struct {
-	mu      sync.Mutex
-	entries []feedEntry // oldest first, consecutive generations
-	ids     int         // shard ids held
+	mu   sync.Mutex
+	head *changefeed.Link // the move to the current ShardsGeneration; nil before the first
 }
 
-type feedEntry struct {
-	gen    uint64
-	all    bool     // a full pass: any shard may have changed
-	shards []uint32 // sorted, distinct
-}
-
-const (
-	maxShardFeedIDs     = 8192
-	maxShardFeedEntries = 256
-)
+// shardFeedLimits bound the feed.
+var shardFeedLimits = changefeed.Limits{IDs: 8192, Links: 256}
 
 // add moves ShardsGeneration (ctr) and records what the refresh that
 // moved it re-read: a full pass, or changed and the shards of evs.
 func (f *shardFeed) add(ctr *atomic.Uint64, full bool, changed []ShardInfo, evs []Event) {
-	e := feedEntry{all: full}
+	var shards []uint32
 	if !full {
-		e.shards = make([]uint32, 0, len(changed)+len(evs))
+		shards = make([]uint32, 0, len(changed)+len(evs))
 		for _, r := range changed {
-			e.shards = append(e.shards, r.Shard)
+			shards = append(shards, r.Shard)
 		}
 		for _, ev := range evs {
-			e.shards = append(e.shards, ev.Shard)
+			shards = append(shards, ev.Shard)
 		}
-		slices.Sort(e.shards)
-		e.shards = slices.Compact(e.shards)
+		slices.Sort(shards)
+		shards = slices.Clip(slices.Compact(shards))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	gen := ctr.Add(1)
-	e.gen = gen
-	if n := len(f.entries); e.all || (n > 0 && f.entries[n-1].gen+1 != gen) {
-		f.entries, f.ids = f.entries[:0], 0
-	}
-	f.entries = append(f.entries, e)
-	f.ids += len(e.shards)
-	for len(f.entries) > 1 && (len(f.entries) > maxShardFeedEntries || f.ids > maxShardFeedIDs) {
-		f.ids -= len(f.entries[0].shards)
-		f.entries[0] = feedEntry{}
-		f.entries = f.entries[1:]
-	}
+	f.head = changefeed.Append(f.head, gen-1, gen, shards, full, shardFeedLimits)
 }
 
-// since returns the shards named by the entries after generation since up
-// to the newest, sorted and distinct, and the newest generation; false
-// when an entry in between is a full pass or is no longer kept. f.mu held.
+// since returns the shards named by the moves after generation since up
+// to cur (the newest), sorted and distinct, and true; false when since is
+// 0 (never read) or the feed cannot tell. f.mu held.
 func (f *shardFeed) since(since, cur uint64) ([]uint32, bool) {
-	if since == cur {
+	switch {
+	case since == cur:
 		return nil, true
-	}
-	n := len(f.entries)
-	if since == 0 || n == 0 || f.entries[n-1].gen != cur || f.entries[0].gen > since+1 || since > cur {
+	case since == 0:
 		return nil, false
 	}
-	var out []uint32
-	for _, e := range f.entries {
-		if e.gen <= since {
-			continue
-		}
-		if e.all {
-			return nil, false
-		}
-		out = append(out, e.shards...)
-	}
-	slices.Sort(out)
-	return slices.Compact(out), true
+	return f.head.Since(since)
 }
 
 // ShardsSince returns ShardsGeneration and, when it can tell, the shards

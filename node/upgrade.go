@@ -34,9 +34,9 @@ func (b *netBackend) commitCommand(ctx context.Context, c ledger.Command) (ledge
 // UpgradeStatus reports the cluster version, what each node speaks and what
 // blocks finalizing. ErrUnsupported on the in-memory network.
 func (n *Node) UpgradeStatus() (UpgradeStatus, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return UpgradeStatus{}, fmt.Errorf("%w: cluster versions on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("cluster versions")
+	if err != nil {
+		return UpgradeStatus{}, err
 	}
 	return n.upgradeStatus(ub.ledgerState()), nil
 }
@@ -84,9 +84,9 @@ var ErrNothingToFinalize = errors.New("node: nothing to finalize")
 // node can go back to the previous release. It returns the status after
 // the commit; ErrNothingToFinalize when Active is already Target.
 func (n *Node) FinalizeUpgrade(ctx context.Context) (UpgradeStatus, error) {
-	ub, ok := n.be.(upgradeBackend)
-	if !ok {
-		return UpgradeStatus{}, fmt.Errorf("%w: cluster versions on an in-memory network", ErrUnsupported)
+	ub, err := n.replica("cluster versions")
+	if err != nil {
+		return UpgradeStatus{}, err
 	}
 	st := ub.ledgerState()
 	us := n.upgradeStatus(st)

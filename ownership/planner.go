@@ -315,16 +315,14 @@ func (p *Planner) clusterConfig(now time.Time, cur ledger.ClusterInfo, members [
 	if p.cfg.ClusterName == "" {
 		return ledger.ClusterConfig{}, false
 	}
-	up := map[string]uint64{}
+	gossip := map[string]Member{}
 	for _, m := range members {
-		if m.State.Up() {
-			up[m.ID] = m.Incarnation
-		}
+		gossip[m.ID] = m
 	}
 	var live []ledger.NodeRecord
 	for _, id := range t.ids {
-		inc, inGossip := up[id]
-		if p.live(now, id) || (inGossip && inc == t.nodes[id].Incarnation && !mutation.On(mutation.FinalizeIgnoresGossip)) {
+		m, inGossip := gossip[id]
+		if p.live(now, id) || (inGossip && UpAtRegistered(t.nodes[id], m.State, m.Incarnation) && !mutation.On(mutation.FinalizeIgnoresGossip)) {
 			live = append(live, t.nodes[id])
 		}
 	}

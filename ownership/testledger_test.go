@@ -59,7 +59,7 @@ func (l *testLedger) heartbeat(id string, inc uint64, rejoin bool) string {
 
 func (l *testLedger) validRec(r ledger.ShardRecord) bool {
 	n, ok := l.node[r.Owner]
-	return Valid(r, n, ok)
+	return ledger.OwnershipValidWith(r, n, ok)
 }
 
 func (l *testLedger) apply(c ledger.Command) error {

@@ -456,7 +456,7 @@ func (t *Tracker) pruneWords(now time.Time) {
 func (t *Tracker) holds(st *shardTrack) bool {
 	r := st.rec
 	return !t.fenced && r.Owner == t.id && r.OwnerIncarnation == t.inc && r.OwnerLiveness == t.liveness &&
-		t.selfKnown && Valid(r, t.self, true)
+		t.selfKnown && ledger.OwnershipValidWith(r, t.self, true)
 }
 
 func (t *Tracker) acting(st *shardTrack, now time.Time) bool {

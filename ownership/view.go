@@ -79,6 +79,15 @@ type Member struct {
 	Version   string
 }
 
+// UpAtRegistered is the one rule for "gossip shows the node up at its
+// registered incarnation": gossip reports it up (Alive or Suspect) with the
+// incarnation its committed record holds. Finalizing counts such a node as
+// live even while its lease has lapsed (Planner.clusterConfig), and
+// node/ reports it as Member.Live (Node.Members, upgrade status).
+func UpAtRegistered(rec ledger.NodeRecord, state member.State, incarnation uint64) bool {
+	return state.Up() && incarnation == rec.Incarnation
+}
+
 // LoadReport is a node's gossiped load summary (node.LoadSummary is an
 // alias of it).
 type LoadReport struct {
@@ -185,20 +194,11 @@ func (t table) shard(s uint32) ledger.ShardRecord {
 	return ledger.ShardRecord{Shard: s}
 }
 
-// Valid reports whether a shard's committed ownership is valid given its
-// owner's node record (docs/protocol.md): Owned or Revoking, and the owner
-// still has the incarnation and liveness epoch it was granted under.
-func Valid(rec ledger.ShardRecord, owner ledger.NodeRecord, ownerKnown bool) bool {
-	if rec.State != ledger.ShardOwned && rec.State != ledger.ShardRevoking {
-		return false
-	}
-	return ownerKnown && owner.ID == rec.Owner &&
-		owner.Incarnation == rec.OwnerIncarnation && owner.Liveness == rec.OwnerLiveness
-}
-
+// valid reports whether a shard's committed ownership is valid in the
+// table (docs/protocol.md): the ledger's rule, ledger.OwnershipValidWith.
 func (t table) valid(rec ledger.ShardRecord) bool {
 	n, ok := t.nodes[rec.Owner]
-	return Valid(rec, n, ok)
+	return ledger.OwnershipValidWith(rec, n, ok)
 }
 
 // sortedMembers returns members sorted by id, keeping the highest

@@ -12,6 +12,8 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster/internal/raftwire"
 )
 
 // The Raft guard sits between an authenticated connection and
@@ -63,15 +65,7 @@ import (
 // vouch round (cluster/raftvouch.go) lets it in on the word of a voter this
 // node knows (docs/security.md, "Roles").
 
-// The transport's message types (hashicorp/raft net_transport.go; stable
-// since the wire format is shared across raft versions).
 const (
-	raftAppendEntries  byte = 0
-	raftRequestVote    byte = 1
-	raftInstallSnap    byte = 2
-	raftTimeoutNow     byte = 3
-	raftRequestPreVote byte = 4
-
 	// maxRaftMessage bounds one Raft message without its snapshot bytes:
 	// at most MaxAppendEntries (64) entries of at most
 	// ledger.MaxCommandSize (16 MiB) each would not fit, but the batcher
@@ -199,7 +193,7 @@ func decideRaft(peer Peer, msg raftMessage, st raftGuardState) (record bool, err
 			return false, Refuse(refusedConfig, "%s sent a configuration that %v", peer, err)
 		}
 	}
-	log := msg.Type == raftAppendEntries || msg.Type == raftInstallSnap
+	log := msg.Type == raftwire.AppendEntries || msg.Type == raftwire.InstallSnapshot
 	// The leader whose log this node accepted at a term goes on at that
 	// term even once its own removal is appended.
 	sameLeader := log && msg.Term == st.LeaderTerm && peer.ID == st.LeaderID && st.LeaderID != ""
@@ -207,11 +201,11 @@ func decideRaft(peer Peer, msg raftMessage, st raftGuardState) (record bool, err
 		return false, Refuse(refusedNotVoter, "%s is not a voter of the latest configuration (raft message type %d, term %d)", peer, msg.Type, msg.Term)
 	}
 	switch msg.Type {
-	case raftTimeoutNow:
+	case raftwire.TimeoutNow:
 		if st.Leader == "" || st.Leader != peer.ID {
 			return false, Refuse(refusedNotLeader, "TimeoutNow from %s, which is not this node's leader (%q)", peer, st.Leader)
 		}
-	case raftAppendEntries, raftInstallSnap:
+	case raftwire.AppendEntries, raftwire.InstallSnapshot:
 		if msg.Term < st.Term || msg.Term < st.LeaderTerm {
 			return false, nil // stale: raft answers with its term and changes nothing
 		}
@@ -338,7 +332,7 @@ func (g *Guard) check(peer Peer, msg raftMessage) error {
 	}
 	g.mu.Unlock()
 	if err != nil && g.view.UnknownLeader != nil && refusalReason(err) == refusedNotVoter &&
-		(msg.Type == raftAppendEntries || msg.Type == raftInstallSnap) && msg.Term >= st.Term {
+		(msg.Type == raftwire.AppendEntries || msg.Type == raftwire.InstallSnapshot) && msg.Term >= st.Term {
 		g.view.UnknownLeader(peer.ID, msg.Term)
 	}
 	return err
@@ -503,7 +497,7 @@ func decodeRaftMessage(dec *codec.Decoder, typ byte, peer Peer) (msg raftMessage
 	msg.Type = typ
 	var hdr raft.RPCHeader
 	switch typ {
-	case raftAppendEntries:
+	case raftwire.AppendEntries:
 		var req raft.AppendEntriesRequest
 		err = dec.Decode(&req)
 		hdr, msg.Term = req.RPCHeader, req.Term
@@ -518,19 +512,19 @@ func decodeRaftMessage(dec *codec.Decoder, typ byte, peer Peer) (msg raftMessage
 				msg.Deprecated = true
 			}
 		}
-	case raftRequestVote:
+	case raftwire.RequestVote:
 		var req raft.RequestVoteRequest
 		err = dec.Decode(&req)
 		hdr, msg.Term = req.RPCHeader, req.Term
-	case raftRequestPreVote:
+	case raftwire.RequestPreVote:
 		var req raft.RequestPreVoteRequest
 		err = dec.Decode(&req)
 		hdr, msg.Term = req.RPCHeader, req.Term
-	case raftTimeoutNow:
+	case raftwire.TimeoutNow:
 		var req raft.TimeoutNowRequest
 		err = dec.Decode(&req)
 		hdr = req.RPCHeader
-	case raftInstallSnap:
+	case raftwire.InstallSnapshot:
 		var req raft.InstallSnapshotRequest
 		err = dec.Decode(&req)
 		hdr, msg.Term = req.RPCHeader, req.Term

@@ -10,23 +10,9 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
-)
 
-// encodeConfig encodes servers given as "id:V|N|S@addr" (addr defaults to
-// id) the way raft writes a configuration entry.
-func encodeConfig(servers ...string) []byte {
-	var c raft.Configuration
-	for _, s := range servers {
-		id, rest, _ := strings.Cut(s, ":")
-		kind, addr, _ := strings.Cut(rest, "@")
-		if addr == "" {
-			addr = id
-		}
-		suf := map[string]raft.ServerSuffrage{"V": raft.Voter, "N": raft.Nonvoter, "S": raft.Staging}[kind]
-		c.Servers = append(c.Servers, raft.Server{Suffrage: suf, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
-	}
-	return raft.EncodeConfiguration(c)
-}
+	"github.com/tenurehq/tenure/cluster/internal/raftwire"
+)
 
 func TestValidateRaftConfiguration(t *testing.T) {
 	var many []string
@@ -39,19 +25,19 @@ func TestValidateRaftConfiguration(t *testing.T) {
 		data []byte
 		ok   bool
 	}{
-		{"three voters and a standby", encodeConfig("n1:V", "n2:V", "n3:V", "n4:N"), true},
-		{"staging", encodeConfig("n1:V", "n2:S"), true},
+		{"three voters and a standby", raftwire.EncodeConfig("n1:V", "n2:V", "n3:V", "n4:N"), true},
+		{"staging", raftwire.EncodeConfig("n1:V", "n2:S"), true},
 		{"garbage", []byte{0xff, 0x00, 0x13}, false},
 		{"empty", nil, false},
-		{"truncated", encodeConfig("n1:V", "n2:V")[:9], false},
-		{"no server", encodeConfig(), false},
-		{"no voter", encodeConfig("n1:N"), false},
-		{"duplicate id", encodeConfig("n1:V@a", "n1:V@b"), false},
-		{"duplicate address", encodeConfig("n1:V@a", "n2:V@a"), false},
-		{"empty id", encodeConfig(":V@a"), false},
-		{"long id", encodeConfig(strings.Repeat("x", maxConfigField+1) + ":V@a"), false},
+		{"truncated", raftwire.EncodeConfig("n1:V", "n2:V")[:9], false},
+		{"no server", raftwire.EncodeConfig(), false},
+		{"no voter", raftwire.EncodeConfig("n1:N"), false},
+		{"duplicate id", raftwire.EncodeConfig("n1:V@a", "n1:V@b"), false},
+		{"duplicate address", raftwire.EncodeConfig("n1:V@a", "n2:V@a"), false},
+		{"empty id", raftwire.EncodeConfig(":V@a"), false},
+		{"long id", raftwire.EncodeConfig(strings.Repeat("x", maxConfigField+1) + ":V@a"), false},
 		{"unknown suffrage", raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{Suffrage: 7, ID: "n1", Address: "a"}}}), false},
-		{"too many servers", encodeConfig(many...), false},
+		{"too many servers", raftwire.EncodeConfig(many...), false},
 	} {
 		err := validateRaftConfiguration(tc.data)
 		if (err == nil) != tc.ok {
@@ -82,37 +68,37 @@ func TestDecideRaft(t *testing.T) {
 		reason string // "" passes
 		record bool
 	}{
-		{"leader's heartbeat", node("n1"), msg(raftAppendEntries, "n1", 5), follower, "", true},
-		{"leader's snapshot", node("n1"), msg(raftInstallSnap, "n1", 5), follower, "", true},
-		{"member certificate", Peer{ID: "n1", Role: RoleMember}, msg(raftAppendEntries, "n1", 5), follower, RefusedRole, false},
-		{"operator certificate", Peer{ID: "n1", Role: RoleOperator}, msg(raftRequestVote, "n1", 6), follower, RefusedRole, false},
-		{"no role proven", Peer{ID: "n1"}, msg(raftAppendEntries, "n1", 5), follower, RefusedRole, false},
-		{"speaks for another", node("n2"), msg(raftAppendEntries, "n1", 5), follower, refusedID, false},
-		{"non-voter RequestVote at a higher term", node("n4"), msg(raftRequestVote, "n4", 9), follower, refusedNotVoter, false},
-		{"non-voter PreVote", node("n4"), msg(raftRequestPreVote, "n4", 9), follower, refusedNotVoter, false},
-		{"non-voter AppendEntries at a higher term", node("n4"), msg(raftAppendEntries, "n4", 9), follower, refusedNotVoter, false},
-		{"non-voter InstallSnapshot", node("n4"), msg(raftInstallSnap, "n4", 9), follower, refusedNotVoter, false},
-		{"non-voter TimeoutNow", node("n4"), msg(raftTimeoutNow, "n4", 0), follower, refusedNotVoter, false},
-		{"voter RequestVote at a higher term", node("n2"), msg(raftRequestVote, "n2", 6), follower, "", false},
-		{"voter PreVote", node("n2"), msg(raftRequestPreVote, "n2", 6), follower, "", false},
-		{"voter AppendEntries at a higher term: a new leader", node("n2"), msg(raftAppendEntries, "n2", 6), follower, "", true},
-		{"another voter's log at the leader's term", node("n2"), msg(raftAppendEntries, "n2", 5), follower, refusedNotLeader, false},
-		{"another voter's snapshot at the leader's term", node("n2"), msg(raftInstallSnap, "n2", 5), follower, refusedNotLeader, false},
-		{"stale log passes (raft refuses it unchanged)", node("n2"), msg(raftAppendEntries, "n2", 4), follower, "", false},
-		{"log at the term this node leads", node("n2"), msg(raftAppendEntries, "n2", 5), leading, refusedNotLeader, false},
-		{"TimeoutNow from the leader", node("n1"), msg(raftTimeoutNow, "n1", 0), follower, "", false},
-		{"TimeoutNow from another voter", node("n2"), msg(raftTimeoutNow, "n2", 0), follower, refusedNotLeader, false},
-		{"TimeoutNow without a leader", node("n2"), msg(raftTimeoutNow, "n2", 0), raftGuardState{Voters: voters, Configured: true, Term: 5}, refusedNotLeader, false},
-		{"leader after appending its own removal, same term", node("n1"), msg(raftAppendEntries, "n1", 5), removed, "", true},
-		{"removed leader at a later term", node("n1"), msg(raftAppendEntries, "n1", 6), removed, refusedNotVoter, false},
-		{"removed leader's RequestVote", node("n1"), msg(raftRequestVote, "n1", 6), removed, refusedNotVoter, false},
-		{"bootstrap: vote request before any configuration", node("n2"), msg(raftRequestVote, "n2", 1), fresh, "", false},
-		{"fresh node: first log from anyone with a node certificate", node("n2"), msg(raftAppendEntries, "n2", 3), fresh, "", true},
-		{"fresh node: still no member", Peer{ID: "n2", Role: RoleMember}, msg(raftAppendEntries, "n2", 3), fresh, RefusedRole, false},
-		{"configuration entry that decodes", node("n1"), withCfg(msg(raftAppendEntries, "n1", 5), encodeConfig("n1:V", "n2:V", "n3:V", "n5:N")), follower, "", true},
-		{"configuration entry with garbage", node("n1"), withCfg(msg(raftAppendEntries, "n1", 5), []byte("garbage")), follower, refusedConfig, false},
-		{"snapshot configuration without a voter", node("n1"), withCfg(msg(raftInstallSnap, "n1", 5), encodeConfig("n1:N")), follower, refusedConfig, false},
-		{"deprecated peer set", node("n1"), raftMessage{Type: raftAppendEntries, ID: "n1", Term: 5, Deprecated: true}, follower, refusedConfig, false},
+		{"leader's heartbeat", node("n1"), msg(raftwire.AppendEntries, "n1", 5), follower, "", true},
+		{"leader's snapshot", node("n1"), msg(raftwire.InstallSnapshot, "n1", 5), follower, "", true},
+		{"member certificate", Peer{ID: "n1", Role: RoleMember}, msg(raftwire.AppendEntries, "n1", 5), follower, RefusedRole, false},
+		{"operator certificate", Peer{ID: "n1", Role: RoleOperator}, msg(raftwire.RequestVote, "n1", 6), follower, RefusedRole, false},
+		{"no role proven", Peer{ID: "n1"}, msg(raftwire.AppendEntries, "n1", 5), follower, RefusedRole, false},
+		{"speaks for another", node("n2"), msg(raftwire.AppendEntries, "n1", 5), follower, refusedID, false},
+		{"non-voter RequestVote at a higher term", node("n4"), msg(raftwire.RequestVote, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter PreVote", node("n4"), msg(raftwire.RequestPreVote, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter AppendEntries at a higher term", node("n4"), msg(raftwire.AppendEntries, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter InstallSnapshot", node("n4"), msg(raftwire.InstallSnapshot, "n4", 9), follower, refusedNotVoter, false},
+		{"non-voter TimeoutNow", node("n4"), msg(raftwire.TimeoutNow, "n4", 0), follower, refusedNotVoter, false},
+		{"voter RequestVote at a higher term", node("n2"), msg(raftwire.RequestVote, "n2", 6), follower, "", false},
+		{"voter PreVote", node("n2"), msg(raftwire.RequestPreVote, "n2", 6), follower, "", false},
+		{"voter AppendEntries at a higher term: a new leader", node("n2"), msg(raftwire.AppendEntries, "n2", 6), follower, "", true},
+		{"another voter's log at the leader's term", node("n2"), msg(raftwire.AppendEntries, "n2", 5), follower, refusedNotLeader, false},
+		{"another voter's snapshot at the leader's term", node("n2"), msg(raftwire.InstallSnapshot, "n2", 5), follower, refusedNotLeader, false},
+		{"stale log passes (raft refuses it unchanged)", node("n2"), msg(raftwire.AppendEntries, "n2", 4), follower, "", false},
+		{"log at the term this node leads", node("n2"), msg(raftwire.AppendEntries, "n2", 5), leading, refusedNotLeader, false},
+		{"TimeoutNow from the leader", node("n1"), msg(raftwire.TimeoutNow, "n1", 0), follower, "", false},
+		{"TimeoutNow from another voter", node("n2"), msg(raftwire.TimeoutNow, "n2", 0), follower, refusedNotLeader, false},
+		{"TimeoutNow without a leader", node("n2"), msg(raftwire.TimeoutNow, "n2", 0), raftGuardState{Voters: voters, Configured: true, Term: 5}, refusedNotLeader, false},
+		{"leader after appending its own removal, same term", node("n1"), msg(raftwire.AppendEntries, "n1", 5), removed, "", true},
+		{"removed leader at a later term", node("n1"), msg(raftwire.AppendEntries, "n1", 6), removed, refusedNotVoter, false},
+		{"removed leader's RequestVote", node("n1"), msg(raftwire.RequestVote, "n1", 6), removed, refusedNotVoter, false},
+		{"bootstrap: vote request before any configuration", node("n2"), msg(raftwire.RequestVote, "n2", 1), fresh, "", false},
+		{"fresh node: first log from anyone with a node certificate", node("n2"), msg(raftwire.AppendEntries, "n2", 3), fresh, "", true},
+		{"fresh node: still no member", Peer{ID: "n2", Role: RoleMember}, msg(raftwire.AppendEntries, "n2", 3), fresh, RefusedRole, false},
+		{"configuration entry that decodes", node("n1"), withCfg(msg(raftwire.AppendEntries, "n1", 5), raftwire.EncodeConfig("n1:V", "n2:V", "n3:V", "n5:N")), follower, "", true},
+		{"configuration entry with garbage", node("n1"), withCfg(msg(raftwire.AppendEntries, "n1", 5), []byte("garbage")), follower, refusedConfig, false},
+		{"snapshot configuration without a voter", node("n1"), withCfg(msg(raftwire.InstallSnapshot, "n1", 5), raftwire.EncodeConfig("n1:N")), follower, refusedConfig, false},
+		{"deprecated peer set", node("n1"), raftMessage{Type: raftwire.AppendEntries, ID: "n1", Term: 5, Deprecated: true}, follower, refusedConfig, false},
 	} {
 		record, err := decideRaft(tc.peer, tc.msg, tc.st)
 		got := ""
@@ -130,12 +116,16 @@ func TestDecideRaft(t *testing.T) {
 func TestRaftGuardRecordsLeader(t *testing.T) {
 	term := uint64(3)
 	g := &Guard{view: RaftView{
-		Configuration: func() raft.Configuration { return raft.DecodeConfiguration(encodeConfig("n1:V", "n2:V", "n3:V")) },
-		Term:          func() uint64 { return term },
-		Self:          "n3",
+		Configuration: func() raft.Configuration {
+			return raft.DecodeConfiguration(raftwire.EncodeConfig("n1:V", "n2:V", "n3:V"))
+		},
+		Term: func() uint64 { return term },
+		Self: "n3",
 	}}
 	n1, n2 := Peer{ID: "n1", Role: RoleNode}, Peer{ID: "n2", Role: RoleNode}
-	ae := func(id string, t uint64) raftMessage { return raftMessage{Type: raftAppendEntries, ID: id, Term: t} }
+	ae := func(id string, t uint64) raftMessage {
+		return raftMessage{Type: raftwire.AppendEntries, ID: id, Term: t}
+	}
 	if err := g.check(n1, ae("n1", 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +173,7 @@ func FuzzRaftGuard(f *testing.F) {
 		if msg.ID != "n2" {
 			t.Fatalf("passed as server %q from n2", msg.ID)
 		}
-		if msg.Type == raftTimeoutNow || ((msg.Type == raftAppendEntries || msg.Type == raftInstallSnap) && msg.Term == st.LeaderTerm) {
+		if msg.Type == raftwire.TimeoutNow || ((msg.Type == raftwire.AppendEntries || msg.Type == raftwire.InstallSnapshot) && msg.Term == st.LeaderTerm) {
 			t.Fatalf("passed type %d at term %d from n2, which does not lead", msg.Type, msg.Term)
 		}
 		for _, c := range msg.Configs {
@@ -200,7 +190,7 @@ func BenchmarkRaftGuardCheck(b *testing.B) {
 	for i := 4; i <= 100; i++ {
 		servers = append(servers, fmt.Sprintf("n%d:N", i))
 	}
-	cfg := raft.DecodeConfiguration(encodeConfig(servers...))
+	cfg := raft.DecodeConfiguration(raftwire.EncodeConfig(servers...))
 	g := &Guard{view: RaftView{
 		Configuration: func() raft.Configuration { return cfg.Clone() },
 		Term:          func() uint64 { return 5 },
@@ -208,7 +198,7 @@ func BenchmarkRaftGuardCheck(b *testing.B) {
 		Self:          "n50",
 	}}
 	peer := Peer{ID: "n1", Role: RoleNode}
-	msg := raftMessage{Type: raftAppendEntries, ID: "n1", Term: 5}
+	msg := raftMessage{Type: raftwire.AppendEntries, ID: "n1", Term: 5}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := g.check(peer, msg); err != nil {
@@ -223,19 +213,21 @@ func BenchmarkRaftGuardCheck(b *testing.B) {
 func TestRaftGuardVouch(t *testing.T) {
 	var asked []string
 	g := &Guard{view: RaftView{
-		Configuration: func() raft.Configuration { return raft.DecodeConfiguration(encodeConfig("n1:V", "n2:V", "n3:V")) },
+		Configuration: func() raft.Configuration {
+			return raft.DecodeConfiguration(raftwire.EncodeConfig("n1:V", "n2:V", "n3:V"))
+		},
 		Term:          func() uint64 { return 5 },
 		Self:          "n3",
 		UnknownLeader: func(id string, term uint64) { asked = append(asked, fmt.Sprintf("%s@%d", id, term)) },
 	}}
 	n4 := Peer{ID: "n4", Role: RoleNode}
-	ae := raftMessage{Type: raftAppendEntries, ID: "n4", Term: 6}
+	ae := raftMessage{Type: raftwire.AppendEntries, ID: "n4", Term: 6}
 	if err := g.check(n4, ae); refusalReason(err) != refusedNotVoter {
 		t.Fatalf("unknown n4's log: %v", err)
 	}
-	_ = g.check(n4, raftMessage{Type: raftRequestVote, ID: "n4", Term: 7})                                 // votes: no round
-	_ = g.check(n4, raftMessage{Type: raftAppendEntries, ID: "n4", Term: 4})                               // stale: no round
-	_ = g.check(Peer{ID: "n4", Role: RoleMember}, raftMessage{Type: raftAppendEntries, ID: "n4", Term: 6}) // a member: no round
+	_ = g.check(n4, raftMessage{Type: raftwire.RequestVote, ID: "n4", Term: 7})                                 // votes: no round
+	_ = g.check(n4, raftMessage{Type: raftwire.AppendEntries, ID: "n4", Term: 4})                               // stale: no round
+	_ = g.check(Peer{ID: "n4", Role: RoleMember}, raftMessage{Type: raftwire.AppendEntries, ID: "n4", Term: 6}) // a member: no round
 	if want := []string{"n4@6"}; !slices.Equal(asked, want) {
 		t.Fatalf("vouch rounds asked %q, want %q", asked, want)
 	}
@@ -245,7 +237,7 @@ func TestRaftGuardVouch(t *testing.T) {
 	if err := g.check(n4, ae); err != nil {
 		t.Fatalf("vouched n4's log at term 6: %v", err)
 	}
-	if err := g.check(n4, raftMessage{Type: raftAppendEntries, ID: "n4", Term: 7}); refusalReason(err) != refusedNotVoter {
+	if err := g.check(n4, raftMessage{Type: raftwire.AppendEntries, ID: "n4", Term: 7}); refusalReason(err) != refusedNotVoter {
 		t.Fatalf("vouched at 6, n4's log at 7 (not vouched): %v", err)
 	}
 	if g.Vouch("n5", 6) || g.Vouch("n5", 5) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/cluster/internal/raftwire"
 )
 
 // An InstallSnapshot that announces more bytes than MaxInstallSnapshot is
@@ -15,7 +17,7 @@ import (
 // within the cap passes with its bytes.
 func TestRaftGuardBoundsInstallSnapshot(t *testing.T) {
 	const max = 4 << 10
-	cfg := encodeConfig("n1:V", "n2:V", "n3:V")
+	cfg := raftwire.EncodeConfig("n1:V", "n2:V", "n3:V")
 	for _, tc := range []struct {
 		size int64
 		ok   bool
@@ -29,7 +31,7 @@ func TestRaftGuardBoundsInstallSnapshot(t *testing.T) {
 		req := raft.InstallSnapshotRequest{RPCHeader: raft.RPCHeader{ID: []byte("n1"), Addr: []byte("n1")}, SnapshotVersion: raft.SnapshotVersionMax,
 			Term: 5, Leader: []byte("n1"), LastLogIndex: 10, LastLogTerm: 5, Size: tc.size, Configuration: cfg, ConfigurationIndex: 1}
 		var in bytes.Buffer
-		in.WriteByte(raftInstallSnap)
+		in.WriteByte(raftwire.InstallSnapshot)
 		if err := codec.NewEncoder(&in, &codec.MsgpackHandle{}).Encode(&req); err != nil {
 			t.Fatal(err)
 		}
