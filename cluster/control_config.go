@@ -89,6 +89,15 @@ type ControlConfig struct {
 	// returns travels back as is, with a refusal too. It may refuse (an
 	// error) to say renewals are not active now. Calls may be concurrent.
 	Renew func(now time.Time, req RenewRequest) (record []byte, err error)
+	// RenewReady, if set, returns a channel that is closed when the
+	// leader next establishes a term (or already is). Renew returning
+	// ErrRenewNotReady (the leader has not established its term yet) then
+	// holds the renewal until that channel closes, the leader changes or
+	// the renewal's deadline passes, and judges it again with a new now:
+	// a renewal sent during a leader's establishment counts from that
+	// moment instead of being refused and asked again a renewal period
+	// later. nil: ErrRenewNotReady is answered at once, as ErrNotLeader.
+	RenewReady func() <-chan struct{}
 	// Words, if set, offers Control.Words (cluster version 6, the handoff
 	// on the old owner's word; ControlGroup.Words): the leader calls it for
 	// each node's ask for the words relayed to it, which it may hold until
