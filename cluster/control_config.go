@@ -251,15 +251,23 @@ func orDefault[T comparable](v *T, def T) {
 
 // DefaultControlConfig is for LAN deployments: half of Raft's default
 // timeouts (a dead leader is detected and replaced well inside the default
-// profile's 2 s node lease), 3 voters, dead voters replaced after 30
-// minutes.
+// profile's 1.5 s node lease), 3 voters, dead voters replaced after 30
+// minutes. LeaderLeaseTimeout equals HeartbeatTimeout (500 ms; it was
+// 250 ms): a leader steps down when it has not heard from a quorum for
+// as long as a follower waits before it starts an election, not half of
+// it — on a machine starved of CPU the shorter one deposed healthy
+// leaders every few seconds (docs/benchmarks.md, "fifth round"). Liveness
+// only: no safety argument rests on Raft's leader lease (renewal acks and
+// consistent reads ride on confirm rounds, commands on the log;
+// docs/control-group.md), and a dead leader is still replaced after the
+// followers' heartbeat timeout.
 func DefaultControlConfig() ControlConfig {
 	return ControlConfig{
 		BootstrapExpect:    3,
 		MaxVoters:          3,
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      50 * time.Millisecond,
 		SnapshotInterval:   120 * time.Second,
 		SnapshotThreshold:  8192,
