@@ -423,7 +423,7 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		Now:              now,
 		DeadVoterTimeout: g.cfg.DeadVoterTimeout,
 		MaxVoters:        g.cfg.MaxVoters,
-		Stream:           g.cfg.StreamActive != nil && g.cfg.StreamActive() && g.cfg.AppliedIndex != nil,
+		Stream:           g.cfg.streamMembers(),
 		Standbys:         g.cfg.standbys(),
 		Proven:           proven,
 		Revoked:          revoked,
