@@ -216,22 +216,25 @@ type ControlConfig struct {
 }
 
 // standbys is StreamStandbys with its default applied.
-// streamMembers reports whether the leader keeps members out of the Raft
-// configuration (reconcileState.Stream): the cluster's version has them on
-// the stream, or the cluster has recorded no version yet (StreamPending) —
-// a fresh cluster, which records the newest version its first nodes speak
-// moments later, while its members wait for the stream without Raft
-// (streamPendingMsg). Adding them then put every member of a forming
-// cluster into the configuration as a non-voter whose Raft port refused
-// the leader, and took it out again: 2·N configuration changes, and N
-// failing replication streams, while the cluster formed
-// (docs/benchmarks.md, fifth round). Liveness only: who is a non-voter
-// changes no committed state.
-func (c *ControlConfig) streamMembers() bool {
-	if c.AppliedIndex == nil || c.StreamActive == nil {
-		return false
-	}
-	return c.StreamActive() || (c.StreamPending != nil && c.StreamPending())
+// streamActive reports whether members follow the stream now (the
+// cluster's version has them on it): the leader keeps them out of the
+// Raft configuration (reconcileState.Stream).
+func (c *ControlConfig) streamActive() bool {
+	return c.AppliedIndex != nil && c.StreamActive != nil && c.StreamActive()
+}
+
+// streamPending reports whether this node's cluster has recorded no
+// version yet (StreamPending) while it could serve the stream: a fresh
+// cluster, which records the newest version its first nodes speak moments
+// later, while its members wait for the stream without Raft
+// (streamPendingMsg). The leader adds no such member to the configuration
+// then (reconcileState.StreamPending): it added every member of a forming
+// cluster as a non-voter whose Raft port refused the leader, and took it
+// out again — 2·N configuration changes and N failing replication streams
+// while the cluster formed (docs/benchmarks.md, fifth round). Liveness
+// only: who is a non-voter changes no committed state.
+func (c *ControlConfig) streamPending() bool {
+	return c.AppliedIndex != nil && c.StreamActive != nil && c.StreamPending != nil && c.StreamPending()
 }
 
 func (c *ControlConfig) standbys() int {

@@ -408,7 +408,7 @@ func TestStreamPendingMemberWaits(t *testing.T) {
 			if sh.nodes["m1"].g.HasRaft() {
 				t.Fatalf("m1 started raft while the cluster had recorded no version (grace %v)", grace)
 			}
-			// Nor does the leader add it as a non-voter (streamMembers):
+			// Nor does the leader add it as a non-voter (reconcileState.StreamPending):
 			// its Raft port would refuse the leader until it is removed.
 			conf, _ := l.g.latestConfiguration()
 			for _, sv := range conf.Servers {
