@@ -92,6 +92,15 @@ type ControlConfig struct {
 	// returns travels back as is, with a refusal too. It may refuse (an
 	// error) to say renewals are not active now. Calls may be concurrent.
 	Renew func(now time.Time, req RenewRequest) (record []byte, err error)
+	// RenewReady, if set, returns a channel that is closed when the
+	// leader next establishes a term (or already is). Renew returning
+	// ErrRenewNotReady (the leader has not established its term yet) then
+	// holds the renewal until that channel closes, the leader changes or
+	// the renewal's deadline passes, and judges it again with a new now:
+	// a renewal sent during a leader's establishment counts from that
+	// moment instead of being refused and asked again a renewal period
+	// later. nil: ErrRenewNotReady is answered at once, as ErrNotLeader.
+	RenewReady func() <-chan struct{}
 	// Words, if set, offers Control.Words (cluster version 6, the handoff
 	// on the old owner's word; ControlGroup.Words): the leader calls it for
 	// each node's ask for the words relayed to it, which it may hold until
@@ -215,6 +224,27 @@ type ControlConfig struct {
 }
 
 // standbys is StreamStandbys with its default applied.
+// streamActive reports whether members follow the stream now (the
+// cluster's version has them on it): the leader keeps them out of the
+// Raft configuration (reconcileState.Stream).
+func (c *ControlConfig) streamActive() bool {
+	return c.AppliedIndex != nil && c.StreamActive != nil && c.StreamActive()
+}
+
+// streamPending reports whether this node's cluster has recorded no
+// version yet (StreamPending) while it could serve the stream: a fresh
+// cluster, which records the newest version its first nodes speak moments
+// later, while its members wait for the stream without Raft
+// (streamPendingMsg). The leader adds no such member to the configuration
+// then (reconcileState.StreamPending): it added every member of a forming
+// cluster as a non-voter whose Raft port refused the leader, and took it
+// out again — 2·N configuration changes and N failing replication streams
+// while the cluster formed (docs/benchmarks.md, fifth round). Liveness
+// only: who is a non-voter changes no committed state.
+func (c *ControlConfig) streamPending() bool {
+	return c.AppliedIndex != nil && c.StreamActive != nil && c.StreamPending != nil && c.StreamPending()
+}
+
 func (c *ControlConfig) standbys() int {
 	switch {
 	case c.StreamStandbys == 0:
@@ -250,15 +280,23 @@ func orDefault[T comparable](v *T, def T) {
 
 // DefaultControlConfig is for LAN deployments: half of Raft's default
 // timeouts (a dead leader is detected and replaced well inside the default
-// profile's 2 s node lease), 3 voters, dead voters replaced after 30
-// minutes.
+// profile's 1.5 s node lease), 3 voters, dead voters replaced after 30
+// minutes. LeaderLeaseTimeout equals HeartbeatTimeout (500 ms; it was
+// 250 ms): a leader steps down when it has not heard from a quorum for
+// as long as a follower waits before it starts an election, not half of
+// it — on a machine starved of CPU the shorter one deposed healthy
+// leaders every few seconds (docs/benchmarks.md, "fifth round"). Liveness
+// only: no safety argument rests on Raft's leader lease (renewal acks and
+// consistent reads ride on confirm rounds, commands on the log;
+// docs/control-group.md), and a dead leader is still replaced after the
+// followers' heartbeat timeout.
 func DefaultControlConfig() ControlConfig {
 	return ControlConfig{
 		BootstrapExpect:    3,
 		MaxVoters:          3,
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      50 * time.Millisecond,
 		SnapshotInterval:   120 * time.Second,
 		SnapshotThreshold:  8192,

@@ -99,6 +99,12 @@ type reconcileState struct {
 	// stream too).
 	Stream   bool
 	Standbys int
+	// StreamPending: the cluster has recorded no version yet (a fresh
+	// cluster; ControlConfig.StreamPending). Members that follow the
+	// stream (VoterNever) are not added then — they wait for the stream
+	// without Raft — but none is removed either: an old cluster that never
+	// recorded a version keeps its non-voters until it does.
+	StreamPending bool
 	// Proven are the members that proved their id at the Raft address
 	// they gossip (proof.go); a member not in it is ignored, as if gossip
 	// did not list it. nil: every member counts as proven (no
@@ -242,6 +248,9 @@ func planReconcile(s reconcileState) []raftChange {
 				continue // follows the stream
 			}
 			slots--
+		}
+		if !s.Stream && s.StreamPending && followsStream(m.Meta) && VoterPreferenceOf(m.Meta) == VoterNever {
+			continue // waits for the stream without Raft
 		}
 		out = append(out, raftChange{Kind: changeAddNonvoter, ID: m.ID, Addr: am.RaftAddr, Reason: "joined"})
 		cfg[m.ID] = ServerInfo{ID: m.ID, Addr: am.RaftAddr}
@@ -423,7 +432,8 @@ func (g *ControlGroup) reconcileOnce(ctx context.Context, goneSince map[string]t
 		Now:              now,
 		DeadVoterTimeout: g.cfg.DeadVoterTimeout,
 		MaxVoters:        g.cfg.MaxVoters,
-		Stream:           g.cfg.StreamActive != nil && g.cfg.StreamActive() && g.cfg.AppliedIndex != nil,
+		Stream:           g.cfg.streamActive(),
+		StreamPending:    g.cfg.streamPending(),
 		Standbys:         g.cfg.standbys(),
 		Proven:           proven,
 		Revoked:          revoked,

@@ -70,6 +70,16 @@ func TestPlanReconcile(t *testing.T) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("m1"), nv("m2")}
 			s.Members = streaming(alive("a"), alive("b"), alive("c"), never("m1"), never("m2"))
 		}, "remove m1; remove m2"},
+		{"no version recorded yet: stream members are not added, others are", func(s *reconcileState) {
+			s.StreamPending = true
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
+			s.Members = append(streaming(alive("a"), alive("b"), alive("c"), never("m1"), alive("d")), never("oldm"))
+		}, "add-nonvoter d; add-nonvoter oldm"},
+		{"no version recorded yet: member non-voters stay", func(s *reconcileState) {
+			s.StreamPending = true
+			s.Servers = []ServerInfo{v("a"), v("b"), v("c"), nv("m1")}
+			s.Members = streaming(alive("a"), alive("b"), alive("c"), never("m1"))
+		}, ""},
 		{"no stream: members are non-voters", func(s *reconcileState) {
 			s.Servers = []ServerInfo{v("a"), v("b"), v("c")}
 			s.Members = streaming(alive("a"), alive("b"), alive("c"), never("m1"))

@@ -21,6 +21,12 @@ import (
 // node: the renewal failed; fall back or retry later.
 var ErrRenewUnsupported = errors.New("cluster: leader does not offer lease renewals")
 
+// ErrRenewNotReady is what ControlConfig.Renew returns while this node
+// leads Raft but has not established its term (the Barrier, the voters'
+// bound): the renewal can be judged once it has (ControlConfig.RenewReady).
+// It matches ErrNotLeader, as the caller sees it.
+var ErrRenewNotReady = fmt.Errorf("%w: the term is not established yet", ErrNotLeader)
+
 // RenewRequest is one member's renewal of its own lease.
 type RenewRequest struct {
 	Node        string
@@ -84,18 +90,48 @@ func (g *ControlGroup) renewLocal(ctx context.Context, req RenewRequest) (RenewR
 	if g.cfg.Renew == nil {
 		return RenewResult{}, ErrRenewUnsupported
 	}
-	if !g.isRaftLeader() {
-		return RenewResult{}, ErrNotLeader
-	}
-	commit := g.renewIndex()
-	rec, err := g.cfg.Renew(time.Now(), req)
-	if err != nil {
-		return RenewResult{Record: rec}, err
+	var commit uint64
+	var rec []byte
+	for {
+		if !g.isRaftLeader() {
+			return RenewResult{}, ErrNotLeader
+		}
+		var ready <-chan struct{}
+		if g.cfg.RenewReady != nil {
+			ready = g.cfg.RenewReady() // before the judgement: no wake-up is missed
+		}
+		changed := g.leaderChanged()
+		commit = g.renewIndex()
+		var err error
+		rec, err = g.cfg.Renew(time.Now(), req)
+		if err == nil {
+			break
+		}
+		if ready == nil || !errors.Is(err, ErrRenewNotReady) {
+			return RenewResult{Record: rec}, err
+		}
+		if !renewWait(ctx, ready, changed, g.closing) {
+			return RenewResult{Record: rec}, err
+		}
 	}
 	if err := g.ConfirmLeadership(ctx); err != nil {
 		return RenewResult{}, err
 	}
 	return RenewResult{CommitIndex: commit, Record: rec}, nil
+}
+
+// renewWait holds a renewal the leader could not judge yet (its term not
+// established): true when it may be judged again (ready closed), false
+// when the leader changed, ctx ended or the group is closing.
+func renewWait(ctx context.Context, ready, changed, closing <-chan struct{}) bool {
+	select {
+	case <-ready:
+		return true
+	case <-changed:
+	case <-ctx.Done():
+	case <-closing:
+	}
+	return false
 }
 
 // refusalName is the RenewRefusals name err matches, "" if none.

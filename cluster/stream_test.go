@@ -402,12 +402,20 @@ func TestStreamPendingMemberWaits(t *testing.T) {
 		for _, id := range []string{"n1", "n2", "n3", "m1"} {
 			sh.start(id)
 		}
-		sh.waitLeader(30 * time.Second)
+		l := sh.waitLeader(30 * time.Second)
 		grace := belowStreamGrace(500 * time.Millisecond)
 		deadline := time.Now().Add(3 * grace)
 		for time.Now().Before(deadline) {
 			if sh.nodes["m1"].g.HasRaft() {
 				t.Fatalf("m1 started raft while the cluster had recorded no version (grace %v)", grace)
+			}
+			// Nor does the leader add it as a non-voter (reconcileState.StreamPending):
+			// its Raft port would refuse the leader until it is removed.
+			conf, _ := l.g.latestConfiguration()
+			for _, sv := range conf.Servers {
+				if sv.ID == "m1" {
+					t.Fatalf("the leader added m1 to the configuration while the cluster had recorded no version: %v", conf.Servers)
+				}
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -83,6 +83,11 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 	if d.renew != nil {
 		cc.Renew = func(now time.Time, req cluster.RenewRequest) ([]byte, error) {
 			rec, err := d.renew(now, req)
+			if errors.Is(err, ownership.ErrNotLeader) {
+				// The term is not established yet: hold the renewal
+				// for it (RenewReady) rather than refuse it.
+				err = fmt.Errorf("%w: %w", cluster.ErrRenewNotReady, err)
+			}
 			data, merr := json.Marshal(rec)
 			if merr != nil {
 				return nil, errors.Join(err, merr)
@@ -90,6 +95,7 @@ func newClusterControl(d controlDeps) (controlPlane, error) {
 			return data, err
 		}
 		cc.RenewRefusals = renewRefusals
+		cc.RenewReady = d.renewReady
 	}
 	if d.words != nil {
 		cc.Words, cc.NoWords = d.words, noWords

@@ -101,6 +101,29 @@ func (b *netBackend) renewalsSince() time.Time {
 	return time.Time{}
 }
 
+// renewReady returns a channel closed when this node's leader loop next
+// establishes a term (cluster.ControlConfig.RenewReady): a renewal the
+// loop refused as not established yet waits for it.
+func (b *netBackend) renewReady() <-chan struct{} {
+	b.renewMu.Lock()
+	defer b.renewMu.Unlock()
+	if b.established == nil {
+		b.established = make(chan struct{})
+	}
+	return b.established
+}
+
+// termEstablished wakes the renewals waiting for this term
+// (loopConfig.OnEstablished).
+func (b *netBackend) termEstablished() {
+	b.renewMu.Lock()
+	defer b.renewMu.Unlock()
+	if b.established != nil {
+		close(b.established)
+	}
+	b.established = make(chan struct{})
+}
+
 // serveRenew judges a renewal this node received as the control-group
 // leader: the planner accepts it or refuses it (leaderLoop.Renew); the
 // control group then confirms leadership before acknowledging it.

@@ -77,6 +77,9 @@ type loopConfig struct {
 	// version 4 (ledger.VersionLeaseRenewals) active in its replica, zero
 	// when not yet; nil means never.
 	RenewalsSince func() time.Time
+	// OnEstablished, if set, is called (without the loop's lock) after
+	// each Step that established a term: renewals held for it go on.
+	OnEstablished func()
 }
 
 // leaderLoop is the thin goroutine shell that runs the ownership.Leader core on the
@@ -160,8 +163,12 @@ func (l *leaderLoop) WordValid(now time.Time, shard func() (ledger.ShardRecord, 
 func (l *leaderLoop) step(in ownership.LeaderInput) ownership.LeaderReady {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.core.Step(now, in)
+	rd := l.core.Step(now, in)
+	l.mu.Unlock()
+	if rd.Established && l.cfg.OnEstablished != nil {
+		l.cfg.OnEstablished()
+	}
+	return rd
 }
 
 // Run runs the loop until ctx ends, following leadership changes from

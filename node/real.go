@@ -81,6 +81,9 @@ type controlDeps struct {
 	// renew judges a renewal this node received as leader
 	// (netBackend.serveRenew): the record is the node's in this replica.
 	renew func(now time.Time, req cluster.RenewRequest) (ledger.NodeRecord, error)
+	// renewReady is closed when this node next establishes a term as
+	// leader (netBackend.renewReady).
+	renewReady func() <-chan struct{}
 	// words and ownerWord: the handoff on a word (cluster version 6,
 	// words.go), as the leader.
 	words     func(ctx context.Context, node string) ([]byte, error)
@@ -130,6 +133,10 @@ type netBackend struct {
 	// cluster version 4. Guarded by renewMu.
 	renewMu   sync.Mutex
 	renewSeen map[string]time.Time
+	// established is closed (and replaced) each time this node's leader
+	// loop establishes a term: renewals received before it wait for it
+	// (cluster.ControlConfig.RenewReady). Guarded by renewMu.
+	established chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -296,7 +303,7 @@ func (b *netBackend) startControl(ctx context.Context, meta cluster.Meta, cleanu
 	cfg := b.cfg
 	joined := make(chan struct{})
 	b.ctl, err = newControlPlane(controlDeps{cfg: cfg, id: b.id, incarnation: b.inc, fsm: b.fsm, store: b.store, members: b.gossip, timing: b.timing, joined: joined,
-		renew: b.serveRenew, words: b.serveWords, ownerWord: b.ownerWord})
+		renew: b.serveRenew, renewReady: b.renewReady, words: b.serveWords, ownerWord: b.ownerWord})
 	if err != nil {
 		return err
 	}
@@ -386,7 +393,7 @@ func (b *netBackend) startShells() (err error) {
 		return err
 	}
 	b.loop = newLeaderLoop(planner, loopProposer{b}, loopSource{b}, loopConfig{Logger: b.cfg.Logger,
-		ConfirmBound: b.ctl.EstablishBound, RenewalsSince: b.renewalsSince})
+		ConfirmBound: b.ctl.EstablishBound, RenewalsSince: b.renewalsSince, OnEstablished: b.termEstablished})
 	b.loopReady.Store(b.loop)
 
 	b.goLoop(b.agentLoop)

@@ -56,6 +56,9 @@ type realScaleResult struct {
 	// running agent and every agent owned at least one.
 	SpawnMs    float64 `json:"spawn_ms"`
 	ConvergeMs float64 `json:"converge_ms"`
+	// Churn until convergence (or until the run gave up; printed then
+	// too): what a starved control group costs.
+	Churn realChurn `json:"churn"`
 	// QuietMs is the time from the first spawn until, after converging,
 	// the leader's applied index stood still for quietFor (the planner's
 	// rebalancing moves done): the at-rest figures are taken after it.
@@ -136,6 +139,55 @@ func (o realScaleOptions) validate() error {
 		return fmt.Errorf("bench scale --real: -idle %v and -settle-timeout %v must be positive", o.idle, o.settle)
 	}
 	return nil
+}
+
+// realChurn is what happened until convergence: the control group's
+// leader changes, the leases lost and the CPU it all took.
+type realChurn struct {
+	// Terms is the highest Raft term the voters report
+	// (tenure_control_term): 1 + the elections that changed the term.
+	Terms float64 `json:"terms"`
+	// FailoverMoves are the new owners a voter saw granted to shards that
+	// had lost their valid owner (tenure_shard_moves_total, cause
+	// failover): re-grants after an expiry or a restart. PlannedMoves
+	// are those after a revoke (rebalancing, the first placement).
+	FailoverMoves float64 `json:"failover_moves"`
+	PlannedMoves  float64 `json:"planned_moves"`
+	// RenewalFailures is how often members' renewals started failing
+	// (tenure_lease_renewal_failures_total, summed over members).
+	RenewalFailures float64 `json:"renewal_failures"`
+	// CPU seconds the processes used from their start (user + system).
+	MembersCPUSec float64 `json:"members_cpu_s"`
+	VotersCPUSec  float64 `json:"voters_cpu_s"`
+}
+
+// churn reads realChurn from the running agents.
+func (c *realCluster) churn(ctx context.Context) realChurn {
+	var ch realChurn
+	for _, a := range c.agents {
+		if !a.running() {
+			continue
+		}
+		cpu := pidCPU(a.cmd.Process.Pid).Seconds()
+		if c.voter(a) {
+			ch.VotersCPUSec += cpu
+			m := c.metric(ctx, a, "tenure_control_term")
+			ch.Terms = max(ch.Terms, m["tenure_control_term"])
+			continue
+		}
+		ch.MembersCPUSec += cpu
+		ch.RenewalFailures += c.metric(ctx, a, "tenure_lease_renewal_failures_total")["tenure_lease_renewal_failures_total"]
+	}
+	if v := c.firstVoter(); v != nil {
+		m := c.metric(ctx, v, `tenure_shard_moves_total{cause="failover"}`, `tenure_shard_moves_total{cause="planned"}`)
+		ch.FailoverMoves, ch.PlannedMoves = m[`tenure_shard_moves_total{cause="failover"}`], m[`tenure_shard_moves_total{cause="planned"}`]
+	}
+	return ch
+}
+
+func (ch realChurn) String() string {
+	return fmt.Sprintf("churn: term %.0f, %.0f failover moves, %.0f planned moves, %.0f members' renewal failures; CPU members %.1f s, voters %.1f s",
+		ch.Terms, ch.FailoverMoves, ch.PlannedMoves, ch.RenewalFailures, ch.MembersCPUSec, ch.VotersCPUSec)
 }
 
 // realCluster is the benchmark's agents.
@@ -396,9 +448,12 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	}
 	res.SpawnMs = ms(time.Since(t0))
 	if err := c.waitConverged(ctx, o.settle); err != nil {
+		progress("%v", c.churn(ctx))
 		return fmt.Errorf("bench scale --real: %w", err)
 	}
 	res.ConvergeMs = ms(time.Since(t0))
+	res.Churn = c.churn(ctx)
+	progress("%v", res.Churn)
 	progress("converged in %.1f s (spawning took %.1f s)", res.ConvergeMs/1000, res.SpawnMs/1000)
 	quiet, err := c.waitQuiet(ctx, t0.Add(o.settle))
 	if err != nil {
@@ -440,6 +495,7 @@ func runBenchScaleReal(ctx context.Context, m *Env, o realScaleOptions) error {
 	if res.QuietTimedOut {
 		quietNote = ", not quiet by -settle-timeout"
 	}
+	fmt.Fprintf(w, "  until converged          %s\n", res.Churn)
 	fmt.Fprintf(w, "  at rest (no commit %v) %8.1f s%s\n", quietFor, res.QuietMs/1000, quietNote)
 	fmt.Fprintf(w, "  RSS per agent at rest    %8.0f MiB median, %.0f max (leader %.0f)\n", res.RSSMedianMB, res.RSSMaxMB, res.LeaderRSSMB)
 	fmt.Fprintf(w, "  member RSS at rest       %8.0f MiB median: %.0f anonymous, %.0f file-backed (the binary, shared)\n",
