@@ -93,6 +93,9 @@ func (g *ControlGroup) renewLocal(ctx context.Context, req RenewRequest) (RenewR
 	var commit uint64
 	var rec []byte
 	for {
+		// Taken before the leadership check: a change between the two
+		// still ends the hold below.
+		changed := g.leaderChanged()
 		if !g.isRaftLeader() {
 			return RenewResult{}, ErrNotLeader
 		}
@@ -100,7 +103,6 @@ func (g *ControlGroup) renewLocal(ctx context.Context, req RenewRequest) (RenewR
 		if g.cfg.RenewReady != nil {
 			ready = g.cfg.RenewReady() // before the judgement: no wake-up is missed
 		}
-		changed := g.leaderChanged()
 		commit = g.renewIndex()
 		var err error
 		rec, err = g.cfg.Renew(time.Now(), req)
