@@ -133,9 +133,8 @@ type netBackend struct {
 	// cluster version 4. Guarded by renewMu.
 	renewMu   sync.Mutex
 	renewSeen map[string]time.Time
-	// established is closed (and replaced) each time this node's leader
-	// loop establishes a term: renewals received before it wait for it
-	// (cluster.ControlConfig.RenewReady). Guarded by renewMu.
+	// established is closed and replaced when the leader loop establishes
+	// a term; held renewals wait for it (RenewReady). Guarded by renewMu.
 	established chan struct{}
 
 	ctx    context.Context
@@ -151,9 +150,8 @@ type netBackend struct {
 	// work is the acting set as the agent's Ready.Changes reported it
 	// (acting.go): what workers start and stop from.
 	work map[uint32]ownership.Change
-	// agentSaw is the replica state the agent last observed (stepLatest):
-	// the same state again is only a Tick, a later one brings the shard
-	// records changed since (ownership.ObservedSince).
+	// agentSaw is the replica state the agent last observed (stepLatest;
+	// ownership.ObservedSince feeds it what changed since).
 	agentSaw   *ledger.State
 	registered bool
 	closed     bool
