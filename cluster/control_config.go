@@ -223,7 +223,6 @@ type ControlConfig struct {
 	Logger *slog.Logger
 }
 
-// standbys is StreamStandbys with its default applied.
 // streamActive reports whether members follow the stream now (the
 // cluster's version has them on it): the leader keeps them out of the
 // Raft configuration (reconcileState.Stream).
@@ -245,6 +244,7 @@ func (c *ControlConfig) streamPending() bool {
 	return c.AppliedIndex != nil && c.StreamActive != nil && c.StreamPending != nil && c.StreamPending()
 }
 
+// standbys is StreamStandbys with its default applied.
 func (c *ControlConfig) standbys() int {
 	switch {
 	case c.StreamStandbys == 0:

@@ -200,24 +200,46 @@ func (g *ControlGroup) renewIndex() uint64 {
 	return lastCommandIndex(g.cfg.LogStore, g.raftLastIndex())
 }
 
-// lastCommandIndex is renewIndex's read-back of store from last.
+// lastCommandIndex is renewIndex's read-back of store from last: the
+// last command, else last.
 func lastCommandIndex(store raft.LogStore, last uint64) uint64 {
-	for i := last; i > 0 && last-i < renewScan; i-- {
+	if i, found, _ := lastCommand(store, last); found {
+		return i
+	}
+	return last
+}
+
+// lastCommand reads store back from last, at most renewScan entries, for
+// the last command: its index and found; else atStart tells whether the
+// read-back reached the log's start (index 0, or an entry no longer held:
+// compacted into a snapshot) rather than the bound or a read error. The
+// one read-back of renewIndex (lastCommandIndex) and of the leader's waits
+// for its FSM (fsmWaitIndex).
+func lastCommand(store raft.LogStore, last uint64) (index uint64, found, atStart bool) {
+	for i := last; ; i-- {
+		if i == 0 {
+			return 0, false, true
+		}
+		if last-i >= renewScan {
+			return 0, false, false
+		}
 		// A fresh Log for every entry: a raft.LogCache hands out its cached
 		// entry's Data slice, and raft-boltdb decodes the next entry into
 		// the slice it is given, so reusing one Log wrote an older entry's
 		// bytes over the cached one that replication sends to followers
 		// (a data race under -race; TestLastCommandIndexLeavesCacheAlone).
 		var l raft.Log
-		if err := store.GetLog(i, &l); err != nil {
-			break
-		}
-		if l.Type == raft.LogCommand {
-			return i
+		err := store.GetLog(i, &l)
+		switch {
+		case errors.Is(err, raft.ErrLogNotFound):
+			return 0, false, true
+		case err != nil:
+			return 0, false, false
+		case l.Type == raft.LogCommand:
+			return i, true, false
 		}
 	}
-	return last
 }
 
-// renewScan bounds renewIndex's read-back.
+// renewScan bounds lastCommand's read-back.
 const renewScan = 64

@@ -299,24 +299,16 @@ func (g *ControlGroup) waitFSMApplied(ctx context.Context, commit uint64) error 
 // has committed no command yet; entries compacted away were in a snapshot
 // this FSM took or restored, so it applied them). It reads back at most
 // renewScan entries; when that finds no command, or a read fails, it
-// answers commit, the conservative index (lastCommandIndex).
+// answers commit, the conservative index (lastCommand).
 func fsmWaitIndex(store raft.LogStore, commit uint64) uint64 {
-	for i := commit; i > 0; i-- {
-		if commit-i >= renewScan {
-			return commit
-		}
-		var l raft.Log // a fresh Log for every entry (lastCommandIndex)
-		err := store.GetLog(i, &l)
-		switch {
-		case errors.Is(err, raft.ErrLogNotFound):
-			return 0
-		case err != nil:
-			return commit
-		case l.Type == raft.LogCommand:
-			return i
-		}
+	i, found, atStart := lastCommand(store, commit)
+	switch {
+	case found:
+		return i
+	case atStart:
+		return 0
 	}
-	return 0
+	return commit
 }
 
 // fsmApplied is the last index the FSM applied: ControlConfig.AppliedIndex,
